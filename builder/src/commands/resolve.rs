@@ -1,0 +1,97 @@
+//! `kubexm-build resolve`: the files and images a cluster needs, as a table or JSON.
+
+use std::io::Write;
+
+use anyhow::Result;
+use kubexm_manifests::resolve::{resolve, Resolution, Role};
+
+use super::{problems_error, Inputs};
+use crate::cli::{Output, ResolveArgs};
+
+/// Resolves and prints.
+pub fn run(args: &ResolveArgs, out: &mut dyn Write) -> Result<()> {
+    let inputs = Inputs::load(&args.source)?;
+    let lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
+        .map_err(|p| problems_error(&args.source.file, &p))?;
+    match args.output {
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut *out, &lists)?;
+            writeln!(out)?;
+        }
+        Output::Table => write_table(&lists, out)?,
+    }
+    Ok(())
+}
+
+fn roles(r: &std::collections::BTreeSet<Role>) -> String {
+    r.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// Writes the readable form.
+pub fn write_table(l: &Resolution, out: &mut dyn Write) -> std::io::Result<()> {
+    let arches: Vec<&str> = l.arches.iter().map(|a| a.as_str()).collect();
+    let kind = match l.kubernetes_type {
+        kubexm_manifests::model::KubernetesType::Kubeadm => "kubeadm",
+        kubexm_manifests::model::KubernetesType::Kubexm => "kubexm",
+    };
+    writeln!(
+        out,
+        "cluster {} · Kubernetes {} ({kind}) · zone {} · arches {}",
+        l.cluster,
+        l.kubernetes_version,
+        l.zone,
+        arches.join(",")
+    )?;
+    writeln!(out, "\nFILES ({})", l.binaries.len())?;
+    let rows: Vec<[String; 6]> = l
+        .binaries
+        .iter()
+        .map(|b| {
+            [
+                b.name.clone(),
+                b.version.clone(),
+                b.arch.to_string(),
+                roles(&b.roles),
+                b.sha256[..12.min(b.sha256.len())].to_owned(),
+                b.url.clone(),
+            ]
+        })
+        .collect();
+    table(out, ["NAME", "VERSION", "ARCH", "ROLES", "SHA256", "URL"], &rows)?;
+    writeln!(out, "\nIMAGES ({})", l.images.len())?;
+    let rows: Vec<[String; 5]> = l
+        .images
+        .iter()
+        .map(|i| {
+            let source = if i.source == i.reference { "=".to_owned() } else { i.source.clone() };
+            let platforms: Vec<&str> = i.platforms.iter().map(String::as_str).collect();
+            [i.reference.clone(), i.group.clone(), platforms.join(","), roles(&i.roles), source]
+        })
+        .collect();
+    table(out, ["REFERENCE", "GROUP", "PLATFORMS", "ROLES", "PULL FROM"], &rows)
+}
+
+fn table<const N: usize>(out: &mut dyn Write, head: [&str; N], rows: &[[String; N]]) -> std::io::Result<()> {
+    let mut width = head.map(str::len);
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
+            if i + 1 == N {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s
+    };
+    writeln!(out, "{}", line(head.to_vec()))?;
+    for row in rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,806 @@
+//! The serde mirror of `cluster.yaml` (`apiVersion: kubexm.io/v1alpha1`, `kind: Cluster`).
+//!
+//! Parsing is pure: these types only describe the document. Cross-field rules live in
+//! [`crate::validate`], and everything derived (expanded role groups, chosen versions) in
+//! [`crate::resolve`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::secret::Secret;
+
+/// The only `apiVersion` this release reads.
+pub const API_VERSION: &str = "kubexm.io/v1alpha1";
+/// The `kind` of a cluster description.
+pub const KIND_CLUSTER: &str = "Cluster";
+
+/// A whole `cluster.yaml`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterFile {
+    /// Schema version, must be [`API_VERSION`].
+    pub api_version: String,
+    /// Must be [`KIND_CLUSTER`].
+    pub kind: String,
+    /// Name and labels of the cluster.
+    pub metadata: Metadata,
+    /// The cluster description.
+    pub spec: ClusterSpec,
+}
+
+/// `metadata`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Metadata {
+    /// Cluster name; used for the bundle file name and the kubeconfig context.
+    pub name: String,
+}
+
+/// `spec`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Every machine of the cluster.
+    pub hosts: Vec<Host>,
+    /// Which hosts play which role.
+    pub role_groups: RoleGroups,
+    /// Kubernetes itself.
+    pub kubernetes: Kubernetes,
+    /// etcd placement and type.
+    #[serde(default)]
+    pub etcd: Etcd,
+    /// Container runtime.
+    #[serde(default)]
+    pub runtime: Runtime,
+    /// Pod network.
+    #[serde(default)]
+    pub network: Network,
+    /// API server load balancing.
+    #[serde(default)]
+    pub load_balancer: LoadBalancer,
+    /// Private registry.
+    #[serde(default)]
+    pub registry: Registry,
+    /// OS-level settings.
+    #[serde(default)]
+    pub system: System,
+    /// Extra /etc/hosts entries and resolvers.
+    #[serde(default)]
+    pub extra: Extra,
+    /// Addons installed after the cluster is up.
+    #[serde(default)]
+    pub addons: Vec<Addon>,
+}
+
+/// CPU architecture of a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// x86_64.
+    #[default]
+    Amd64,
+    /// aarch64.
+    Arm64,
+}
+
+impl Arch {
+    /// Go-style name (`amd64`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    /// `uname -m` style name (`x86_64`).
+    pub fn uname(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "x86_64",
+            Arch::Arm64 => "aarch64",
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `spec.hosts[]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Host {
+    /// Host name; becomes the node name and the machine's hostname.
+    pub name: String,
+    /// Address the control host uses for SSH.
+    pub address: String,
+    /// Address used inside the cluster; defaults to `address`.
+    #[serde(default)]
+    pub internal_address: Option<String>,
+    /// SSH port.
+    #[serde(default = "default_ssh_port")]
+    pub port: u16,
+    /// SSH user; non-root users need sudo.
+    #[serde(default = "default_user")]
+    pub user: String,
+    /// SSH/sudo password given inline (prefer `passwordEnv` or `passwordFile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    /// Name of an environment variable holding the password.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// File whose first line is the password.
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// SSH private key.
+    #[serde(default)]
+    pub private_key_path: Option<String>,
+    /// CPU architecture.
+    #[serde(default)]
+    pub arch: Arch,
+    /// Node labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn default_ssh_port() -> u16 {
+    22
+}
+
+fn default_user() -> String {
+    "root".to_owned()
+}
+
+impl Host {
+    /// The in-cluster address (`internalAddress`, else `address`).
+    pub fn internal(&self) -> &str {
+        self.internal_address.as_deref().unwrap_or(&self.address)
+    }
+}
+
+/// `spec.roleGroups`. Entries are host names or ranges such as `node[1:3]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RoleGroups {
+    /// etcd members (etcd.type kubexm).
+    #[serde(default)]
+    pub etcd: Vec<String>,
+    /// Control-plane nodes. `control-plane` is accepted as an alias.
+    #[serde(default, alias = "control-plane", alias = "controlPlane")]
+    pub master: Vec<String>,
+    /// Worker nodes.
+    #[serde(default)]
+    pub worker: Vec<String>,
+    /// Hosts running the private registry.
+    #[serde(default)]
+    pub registry: Vec<String>,
+    /// Hosts running keepalived + haproxy/nginx (loadBalancer.mode external).
+    #[serde(default)]
+    pub loadbalancer: Vec<String>,
+}
+
+/// How Kubernetes is installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KubernetesType {
+    /// `kubeadm init/join` with static pods.
+    #[default]
+    Kubeadm,
+    /// The server binaries as systemd services with certificates made by KubeXM.
+    Kubexm,
+}
+
+/// kube-proxy mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    /// IPVS.
+    #[default]
+    Ipvs,
+    /// iptables.
+    Iptables,
+    /// nftables (beta from v1.31).
+    Nftables,
+}
+
+/// `spec.kubernetes`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Kubernetes {
+    /// Install method.
+    #[serde(default, rename = "type")]
+    pub kind: KubernetesType,
+    /// Kubernetes version, e.g. `v1.31.4`; must be in the catalog.
+    pub version: String,
+    /// Cluster name inside Kubernetes; defaults to `metadata.name`.
+    #[serde(default)]
+    pub cluster_name: Option<String>,
+    /// Cluster DNS domain.
+    #[serde(default = "default_dns_domain")]
+    pub dns_domain: String,
+    /// kube-proxy mode.
+    #[serde(default)]
+    pub proxy_mode: ProxyMode,
+    /// kubelet maxPods.
+    #[serde(default = "default_max_pods")]
+    pub max_pods: u32,
+    /// Feature gates for every component.
+    #[serde(default)]
+    pub feature_gates: BTreeMap<String, bool>,
+    /// Extra SANs in the API server certificate.
+    #[serde(default)]
+    pub apiserver_cert_extra_sans: Vec<String>,
+    /// Extra kube-apiserver flags (`name: value`, without `--`).
+    #[serde(default)]
+    pub apiserver_args: BTreeMap<String, String>,
+    /// Extra kube-controller-manager flags.
+    #[serde(default)]
+    pub controller_manager_args: BTreeMap<String, String>,
+    /// Extra kube-scheduler flags.
+    #[serde(default)]
+    pub scheduler_args: BTreeMap<String, String>,
+    /// Extra kubelet flags.
+    #[serde(default)]
+    pub kubelet_args: BTreeMap<String, String>,
+    /// Extra kube-proxy flags.
+    #[serde(default)]
+    pub kube_proxy_args: BTreeMap<String, String>,
+}
+
+fn default_dns_domain() -> String {
+    "cluster.local".to_owned()
+}
+
+fn default_max_pods() -> u32 {
+    110
+}
+
+/// etcd type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EtcdType {
+    /// etcd binaries as a systemd service on the `etcd` role group, certificates by KubeXM.
+    #[default]
+    Kubexm,
+    /// Stacked etcd static pods made by kubeadm on the masters.
+    Kubeadm,
+    /// An existing etcd cluster.
+    External,
+}
+
+/// `spec.etcd`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Etcd {
+    /// etcd type.
+    #[serde(default, rename = "type")]
+    pub kind: EtcdType,
+    /// etcd version (type kubexm); defaults to the catalog's choice for the Kubernetes version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Client URLs of an external etcd.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// CA of an external etcd.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// Client certificate for an external etcd.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    /// Client key for an external etcd.
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Data directory.
+    #[serde(default)]
+    pub data_dir: Option<String>,
+}
+
+/// Container runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeType {
+    /// containerd + runc + crictl + CNI plugins.
+    #[default]
+    Containerd,
+    /// Docker static binaries (+ cri-dockerd from v1.24).
+    Docker,
+    /// CRI-O from the OS packages.
+    #[serde(rename = "cri-o")]
+    CriO,
+    /// iSulad.
+    Isulad,
+}
+
+/// `spec.runtime`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Runtime {
+    /// Runtime type.
+    #[serde(default, rename = "type")]
+    pub kind: RuntimeType,
+    /// Runtime version; defaults to the catalog's choice for the Kubernetes version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// For `docker`: install cri-dockerd (required from Kubernetes v1.24, where dockershim is gone).
+    #[serde(default)]
+    pub cri_dockerd: Option<bool>,
+}
+
+/// CNI plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Plugin {
+    /// Calico.
+    #[default]
+    Calico,
+    /// Flannel.
+    Flannel,
+    /// Cilium.
+    Cilium,
+    /// Kube-OVN.
+    KubeOvn,
+    /// Hybridnet.
+    Hybridnet,
+    /// Multus with a delegate plugin.
+    Multus,
+}
+
+impl Plugin {
+    /// Catalog name of the plugin.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Plugin::Calico => "calico",
+            Plugin::Flannel => "flannel",
+            Plugin::Cilium => "cilium",
+            Plugin::KubeOvn => "kube-ovn",
+            Plugin::Hybridnet => "hybridnet",
+            Plugin::Multus => "multus",
+        }
+    }
+}
+
+/// `spec.network`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Network {
+    /// CNI plugin.
+    #[serde(default)]
+    pub plugin: Plugin,
+    /// Pod CIDR; two comma-separated CIDRs (IPv4,IPv6) for dual-stack.
+    #[serde(default = "default_pod_cidr")]
+    pub pod_cidr: String,
+    /// Service CIDR; two comma-separated CIDRs for dual-stack.
+    #[serde(default = "default_service_cidr")]
+    pub service_cidr: String,
+    /// Calico options.
+    #[serde(default)]
+    pub calico: PluginOptions,
+    /// Flannel options.
+    #[serde(default)]
+    pub flannel: PluginOptions,
+    /// Cilium options.
+    #[serde(default)]
+    pub cilium: PluginOptions,
+    /// Kube-OVN options.
+    #[serde(default)]
+    pub kube_ovn: PluginOptions,
+    /// Hybridnet options.
+    #[serde(default)]
+    pub hybridnet: PluginOptions,
+    /// Multus options (with `delegate`).
+    #[serde(default)]
+    pub multus: MultusOptions,
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Self {
+            plugin: Plugin::default(),
+            pod_cidr: default_pod_cidr(),
+            service_cidr: default_service_cidr(),
+            calico: PluginOptions::default(),
+            flannel: PluginOptions::default(),
+            cilium: PluginOptions::default(),
+            kube_ovn: PluginOptions::default(),
+            hybridnet: PluginOptions::default(),
+            multus: MultusOptions::default(),
+        }
+    }
+}
+
+impl Network {
+    /// Options of `plugin` (multus has its own).
+    pub fn options(&self, plugin: Plugin) -> &PluginOptions {
+        match plugin {
+            Plugin::Calico => &self.calico,
+            Plugin::Flannel => &self.flannel,
+            Plugin::Cilium => &self.cilium,
+            Plugin::KubeOvn => &self.kube_ovn,
+            Plugin::Hybridnet => &self.hybridnet,
+            Plugin::Multus => &self.multus.common,
+        }
+    }
+}
+
+fn default_pod_cidr() -> String {
+    "10.233.64.0/18".to_owned()
+}
+
+fn default_service_cidr() -> String {
+    "10.233.0.0/18".to_owned()
+}
+
+/// Options shared by every plugin.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginOptions {
+    /// Plugin version; defaults to the catalog's.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Encapsulation / backend mode (calico: `ipip`|`vxlan`|`none`; flannel: `vxlan`|`host-gw`).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Interface MTU.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// Free-form values handed to the plugin's manifest template.
+    #[serde(default)]
+    pub values: BTreeMap<String, String>,
+}
+
+/// `spec.network.multus`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MultusOptions {
+    /// The primary plugin multus delegates to.
+    #[serde(default)]
+    pub delegate: Option<Plugin>,
+    /// Multus's own options.
+    #[serde(flatten)]
+    pub common: PluginOptions,
+}
+
+/// Load balancer mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LbMode {
+    /// A per-node proxy or kube-vip inside the cluster.
+    Internal,
+    /// Dedicated load balancer hosts or an existing VIP.
+    External,
+    /// No load balancer: the first master's address is the endpoint.
+    #[default]
+    None,
+}
+
+/// Internal load balancer type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum InternalLbType {
+    /// haproxy static pod on every worker.
+    #[default]
+    Haproxy,
+    /// nginx static pod on every worker.
+    Nginx,
+    /// kube-vip static pod on the masters, holding a VIP.
+    KubeVip,
+}
+
+/// External load balancer type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExternalLbType {
+    /// keepalived + haproxy on the `loadbalancer` role group.
+    #[default]
+    KubexmKh,
+    /// keepalived + nginx on the `loadbalancer` role group.
+    KubexmKn,
+    /// A load balancer KubeXM does not manage.
+    External,
+}
+
+/// `spec.loadBalancer.internal`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InternalLb {
+    /// Proxy type.
+    #[serde(default, rename = "type")]
+    pub kind: InternalLbType,
+}
+
+/// `spec.loadBalancer.external`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExternalLb {
+    /// Load balancer type.
+    #[serde(default, rename = "type")]
+    pub kind: ExternalLbType,
+}
+
+/// `spec.loadBalancer`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LoadBalancer {
+    /// Mode.
+    #[serde(default)]
+    pub mode: LbMode,
+    /// Internal options.
+    #[serde(default)]
+    pub internal: InternalLb,
+    /// External options.
+    #[serde(default)]
+    pub external: ExternalLb,
+    /// Virtual IP (kube-vip, keepalived, external).
+    #[serde(default)]
+    pub vip: Option<String>,
+    /// Network interface carrying the VIP.
+    #[serde(default)]
+    pub interface: Option<String>,
+    /// API server port behind the load balancer.
+    #[serde(default = "default_lb_port")]
+    pub port: u16,
+    /// DNS name of the API endpoint.
+    #[serde(default = "default_lb_domain")]
+    pub domain: String,
+}
+
+impl Default for LoadBalancer {
+    fn default() -> Self {
+        Self {
+            mode: LbMode::default(),
+            internal: InternalLb::default(),
+            external: ExternalLb::default(),
+            vip: None,
+            interface: None,
+            port: default_lb_port(),
+            domain: default_lb_domain(),
+        }
+    }
+}
+
+fn default_lb_port() -> u16 {
+    6443
+}
+
+fn default_lb_domain() -> String {
+    "lb.kubexm.internal".to_owned()
+}
+
+/// Registry type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistryType {
+    /// The distribution registry binary as a systemd service on the `registry` host.
+    #[default]
+    Registry,
+    /// Harbor from its offline installer on the `registry` host.
+    Harbor,
+    /// A registry KubeXM does not deploy (seeded only).
+    External,
+    /// No private registry: nodes pull from the (zone-rewritten) upstream registries.
+    None,
+}
+
+/// How an image's repository path is mapped into the private registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RewriteMode {
+    /// `registry.k8s.io/coredns/coredns:v1` → `REG/PROJECT/coredns/coredns:v1`.
+    #[default]
+    KeepPath,
+    /// `registry.k8s.io/coredns/coredns:v1` → `REG/PROJECT/coredns:v1`.
+    Flatten,
+}
+
+/// Credentials and trust for one registry host.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RegistryAuth {
+    /// User name.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    /// CA bundle to trust.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// Client certificate.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    /// Client key.
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Speak plain HTTP.
+    #[serde(default, rename = "plainHTTP")]
+    pub plain_http: bool,
+    /// Accept any certificate.
+    #[serde(default)]
+    pub skip_tls_verify: bool,
+}
+
+/// A Harbor project to create.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HarborProject {
+    /// Project name.
+    pub name: String,
+    /// Anonymous pulls allowed.
+    #[serde(default = "default_true")]
+    pub public: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `spec.registry.harborConfig`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HarborConfig {
+    /// Harbor installer version; defaults to the catalog's.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Admin password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_password: Option<Secret>,
+    /// HTTPS port.
+    #[serde(default)]
+    pub https_port: Option<u16>,
+    /// Projects to create before seeding.
+    #[serde(default)]
+    pub projects: Vec<HarborProject>,
+}
+
+/// `spec.registry`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Registry {
+    /// Registry type.
+    #[serde(default, rename = "type")]
+    pub kind: RegistryType,
+    /// `host[:port]` nodes pull from; defaults to `dockerhub.kubexm.local` on the registry host.
+    #[serde(default)]
+    pub private_registry: Option<String>,
+    /// Project / namespace every image is pushed under.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Path rewrite mode.
+    #[serde(default)]
+    pub rewrite: RewriteMode,
+    /// Registry version (type registry); defaults to the catalog's.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Credentials and trust per registry host.
+    #[serde(default)]
+    pub auths: BTreeMap<String, RegistryAuth>,
+    /// Harbor settings (type harbor).
+    #[serde(default)]
+    pub harbor_config: HarborConfig,
+    /// Storage directory on the registry host.
+    #[serde(default)]
+    pub data_dir: Option<String>,
+}
+
+/// `spec.system`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct System {
+    /// NTP servers; a cluster host name makes that host the in-cluster server.
+    #[serde(default)]
+    pub ntp_servers: Vec<String>,
+    /// Time zone, e.g. `Asia/Shanghai`.
+    #[serde(default)]
+    pub timezone: Option<String>,
+    /// Extra RPM packages on RPM-based hosts.
+    #[serde(default)]
+    pub rpms: Vec<String>,
+    /// Extra Debian packages on apt-based hosts.
+    #[serde(default)]
+    pub debs: Vec<String>,
+    /// Scripts (paths on the control host) run on every node before installing.
+    #[serde(default)]
+    pub pre_install: Vec<String>,
+    /// Scripts run on every node after installing.
+    #[serde(default)]
+    pub post_install: Vec<String>,
+}
+
+/// `spec.extra.hosts[]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExtraHost {
+    /// Domain name.
+    pub domain: String,
+    /// IP address.
+    pub address: String,
+}
+
+/// `spec.extra.resolves[]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExtraResolve {
+    /// Name server address.
+    pub address: String,
+}
+
+/// `spec.extra`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Extra {
+    /// Written to every node's /etc/hosts.
+    #[serde(default)]
+    pub hosts: Vec<ExtraHost>,
+    /// Written to every node's resolver.
+    #[serde(default)]
+    pub resolves: Vec<ExtraResolve>,
+}
+
+/// Addon type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddonType {
+    /// Plain YAML manifests.
+    Yaml,
+    /// A Helm chart.
+    Helm,
+}
+
+/// A Helm chart reference.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Chart {
+    /// Chart name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Chart version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Repository URL (used by the builder only).
+    #[serde(default)]
+    pub repo: Option<String>,
+}
+
+/// Where an addon comes from.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AddonSource {
+    /// Local path (YAML file or directory, or chart archive).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// URL of the YAML or chart archive.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Chart (type helm).
+    #[serde(default)]
+    pub chart: Chart,
+}
+
+/// `spec.addons[]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Addon {
+    /// Addon name (unique).
+    pub name: String,
+    /// Target namespace.
+    #[serde(default = "default_addon_namespace")]
+    pub namespace: String,
+    /// Addon type.
+    #[serde(rename = "type")]
+    pub kind: AddonType,
+    /// Source.
+    #[serde(default)]
+    pub source: AddonSource,
+    /// Helm values (type helm) or template values (type yaml).
+    #[serde(default)]
+    pub values: BTreeMap<String, String>,
+    /// Images the addon needs; bundled and seeded.
+    #[serde(default)]
+    pub images: Vec<String>,
+}
+
+fn default_addon_namespace() -> String {
+    "default".to_owned()
+}

@@ -1,0 +1,423 @@
+//! The resolver: a validated cluster + zone + catalog → the exact files and images to bundle.
+//!
+//! The JSON form of [`Resolution`] (`kubexm-build resolve -o json`) is stable within a
+//! `formatVersion`: fields are only added, never renamed or removed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::catalog::{Archive, Catalog, Component};
+use crate::image_ref::ImageRef;
+use crate::model::{
+    AddonType, Arch, EtcdType, InternalLbType, KubernetesType, LbMode, Plugin, RegistryType, RuntimeType,
+};
+use crate::validate::{Problem, ValidCluster};
+use crate::zone::Zone;
+
+/// Version of the JSON form.
+pub const RESOLUTION_FORMAT: u32 = 1;
+
+/// A role hosts play.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// etcd member.
+    Etcd,
+    /// Control plane.
+    Master,
+    /// Worker.
+    Worker,
+    /// Registry host.
+    Registry,
+    /// Load balancer host.
+    Loadbalancer,
+}
+
+impl Role {
+    /// Lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Etcd => "etcd",
+            Role::Master => "master",
+            Role::Worker => "worker",
+            Role::Registry => "registry",
+            Role::Loadbalancer => "loadbalancer",
+        }
+    }
+}
+
+const NODES: &[Role] = &[Role::Master, Role::Worker];
+const MASTERS: &[Role] = &[Role::Master];
+
+/// One file to download and bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BinaryEntry {
+    /// Component name.
+    pub name: String,
+    /// Version as in the catalog.
+    pub version: String,
+    /// Architecture.
+    pub arch: Arch,
+    /// Download URL after the zone's rewrites.
+    pub url: String,
+    /// Pinned sha256 (hex).
+    pub sha256: String,
+    /// How the file is packed.
+    pub archive: Archive,
+    /// Roles that need it.
+    pub roles: BTreeSet<Role>,
+    /// Path inside the bundle: `files/<name>/<version>/<arch>/<file>`.
+    pub path: String,
+}
+
+/// One image to pull and bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageEntry {
+    /// Canonical reference (what the cluster asks for; the name in the bundle).
+    pub reference: String,
+    /// Where to pull it from (after the zone's rewrites).
+    pub source: String,
+    /// What it is for (`kubernetes`, `calico`, `addon:NAME`, …).
+    pub group: String,
+    /// Platforms to keep, e.g. `linux/amd64`.
+    pub platforms: BTreeSet<String>,
+    /// Roles that pull it.
+    pub roles: BTreeSet<Role>,
+}
+
+/// Everything a cluster needs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resolution {
+    /// [`RESOLUTION_FORMAT`].
+    pub format_version: u32,
+    /// `metadata.name`.
+    pub cluster: String,
+    /// Kubernetes version.
+    pub kubernetes_version: String,
+    /// `kubeadm` or `kubexm`.
+    pub kubernetes_type: KubernetesType,
+    /// Zone name.
+    pub zone: String,
+    /// Architectures present in the hosts.
+    pub arches: BTreeSet<Arch>,
+    /// Files, sorted by name, version, arch.
+    pub binaries: Vec<BinaryEntry>,
+    /// Images, sorted by reference.
+    pub images: Vec<ImageEntry>,
+}
+
+struct Resolver<'a> {
+    cluster: &'a ValidCluster,
+    catalog: &'a Catalog,
+    zone: &'a Zone,
+    defaults: &'a BTreeMap<String, String>,
+    binaries: BTreeMap<(String, String, Arch), BinaryEntry>,
+    images: BTreeMap<String, ImageEntry>,
+    problems: Vec<Problem>,
+}
+
+/// Resolves the files and images `cluster` needs.
+pub fn resolve(cluster: &ValidCluster, catalog: &Catalog, zone: &Zone) -> Result<Resolution, Vec<Problem>> {
+    let Some(release) = catalog.release(cluster.version) else {
+        return Err(vec![Problem {
+            path: "spec.kubernetes.version".into(),
+            message: format!("{} is not in the catalog", cluster.version),
+            hint: format!("supported versions: {}", catalog.kubernetes_versions().join(", ")),
+        }]);
+    };
+    let mut r = Resolver {
+        cluster,
+        catalog,
+        zone,
+        defaults: &release.defaults,
+        binaries: BTreeMap::new(),
+        images: BTreeMap::new(),
+        problems: Vec::new(),
+    };
+    let spec = &cluster.file.spec;
+    let k8s = cluster.version.to_string();
+
+    // Kubernetes itself.
+    match spec.kubernetes.kind {
+        KubernetesType::Kubeadm => {
+            r.binary_at("kubeadm", &k8s, NODES, "spec.kubernetes.version");
+            for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+                r.image(&format!("registry.k8s.io/{c}:{k8s}"), "kubernetes", MASTERS);
+            }
+            r.image(&format!("registry.k8s.io/kube-proxy:{k8s}"), "kubernetes", NODES);
+        }
+        KubernetesType::Kubexm => {
+            for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+                r.binary_at(c, &k8s, MASTERS, "spec.kubernetes.version");
+            }
+            r.binary_at("kube-proxy", &k8s, NODES, "spec.kubernetes.version");
+        }
+    }
+    r.binary_at("kubelet", &k8s, NODES, "spec.kubernetes.version");
+    r.binary_at("kubectl", &k8s, MASTERS, "spec.kubernetes.version");
+    r.image(&format!("registry.k8s.io/pause:{}", release.pause), "kubernetes", NODES);
+    r.image(&format!("registry.k8s.io/coredns/coredns:{}", release.coredns), "kubernetes", NODES);
+    r.image_group("nodelocaldns", None, NODES, "spec.kubernetes");
+
+    // etcd.
+    match spec.etcd.kind {
+        EtcdType::Kubexm => r.binary("etcd", spec.etcd.version.as_deref(), &[Role::Etcd], "spec.etcd.version"),
+        EtcdType::Kubeadm => r.image(&format!("registry.k8s.io/etcd:{}", release.etcd_image), "etcd", MASTERS),
+        EtcdType::External => {}
+    }
+
+    // Runtime.
+    let rt_version = spec.runtime.version.as_deref();
+    match spec.runtime.kind {
+        RuntimeType::Containerd => {
+            r.binary("containerd", rt_version, NODES, "spec.runtime.version");
+            r.binary("runc", None, NODES, "spec.runtime");
+            r.binary("crictl", None, NODES, "spec.runtime");
+            r.binary("cni-plugins", None, NODES, "spec.network");
+        }
+        RuntimeType::Docker => {
+            r.binary("docker", rt_version, NODES, "spec.runtime.version");
+            if cluster.version.at_least(1, 24) || spec.runtime.cri_dockerd == Some(true) {
+                r.binary("cri-dockerd", None, NODES, "spec.runtime");
+            }
+            r.binary("crictl", None, NODES, "spec.runtime");
+            r.binary("cni-plugins", None, NODES, "spec.network");
+        }
+        RuntimeType::CriO => {}
+        RuntimeType::Isulad => r.binary("isulad", rt_version, NODES, "spec.runtime.version"),
+    }
+
+    // Network.
+    let net = &spec.network;
+    let mut plugins = vec![net.plugin];
+    if net.plugin == Plugin::Multus {
+        plugins.extend(net.multus.delegate);
+    }
+    for p in plugins {
+        let field = format!("spec.network.{}.version", field_name(p));
+        let version = net.options(p).version.as_deref();
+        r.image_group(p.as_str(), version, NODES, &field);
+        if p == Plugin::Calico {
+            // calicoctl must match the calico release it manages.
+            let ctl = version.or_else(|| r.defaults.get("calico").map(String::as_str));
+            r.binary("calicoctl", ctl, MASTERS, &field);
+        }
+    }
+
+    // Load balancer.
+    let lb = &spec.load_balancer;
+    if lb.mode == LbMode::Internal {
+        match lb.internal.kind {
+            InternalLbType::Haproxy => r.image_group("haproxy", None, &[Role::Worker], "spec.loadBalancer"),
+            InternalLbType::Nginx => r.image_group("nginx", None, &[Role::Worker], "spec.loadBalancer"),
+            InternalLbType::KubeVip => r.image_group("kube-vip", None, MASTERS, "spec.loadBalancer"),
+        }
+    }
+
+    // Registry.
+    let reg = &spec.registry;
+    match reg.kind {
+        RegistryType::Registry => r.binary("registry", reg.version.as_deref(), &[Role::Registry], "spec.registry.version"),
+        RegistryType::Harbor => {
+            let version = reg.harbor_config.version.as_deref();
+            r.binary("harbor", version, &[Role::Registry], "spec.registry.harborConfig.version");
+            r.binary("docker", None, &[Role::Registry], "spec.registry");
+            r.binary("compose", None, &[Role::Registry], "spec.registry");
+        }
+        RegistryType::External | RegistryType::None => {}
+    }
+
+    // Addons.
+    if spec.addons.iter().any(|a| a.kind == AddonType::Helm) {
+        r.binary("helm", None, MASTERS, "spec.addons");
+    }
+    for (i, addon) in spec.addons.iter().enumerate() {
+        for img in &addon.images {
+            r.image_at(img, &format!("addon:{}", addon.name), NODES, &format!("spec.addons[{i}].images"));
+        }
+    }
+
+    if !r.problems.is_empty() {
+        return Err(r.problems);
+    }
+    Ok(Resolution {
+        format_version: RESOLUTION_FORMAT,
+        cluster: cluster.file.metadata.name.clone(),
+        kubernetes_version: k8s,
+        kubernetes_type: spec.kubernetes.kind,
+        zone: zone.name().to_owned(),
+        arches: spec.hosts.iter().map(|h| h.arch).collect(),
+        binaries: r.binaries.into_values().collect(),
+        images: r.images.into_values().collect(),
+    })
+}
+
+fn field_name(p: Plugin) -> &'static str {
+    match p {
+        Plugin::KubeOvn => "kubeOvn",
+        other => other.as_str(),
+    }
+}
+
+impl Resolver<'_> {
+    fn arches(&self, roles: &[Role]) -> BTreeSet<Arch> {
+        let rg = &self.cluster.roles;
+        let names: BTreeSet<&String> = roles
+            .iter()
+            .flat_map(|role| match role {
+                Role::Etcd => &rg.etcd,
+                Role::Master => &rg.master,
+                Role::Worker => &rg.worker,
+                Role::Registry => &rg.registry,
+                Role::Loadbalancer => &rg.loadbalancer,
+            })
+            .collect();
+        self.cluster.file.spec.hosts.iter().filter(|h| names.contains(&h.name)).map(|h| h.arch).collect()
+    }
+
+    fn problem(&mut self, path: &str, message: String, hint: String) {
+        self.problems.push(Problem {
+            path: path.to_owned(),
+            message,
+            hint,
+        });
+    }
+
+    /// A component at its configured version, or the catalog default for this release.
+    fn binary(&mut self, name: &str, version: Option<&str>, roles: &[Role], field: &str) {
+        let chosen = version.map(str::to_owned).or_else(|| self.defaults.get(name).cloned());
+        match chosen {
+            Some(v) => self.binary_at(name, &v, roles, field),
+            None => self.problem(
+                field,
+                format!("the catalog names no default `{name}` version for Kubernetes {}", self.cluster.version),
+                format!("add `{name}` to this release's defaults with --catalog FILE"),
+            ),
+        }
+    }
+
+    fn binary_at(&mut self, name: &str, version: &str, roles: &[Role], field: &str) {
+        let Some(component) = self.catalog.components.get(name) else {
+            self.problem(field, format!("component `{name}` is not in the catalog"), "add it with --catalog FILE".into());
+            return;
+        };
+        if !component.versions.contains_key(version) {
+            let known: Vec<&str> = component.versions.keys().map(String::as_str).collect();
+            let hint = if known.is_empty() {
+                format!("the built-in catalog pins no `{name}` version; pin one (url + sha256 per arch) with --catalog FILE")
+            } else {
+                format!("known versions: {}; or pin it with --catalog FILE", known.join(", "))
+            };
+            self.problem(field, format!("{name} {version} is not in the catalog"), hint);
+            return;
+        }
+        for arch in self.arches(roles) {
+            match component.versions[version].get(&arch) {
+                Some(sum) => {
+                    let entry = self.entry(component, version, arch, sum);
+                    self.binaries
+                        .entry((name.to_owned(), version.to_owned(), arch))
+                        .or_insert(entry)
+                        .roles
+                        .extend(roles.iter().copied());
+                }
+                None => self.problem(
+                    field,
+                    format!("{name} {version} has no pinned sha256 for {arch}"),
+                    format!("use hosts of another arch for this role, another version, or pin it with --catalog FILE"),
+                ),
+            }
+        }
+    }
+
+    fn entry(&self, c: &Component, version: &str, arch: Arch, sum: &str) -> BinaryEntry {
+        let upstream = expand_url(&c.url, version, arch);
+        let url = match c.zone_urls.get(self.zone.name()) {
+            Some(t) => expand_url(t, version, arch),
+            None => self.zone.rewrite_url(&upstream),
+        };
+        let file = upstream.rsplit('/').next().filter(|f| !f.is_empty()).unwrap_or(&c.name).to_owned();
+        BinaryEntry {
+            name: c.name.clone(),
+            version: version.to_owned(),
+            arch,
+            url,
+            sha256: sum.to_owned(),
+            archive: c.archive,
+            roles: BTreeSet::new(),
+            path: format!("files/{}/{version}/{arch}/{file}", c.name),
+        }
+    }
+
+    /// Every image of a catalog image group at the configured or default version.
+    fn image_group(&mut self, group: &str, version: Option<&str>, roles: &[Role], field: &str) {
+        let Some(chosen) = version.map(str::to_owned).or_else(|| self.defaults.get(group).cloned()) else {
+            self.problem(
+                field,
+                format!("the catalog names no default `{group}` version for Kubernetes {}", self.cluster.version),
+                format!("set the version explicitly or add `{group}` to this release's defaults with --catalog FILE"),
+            );
+            return;
+        };
+        let images = self.catalog.addon_images.get(group).and_then(|g| g.get(&chosen)).cloned();
+        match images {
+            Some(images) => {
+                for img in images {
+                    self.image_at(&img, group, roles, field);
+                }
+            }
+            None => {
+                let known = self
+                    .catalog
+                    .addon_images
+                    .get(group)
+                    .map(|g| g.keys().cloned().collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default();
+                self.problem(
+                    field,
+                    format!("{group} {chosen} has no image list in the catalog"),
+                    format!("known versions: {known}; or add it under addonImages with --catalog FILE"),
+                );
+            }
+        }
+    }
+
+    fn image(&mut self, reference: &str, group: &str, roles: &[Role]) {
+        self.image_at(reference, group, roles, "catalog");
+    }
+
+    fn image_at(&mut self, reference: &str, group: &str, roles: &[Role], field: &str) {
+        let parsed: ImageRef = match reference.parse() {
+            Ok(p) => p,
+            Err(e) => {
+                self.problem(field, e.to_string(), "fix the image reference".into());
+                return;
+            }
+        };
+        let canonical = parsed.to_string();
+        let source = self.zone.rewrite_image(&parsed).to_string();
+        let platforms: BTreeSet<String> = self.arches(roles).into_iter().map(|a| format!("linux/{a}")).collect();
+        let entry = self.images.entry(canonical.clone()).or_insert_with(|| ImageEntry {
+            reference: canonical,
+            source,
+            group: group.to_owned(),
+            platforms: BTreeSet::new(),
+            roles: BTreeSet::new(),
+        });
+        entry.platforms.extend(platforms);
+        entry.roles.extend(roles.iter().copied());
+    }
+}
+
+/// Substitutes `{version}`, `{version_nov}`, `{arch}`, `{uname_arch}` in a URL template.
+pub fn expand_url(template: &str, version: &str, arch: Arch) -> String {
+    template
+        .replace("{version_nov}", version.strip_prefix('v').unwrap_or(version))
+        .replace("{version}", version)
+        .replace("{uname_arch}", arch.uname())
+        .replace("{arch}", arch.as_str())
+}

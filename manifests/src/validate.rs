@@ -1,0 +1,827 @@
+//! Cross-field validation of a parsed `cluster.yaml`. Every problem names the field path, says
+//! what is wrong and what to do; one run reports all of them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::catalog::Catalog;
+use crate::image_ref::ImageRef;
+use crate::model::{
+    AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, LbMode, Plugin, ProxyMode,
+    RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
+};
+use crate::ranges;
+use crate::version::KubeVersion;
+
+/// One thing wrong with the cluster description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// Field path, e.g. `spec.hosts[2].address`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub hint: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)?;
+        if !self.hint.is_empty() {
+            write!(f, "\n    hint: {}", self.hint)?;
+        }
+        Ok(())
+    }
+}
+
+/// Host names per role, expanded and in the order written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Roles {
+    /// etcd members (type kubexm).
+    pub etcd: Vec<String>,
+    /// Control-plane nodes.
+    pub master: Vec<String>,
+    /// Workers.
+    pub worker: Vec<String>,
+    /// Registry hosts.
+    pub registry: Vec<String>,
+    /// Load balancer hosts.
+    pub loadbalancer: Vec<String>,
+}
+
+/// A cluster description that passed validation, with its derived facts.
+#[derive(Debug, Clone)]
+pub struct ValidCluster {
+    /// The document.
+    pub file: ClusterFile,
+    /// Expanded role groups.
+    pub roles: Roles,
+    /// Kubernetes version.
+    pub version: KubeVersion,
+}
+
+impl ValidCluster {
+    /// The cluster name Kubernetes uses.
+    pub fn cluster_name(&self) -> &str {
+        self.file
+            .spec
+            .kubernetes
+            .cluster_name
+            .as_deref()
+            .unwrap_or(&self.file.metadata.name)
+    }
+}
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn add(&mut self, path: impl Into<String>, message: impl Into<String>, hint: impl Into<String>) {
+        self.problems.push(Problem {
+            path: path.into(),
+            message: message.into(),
+            hint: hint.into(),
+        });
+    }
+}
+
+/// Validates `file` against the rules and the `catalog`.
+pub fn validate(file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster, Vec<Problem>> {
+    let mut c = Checker {
+        problems: Vec::new(),
+    };
+    check_header(&file, &mut c);
+    check_hosts(&file, &mut c);
+    let roles = expand_roles(&file, &mut c);
+    let version = check_kubernetes(&file, catalog, &mut c);
+    check_etcd(&file, &roles, &mut c);
+    check_network(&file, version, &roles, &mut c);
+    check_runtime(&file, version, &mut c);
+    check_load_balancer(&file, &roles, &mut c);
+    check_registry(&file, &roles, &mut c);
+    check_system_and_extra(&file, &mut c);
+    check_addons(&file, &mut c);
+    match version {
+        Some(version) if c.problems.is_empty() => Ok(ValidCluster {
+            file,
+            roles,
+            version,
+        }),
+        _ => Err(c.problems),
+    }
+}
+
+fn check_header(f: &ClusterFile, c: &mut Checker) {
+    if f.api_version != API_VERSION {
+        c.add(
+            "apiVersion",
+            format!("`{}` is not supported", f.api_version),
+            format!("use `apiVersion: {API_VERSION}`"),
+        );
+    }
+    if f.kind != KIND_CLUSTER {
+        c.add("kind", format!("`{}` is not `{KIND_CLUSTER}`", f.kind), format!("use `kind: {KIND_CLUSTER}`"));
+    }
+    if !is_dns_label(&f.metadata.name) {
+        c.add(
+            "metadata.name",
+            format!("`{}` is not a valid name", f.metadata.name),
+            "use lowercase letters, digits and `-` (at most 63, starting and ending with a letter or digit)",
+        );
+    }
+}
+
+fn check_hosts(f: &ClusterFile, c: &mut Checker) {
+    let hosts = &f.spec.hosts;
+    if hosts.is_empty() {
+        c.add("spec.hosts", "no hosts are listed", "list every machine of the cluster under spec.hosts");
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut addresses: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, h) in hosts.iter().enumerate() {
+        let at = format!("spec.hosts[{i}]");
+        if !is_dns_subdomain(&h.name) {
+            c.add(
+                format!("{at}.name"),
+                format!("`{}` is not a valid host name", h.name),
+                "a node name is lowercase letters, digits, `-` and `.` (RFC 1123), e.g. `node1`",
+            );
+        }
+        if let Some(first) = names.insert(&h.name, i) {
+            c.add(
+                format!("{at}.name"),
+                format!("`{}` is already the name of spec.hosts[{first}]", h.name),
+                "give every host its own name",
+            );
+        }
+        if h.address.parse::<IpAddr>().is_err() && !is_dns_subdomain(&h.address) {
+            c.add(
+                format!("{at}.address"),
+                format!("`{}` is neither an IP address nor a DNS name", h.address),
+                "write the address the control host reaches this machine at over SSH",
+            );
+        }
+        let internal_field = if h.internal_address.is_some() { "internalAddress" } else { "address" };
+        match h.internal().parse::<IpAddr>() {
+            Err(_) if h.internal_address.is_some() || h.address.parse::<IpAddr>().is_ok() => c.add(
+                format!("{at}.internalAddress"),
+                format!("`{}` is not an IP address", h.internal()),
+                "internalAddress must be the host's IP inside the cluster network",
+            ),
+            Err(_) => c.add(
+                format!("{at}.internalAddress"),
+                format!("`address` `{}` is a DNS name, so the in-cluster IP is unknown", h.address),
+                "set internalAddress to the host's IP inside the cluster network",
+            ),
+            Ok(ip) => {
+                if let Some(first) = addresses.insert(ip.to_string(), i) {
+                    c.add(
+                        format!("{at}.{internal_field}"),
+                        format!("`{ip}` is already the address of spec.hosts[{first}]"),
+                        "every host needs its own address",
+                    );
+                }
+            }
+        }
+        let sources = [h.password.is_some(), h.password_env.is_some(), h.password_file.is_some()];
+        if sources.iter().filter(|s| **s).count() > 1 {
+            c.add(
+                at.clone(),
+                "more than one of password, passwordEnv, passwordFile is set",
+                "keep exactly one password source",
+            );
+        }
+        if h.port == 0 {
+            c.add(format!("{at}.port"), "port 0 is not a valid SSH port", "use the sshd port, usually 22");
+        }
+        for key in h.labels.keys() {
+            if key.is_empty() || key.len() > 253 || key.contains(char::is_whitespace) {
+                c.add(
+                    format!("{at}.labels"),
+                    format!("`{key}` is not a valid label key"),
+                    "label keys are `[prefix/]name` without spaces",
+                );
+            }
+        }
+    }
+}
+
+fn expand_roles(f: &ClusterFile, c: &mut Checker) -> Roles {
+    let known: BTreeSet<&str> = f.spec.hosts.iter().map(|h| h.name.as_str()).collect();
+    let rg = &f.spec.role_groups;
+    let mut expand = |group: &str, entries: &[String]| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("spec.roleGroups.{group}[{i}]");
+            match ranges::expand(entry) {
+                Err(e) => c.add(at, e.to_string(), "write a host name or a range such as `node[1:3]`"),
+                Ok(names) => {
+                    for name in names {
+                        if !known.contains(name.as_str()) {
+                            c.add(
+                                at.clone(),
+                                format!("host `{name}` is not in spec.hosts"),
+                                "add the host to spec.hosts or fix the name",
+                            );
+                        } else if out.contains(&name) {
+                            c.add(at.clone(), format!("host `{name}` is listed twice"), "list each host once per group");
+                        } else {
+                            out.push(name);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    };
+    let roles = Roles {
+        etcd: expand("etcd", &rg.etcd),
+        master: expand("master", &rg.master),
+        worker: expand("worker", &rg.worker),
+        registry: expand("registry", &rg.registry),
+        loadbalancer: expand("loadbalancer", &rg.loadbalancer),
+    };
+    if rg.master.is_empty() {
+        c.add("spec.roleGroups.master", "no control-plane host", "name at least one host under roleGroups.master");
+    }
+    if rg.worker.is_empty() {
+        c.add(
+            "spec.roleGroups.worker",
+            "no worker host",
+            "name at least one host under roleGroups.worker (a master may also be listed as a worker)",
+        );
+    }
+    roles
+}
+
+fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Option<KubeVersion> {
+    let k = &f.spec.kubernetes;
+    let version = match k.version.parse::<KubeVersion>() {
+        Err(e) => {
+            c.add("spec.kubernetes.version", e.to_string(), supported(catalog));
+            None
+        }
+        Ok(v) if catalog.release(v).is_none() => {
+            c.add(
+                "spec.kubernetes.version",
+                format!("{v} is not in the catalog"),
+                format!("{}, or add it with --catalog FILE", supported(catalog)),
+            );
+            None
+        }
+        Ok(v) => Some(v),
+    };
+    if let Some(name) = &k.cluster_name {
+        if !is_dns_label(name) {
+            c.add(
+                "spec.kubernetes.clusterName",
+                format!("`{name}` is not a valid cluster name"),
+                "use lowercase letters, digits and `-`",
+            );
+        }
+    }
+    if !is_dns_subdomain(&k.dns_domain) {
+        c.add(
+            "spec.kubernetes.dnsDomain",
+            format!("`{}` is not a DNS domain", k.dns_domain),
+            "use a domain such as `cluster.local`",
+        );
+    }
+    if !(10..=1024).contains(&k.max_pods) {
+        c.add(
+            "spec.kubernetes.maxPods",
+            format!("{} is outside 10..=1024", k.max_pods),
+            "kubelet's default is 110; raise it only with a pod CIDR per node to match",
+        );
+    }
+    if let (Some(v), ProxyMode::Nftables) = (version, k.proxy_mode) {
+        let gated = k.feature_gates.get("NFTablesProxyMode") == Some(&true);
+        if !(v.at_least(1, 31) || (v.at_least(1, 29) && gated)) {
+            c.add(
+                "spec.kubernetes.proxyMode",
+                format!("nftables mode is not available in {v}"),
+                "use ipvs or iptables, or Kubernetes v1.31+ (v1.29–v1.30 with featureGates.NFTablesProxyMode: true)",
+            );
+        }
+    }
+    for (i, san) in k.apiserver_cert_extra_sans.iter().enumerate() {
+        if san.parse::<IpAddr>().is_err() && !is_dns_subdomain(san.trim_start_matches("*.")) {
+            c.add(
+                format!("spec.kubernetes.apiserverCertExtraSans[{i}]"),
+                format!("`{san}` is neither an IP address nor a DNS name"),
+                "list IP addresses or DNS names the API server is reached at",
+            );
+        }
+    }
+    version
+}
+
+fn supported(catalog: &Catalog) -> String {
+    format!("supported versions: {}", catalog.kubernetes_versions().join(", "))
+}
+
+fn check_etcd(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
+    let e = &f.spec.etcd;
+    match e.kind {
+        EtcdType::Kubexm => {
+            if f.spec.role_groups.etcd.is_empty() {
+                c.add(
+                    "spec.roleGroups.etcd",
+                    "etcd.type is kubexm but no etcd host is named",
+                    "name 1, 3 or 5 hosts under roleGroups.etcd (often the masters)",
+                );
+            } else if roles.etcd.len() % 2 == 0 && !roles.etcd.is_empty() {
+                c.add(
+                    "spec.roleGroups.etcd",
+                    format!("{} etcd members is an even number", roles.etcd.len()),
+                    "use an odd number (1, 3, 5): an even member count tolerates no more failures than one less",
+                );
+            }
+        }
+        EtcdType::Kubeadm => {
+            if !roles.etcd.is_empty() && roles.etcd != roles.master {
+                c.add(
+                    "spec.roleGroups.etcd",
+                    "etcd.type kubeadm runs etcd on the masters, but roleGroups.etcd names other hosts",
+                    "remove roleGroups.etcd, or use etcd.type kubexm for dedicated etcd hosts",
+                );
+            }
+        }
+        EtcdType::External => {
+            if e.endpoints.is_empty() {
+                c.add(
+                    "spec.etcd.endpoints",
+                    "etcd.type is external but no endpoints are given",
+                    "list the client URLs, e.g. https://10.0.0.5:2379",
+                );
+            } else if e.endpoints.len() % 2 == 0 {
+                c.add(
+                    "spec.etcd.endpoints",
+                    format!("{} endpoints is an even number of etcd members", e.endpoints.len()),
+                    "an etcd cluster should have an odd number of members (1, 3, 5)",
+                );
+            }
+            for (i, ep) in e.endpoints.iter().enumerate() {
+                if !(ep.starts_with("https://") || ep.starts_with("http://")) {
+                    c.add(
+                        format!("spec.etcd.endpoints[{i}]"),
+                        format!("`{ep}` is not a URL"),
+                        "write endpoints as https://HOST:2379",
+                    );
+                }
+            }
+            for (field, v) in [("caFile", &e.ca_file), ("certFile", &e.cert_file), ("keyFile", &e.key_file)] {
+                if v.is_none() {
+                    c.add(
+                        format!("spec.etcd.{field}"),
+                        "is required for etcd.type external",
+                        "give the path of the PEM file on the control host",
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn parse_cidrs(c: &mut Checker, field: &str, value: &str) -> Vec<IpNet> {
+    let mut nets = Vec::new();
+    for part in value.split(',').map(str::trim) {
+        match part.parse::<IpNet>() {
+            Ok(n) if n.trunc() != n => c.add(
+                format!("spec.network.{field}"),
+                format!("`{part}` has host bits set"),
+                format!("use `{}`", n.trunc()),
+            ),
+            Ok(n) => nets.push(n),
+            Err(_) => c.add(
+                format!("spec.network.{field}"),
+                format!("`{part}` is not a CIDR"),
+                "write it as ADDRESS/PREFIX, e.g. 10.233.64.0/18 (IPv4,IPv6 for dual-stack)",
+            ),
+        }
+    }
+    if nets.len() == 2 && nets[0].addr().is_ipv4() == nets[1].addr().is_ipv4() {
+        c.add(
+            format!("spec.network.{field}"),
+            "the two CIDRs are of the same IP family",
+            "dual-stack takes one IPv4 and one IPv6 CIDR",
+        );
+    } else if nets.len() > 2 {
+        c.add(format!("spec.network.{field}"), "more than two CIDRs", "give one CIDR, or two for dual-stack");
+    }
+    nets
+}
+
+fn check_network(f: &ClusterFile, version: Option<KubeVersion>, roles: &Roles, c: &mut Checker) {
+    let n = &f.spec.network;
+    let pods = parse_cidrs(c, "podCidr", &n.pod_cidr);
+    let services = parse_cidrs(c, "serviceCidr", &n.service_cidr);
+    for p in &pods {
+        for s in &services {
+            if p.contains(&s.network()) || s.contains(&p.network()) {
+                c.add(
+                    "spec.network.serviceCidr",
+                    format!("`{s}` overlaps podCidr `{p}`"),
+                    "pick non-overlapping ranges for pods and services",
+                );
+            }
+        }
+    }
+    for (i, h) in f.spec.hosts.iter().enumerate() {
+        let Ok(ip) = h.internal().parse::<IpAddr>() else { continue };
+        for (field, nets) in [("podCidr", &pods), ("serviceCidr", &services)] {
+            if let Some(net) = nets.iter().find(|net| net.contains(&ip)) {
+                c.add(
+                    format!("spec.network.{field}"),
+                    format!("`{net}` contains the address {ip} of host `{}` (spec.hosts[{i}])", h.name),
+                    "pod and service ranges must not overlap the host network",
+                );
+            }
+        }
+    }
+    for s in &services {
+        let (max_bits, limit) = if s.addr().is_ipv4() { (32, 12) } else { (128, 108) };
+        if s.prefix_len() < limit {
+            c.add(
+                "spec.network.serviceCidr",
+                format!("`{s}` is larger than kube-apiserver accepts (/{limit} at most for a {max_bits}-bit family)"),
+                format!("use a prefix of /{limit} or longer"),
+            );
+        }
+    }
+    let nodes: BTreeSet<&String> = roles.master.iter().chain(&roles.worker).collect();
+    for p in &pods {
+        let node_mask = if p.addr().is_ipv4() { 24 } else { 64 };
+        if p.prefix_len() > node_mask {
+            c.add(
+                "spec.network.podCidr",
+                format!("`{p}` is smaller than one node's /{node_mask} pod range"),
+                format!("use a prefix of /{node_mask} or shorter"),
+            );
+        } else if p.addr().is_ipv4() {
+            let subnets = 1u64 << (node_mask - p.prefix_len());
+            if (nodes.len() as u64) > subnets {
+                c.add(
+                    "spec.network.podCidr",
+                    format!("`{p}` holds {subnets} node ranges of /{node_mask} but the cluster has {} nodes", nodes.len()),
+                    "use a larger pod CIDR",
+                );
+            }
+        }
+    }
+    let dual = pods.len() == 2 || services.len() == 2;
+    if dual && pods.len() != services.len() {
+        c.add(
+            "spec.network",
+            "dual-stack needs both podCidr and serviceCidr to list an IPv4 and an IPv6 CIDR",
+            "give two CIDRs in both fields, or one in both",
+        );
+    }
+    if let Some(v) = version {
+        if dual && !v.at_least(1, 23) {
+            c.add(
+                "spec.network.podCidr",
+                format!("dual-stack is not generally available in {v}"),
+                "use Kubernetes v1.23 or later, or a single-stack CIDR",
+            );
+        }
+    }
+    if n.plugin == Plugin::Multus {
+        match n.multus.delegate {
+            None => c.add(
+                "spec.network.multus.delegate",
+                "multus needs a primary plugin to delegate to",
+                "set delegate to calico, flannel, cilium, kube-ovn or hybridnet",
+            ),
+            Some(Plugin::Multus) => c.add(
+                "spec.network.multus.delegate",
+                "multus cannot delegate to itself",
+                "set delegate to calico, flannel, cilium, kube-ovn or hybridnet",
+            ),
+            Some(_) => {}
+        }
+    }
+    if n.plugin == Plugin::Flannel {
+        if let Some(mode) = &n.flannel.mode {
+            if !["vxlan", "host-gw", "wireguard"].contains(&mode.as_str()) {
+                c.add(
+                    "spec.network.flannel.mode",
+                    format!("`{mode}` is not a flannel backend"),
+                    "use vxlan, host-gw or wireguard",
+                );
+            }
+        }
+    }
+    if n.plugin == Plugin::Calico {
+        if let Some(mode) = &n.calico.mode {
+            if !["ipip", "vxlan", "none", "bgp"].contains(&mode.as_str()) {
+                c.add("spec.network.calico.mode", format!("`{mode}` is not a calico mode"), "use ipip, vxlan, bgp or none");
+            }
+        }
+    }
+}
+
+fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker) {
+    let r = &f.spec.runtime;
+    if r.cri_dockerd.is_some() && r.kind != RuntimeType::Docker {
+        c.add(
+            "spec.runtime.criDockerd",
+            "applies only to runtime.type docker",
+            "remove criDockerd, or set runtime.type: docker",
+        );
+    }
+    if let Some(v) = version {
+        if r.kind == RuntimeType::Docker && v.at_least(1, 24) && r.cri_dockerd == Some(false) {
+            c.add(
+                "spec.runtime.criDockerd",
+                format!("Kubernetes {v} has no dockershim, so docker needs cri-dockerd"),
+                "remove `criDockerd: false`, or use runtime.type containerd",
+            );
+        }
+    }
+    if f.spec.kubernetes.kind == crate::model::KubernetesType::Kubexm && r.kind == RuntimeType::Isulad {
+        c.add(
+            "spec.runtime.type",
+            "isulad is supported only with kubernetes.type kubeadm",
+            "use containerd, or kubernetes.type kubeadm",
+        );
+    }
+}
+
+fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
+    let lb = &f.spec.load_balancer;
+    if let Some(vip) = &lb.vip {
+        match vip.parse::<IpAddr>() {
+            Err(_) => c.add("spec.loadBalancer.vip", format!("`{vip}` is not an IP address"), "give a free IP on the hosts' network"),
+            Ok(ip) => {
+                if let Some((i, h)) = f.spec.hosts.iter().enumerate().find(|(_, h)| h.internal() == ip.to_string()) {
+                    c.add(
+                        "spec.loadBalancer.vip",
+                        format!("{ip} is already the address of host `{}` (spec.hosts[{i}])", h.name),
+                        "the VIP must be a free address",
+                    );
+                }
+            }
+        }
+    }
+    if roles.master.len() > 1 && lb.mode == LbMode::None {
+        c.add(
+            "spec.loadBalancer.mode",
+            format!("{} masters but no load balancer: workers would depend on the first master only", roles.master.len()),
+            "use mode internal (haproxy, nginx or kube-vip) or external",
+        );
+    }
+    let needs_iface_and_vip = match lb.mode {
+        LbMode::Internal => lb.internal.kind == InternalLbType::KubeVip,
+        LbMode::External => matches!(lb.external.kind, ExternalLbType::KubexmKh | ExternalLbType::KubexmKn),
+        LbMode::None => false,
+    };
+    let what = match lb.mode {
+        LbMode::Internal => "kube-vip",
+        _ => "keepalived",
+    };
+    if (needs_iface_and_vip || lb.mode == LbMode::External) && lb.vip.is_none() {
+        c.add(
+            "spec.loadBalancer.vip",
+            format!("loadBalancer mode {} needs a VIP", mode_name(lb)),
+            "set vip to the address the API server is reached at",
+        );
+    }
+    if needs_iface_and_vip && lb.interface.is_none() {
+        c.add(
+            "spec.loadBalancer.interface",
+            format!("{what} needs the network interface that carries the VIP"),
+            "set interface, e.g. eth0",
+        );
+    }
+    let managed_external = lb.mode == LbMode::External && lb.external.kind != ExternalLbType::External;
+    if managed_external && roles.loadbalancer.is_empty() {
+        c.add(
+            "spec.roleGroups.loadbalancer",
+            format!("loadBalancer {} needs hosts to run on", mode_name(lb)),
+            "name the load balancer hosts under roleGroups.loadbalancer",
+        );
+    }
+    if !managed_external && !f.spec.role_groups.loadbalancer.is_empty() {
+        c.add(
+            "spec.roleGroups.loadbalancer",
+            "load balancer hosts are named but loadBalancer is not external kubexm-kh or kubexm-kn",
+            "set loadBalancer.mode: external with external.type kubexm-kh|kubexm-kn, or remove the group",
+        );
+    }
+}
+
+fn mode_name(lb: &crate::model::LoadBalancer) -> &'static str {
+    match lb.mode {
+        LbMode::None => "none",
+        LbMode::Internal => match lb.internal.kind {
+            InternalLbType::Haproxy => "internal/haproxy",
+            InternalLbType::Nginx => "internal/nginx",
+            InternalLbType::KubeVip => "internal/kube-vip",
+        },
+        LbMode::External => match lb.external.kind {
+            ExternalLbType::KubexmKh => "external/kubexm-kh",
+            ExternalLbType::KubexmKn => "external/kubexm-kn",
+            ExternalLbType::External => "external/external",
+        },
+    }
+}
+
+fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
+    let r = &f.spec.registry;
+    match r.kind {
+        RegistryType::Registry | RegistryType::Harbor => {
+            let name = if r.kind == RegistryType::Harbor { "harbor" } else { "registry" };
+            if roles.registry.is_empty() && f.spec.role_groups.registry.is_empty() {
+                c.add(
+                    "spec.roleGroups.registry",
+                    format!("registry.type is {name} but no registry host is named"),
+                    "name one host under roleGroups.registry, or use registry.type external|none",
+                );
+            } else if roles.registry.len() > 1 {
+                c.add(
+                    "spec.roleGroups.registry",
+                    format!("{} registry hosts are named; KubeXM deploys one", roles.registry.len()),
+                    "name exactly one registry host",
+                );
+            }
+        }
+        RegistryType::External => {
+            if r.private_registry.is_none() {
+                c.add(
+                    "spec.registry.privateRegistry",
+                    "registry.type is external but privateRegistry is not set",
+                    "set privateRegistry to the HOST[:PORT] of your registry",
+                );
+            }
+        }
+        RegistryType::None => {
+            if r.private_registry.is_some() {
+                c.add(
+                    "spec.registry.privateRegistry",
+                    "is set but registry.type is none",
+                    "use registry.type external to seed an existing registry, or remove privateRegistry",
+                );
+            }
+        }
+    }
+    if let Some(reg) = &r.private_registry {
+        if !is_registry_host(reg) {
+            c.add(
+                "spec.registry.privateRegistry",
+                format!("`{reg}` is not HOST[:PORT]"),
+                "write it without scheme or path, e.g. dockerhub.kubexm.local or 10.0.0.9:5000",
+            );
+        }
+    }
+    if let Some(ns) = &r.namespace {
+        if !ns.split('/').all(is_repo_component) {
+            c.add(
+                "spec.registry.namespace",
+                format!("`{ns}` is not a valid repository namespace"),
+                "use lowercase letters, digits, `.`, `_`, `-` (and `/` between parts)",
+            );
+        }
+    }
+    for (host, auth) in &r.auths {
+        let at = format!("spec.registry.auths[\"{host}\"]");
+        if !is_registry_host(host) {
+            c.add(at.clone(), format!("`{host}` is not HOST[:PORT]"), "key auths by registry host, without scheme");
+        }
+        if auth.plain_http && (auth.ca_file.is_some() || auth.skip_tls_verify) {
+            c.add(at.clone(), "plainHTTP is combined with TLS settings", "use plainHTTP alone, or caFile/skipTLSVerify alone");
+        }
+        if auth.password.is_some() && auth.username.is_none() {
+            c.add(format!("{at}.username"), "a password is set without a username", "set username too");
+        }
+        if auth.cert_file.is_some() != auth.key_file.is_some() {
+            c.add(at, "certFile and keyFile must be given together", "set both or neither");
+        }
+    }
+    if r.kind == RegistryType::Harbor {
+        if r.harbor_config.admin_password.as_ref().is_none_or(|p| p.is_empty()) {
+            c.add(
+                "spec.registry.harborConfig.adminPassword",
+                "is required for registry.type harbor",
+                "set an admin password (KubeXM never installs Harbor with its well-known default)",
+            );
+        }
+        for (i, p) in r.harbor_config.projects.iter().enumerate() {
+            if !is_repo_component(&p.name) {
+                c.add(
+                    format!("spec.registry.harborConfig.projects[{i}].name"),
+                    format!("`{}` is not a valid Harbor project name", p.name),
+                    "use lowercase letters, digits, `.`, `_`, `-`",
+                );
+            }
+        }
+    }
+}
+
+fn check_system_and_extra(f: &ClusterFile, c: &mut Checker) {
+    let s = &f.spec.system;
+    let host_names: BTreeSet<&str> = f.spec.hosts.iter().map(|h| h.name.as_str()).collect();
+    for (i, ntp) in s.ntp_servers.iter().enumerate() {
+        if ntp.parse::<IpAddr>().is_err() && !is_dns_subdomain(ntp) && !host_names.contains(ntp.as_str()) {
+            c.add(
+                format!("spec.system.ntpServers[{i}]"),
+                format!("`{ntp}` is not an IP, DNS name or cluster host"),
+                "list NTP server addresses, or a host name from spec.hosts to make it the in-cluster server",
+            );
+        }
+    }
+    if let Some(tz) = &s.timezone {
+        let ok = tz == "UTC"
+            || (tz.contains('/') && tz.split('/').all(|p| !p.is_empty() && p.chars().all(|ch| ch.is_ascii_alphanumeric() || "_-+".contains(ch))));
+        if !ok {
+            c.add("spec.system.timezone", format!("`{tz}` is not a time zone name"), "use an IANA name such as Asia/Shanghai or UTC");
+        }
+    }
+    for (i, h) in f.spec.extra.hosts.iter().enumerate() {
+        if h.address.parse::<IpAddr>().is_err() {
+            c.add(format!("spec.extra.hosts[{i}].address"), format!("`{}` is not an IP address", h.address), "give the IP the domain resolves to");
+        }
+        if !is_dns_subdomain(&h.domain) {
+            c.add(format!("spec.extra.hosts[{i}].domain"), format!("`{}` is not a DNS name", h.domain), "give a name such as registry.example.local");
+        }
+    }
+    for (i, r) in f.spec.extra.resolves.iter().enumerate() {
+        if r.address.parse::<IpAddr>().is_err() {
+            c.add(format!("spec.extra.resolves[{i}].address"), format!("`{}` is not an IP address", r.address), "give a name server's IP");
+        }
+    }
+}
+
+fn check_addons(f: &ClusterFile, c: &mut Checker) {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, a) in f.spec.addons.iter().enumerate() {
+        let at = format!("spec.addons[{i}]");
+        if let Some(first) = seen.insert(&a.name, i) {
+            c.add(format!("{at}.name"), format!("`{}` is already the name of spec.addons[{first}]", a.name), "give every addon its own name");
+        }
+        if !is_dns_label(&a.namespace) {
+            c.add(format!("{at}.namespace"), format!("`{}` is not a valid namespace", a.namespace), "use a lowercase DNS label");
+        }
+        let src = &a.source;
+        match a.kind {
+            AddonType::Helm => {
+                if src.chart.name.is_none() || src.chart.version.is_none() {
+                    c.add(
+                        format!("{at}.source.chart"),
+                        "a helm addon needs chart name and version",
+                        "set source.chart.name and source.chart.version (the exact version is bundled)",
+                    );
+                }
+                if src.path.is_none() && src.chart.repo.is_none() && src.url.is_none() {
+                    c.add(
+                        format!("{at}.source"),
+                        "a helm addon needs where the chart comes from",
+                        "set source.path (a .tgz), source.url, or source.chart.repo",
+                    );
+                }
+            }
+            AddonType::Yaml => {
+                if src.path.is_none() == src.url.is_none() {
+                    c.add(format!("{at}.source"), "a yaml addon needs exactly one of path or url", "set source.path or source.url");
+                }
+            }
+        }
+        for (j, img) in a.images.iter().enumerate() {
+            if let Err(e) = img.parse::<ImageRef>() {
+                c.add(format!("{at}.images[{j}]"), e.to_string(), "write images as REGISTRY/REPOSITORY:TAG");
+            }
+        }
+    }
+}
+
+/// RFC 1123 label.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 subdomain.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+fn is_repo_component(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn is_registry_host(s: &str) -> bool {
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') || h.starts_with('[') => (h, Some(p)),
+        _ => (s, None),
+    };
+    let host_ok = host.parse::<IpAddr>().is_ok() || is_dns_subdomain(&host.to_ascii_lowercase()) || host == "localhost";
+    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
+}

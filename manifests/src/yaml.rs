@@ -1,0 +1,53 @@
+//! YAML parsing with `file:line:column` errors (serde-saphyr, the maintained successor of the
+//! archived serde_yaml).
+
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+
+/// A YAML document that does not parse or does not match the schema.
+#[derive(Debug, Error)]
+#[error("{origin}:{line}:{column}: {message}\n{snippet}")]
+pub struct YamlError {
+    /// File name (or a description of the source).
+    pub origin: String,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// The parser's message without position.
+    pub message: String,
+    /// The offending lines with a caret.
+    pub snippet: String,
+}
+
+/// Parses `text` (read from `origin`) into `T`.
+pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
+    serde_saphyr::from_str::<T>(text).map_err(|e| {
+        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+        let plain = e.without_snippet().to_string();
+        let message = strip_position(&plain).to_owned();
+        let rendered = e.to_string();
+        let snippet = rendered
+            .split_once('\n')
+            .map(|(_, rest)| rest.replace("<input>", origin))
+            .unwrap_or_default();
+        YamlError {
+            origin: origin.to_owned(),
+            line,
+            column,
+            message,
+            snippet,
+        }
+    })
+}
+
+/// serde-saphyr prefixes messages with `error: line L column C: `; we print our own position.
+fn strip_position(msg: &str) -> &str {
+    let msg = msg.strip_prefix("error: ").unwrap_or(msg);
+    if msg.starts_with("line ") {
+        if let Some((_, rest)) = msg.split_once(": ") {
+            return rest;
+        }
+    }
+    msg
+}
