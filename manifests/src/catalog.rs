@@ -322,7 +322,9 @@ fn parse_doc(text: &str, origin: &str) -> Result<CatalogDoc, CatalogError> {
 fn unknown_placeholder(url: &str) -> Option<String> {
     let mut rest = url;
     while let Some(start) = rest.find('{') {
-        let end = rest[start..].find('}').map_or(rest.len(), |e| start + e + 1);
+        let end = rest[start..]
+            .find('}')
+            .map_or(rest.len(), |e| start + e + 1);
         let token = &rest[start..end];
         if !URL_PLACEHOLDERS.contains(&token) {
             return Some(token.to_owned());
@@ -330,6 +332,33 @@ fn unknown_placeholder(url: &str) -> Option<String> {
         rest = &rest[end..];
     }
     None
+}
+
+/// Orders version strings numerically (`2.0.2` < `2.0.10`, `v1.9.0` < `v1.31.0`).
+pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn key(s: &str) -> Vec<(u64, String)> {
+        s.trim_start_matches('v')
+            .split(['.', '-', '+'])
+            .map(|p| {
+                let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+                (digits.parse().unwrap_or(0), p[digits.len()..].to_owned())
+            })
+            .collect()
+    }
+    key(a).cmp(&key(b))
+}
+
+/// At most the `n` newest of `versions`, newest last, with a count of the others.
+pub fn newest_versions<'a>(versions: impl IntoIterator<Item = &'a String>, n: usize) -> String {
+    let mut all: Vec<&str> = versions.into_iter().map(String::as_str).collect();
+    all.sort_by(|a, b| version_order(a, b));
+    let skip = all.len().saturating_sub(n);
+    let shown = all[skip..].join(", ");
+    if skip > 0 {
+        format!("{shown} (and {skip} older)")
+    } else {
+        shown
+    }
 }
 
 /// Whether `s` is 64 lowercase hex digits.

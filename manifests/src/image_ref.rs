@@ -46,7 +46,9 @@ impl FromStr for ImageRef {
         }
         let (rest, digest) = match s.split_once('@') {
             Some((r, d)) => {
-                let hex = d.strip_prefix("sha256:").ok_or_else(|| err("the digest must start with `sha256:`"))?;
+                let hex = d
+                    .strip_prefix("sha256:")
+                    .ok_or_else(|| err("the digest must start with `sha256:`"))?;
                 if !crate::catalog::is_sha256_hex(hex) {
                     return Err(err("the digest is not 64 lowercase hex digits"));
                 }
@@ -57,16 +59,22 @@ impl FromStr for ImageRef {
         // A tag is after the last ':' that comes after the last '/'.
         let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
         let (name, tag) = match rest[last_slash..].rfind(':') {
-            Some(i) => (&rest[..last_slash + i], Some(rest[last_slash + i + 1..].to_owned())),
+            Some(i) => (
+                &rest[..last_slash + i],
+                Some(rest[last_slash + i + 1..].to_owned()),
+            ),
             None => (rest, None),
         };
         if let Some(t) = &tag {
             let ok = !t.is_empty()
                 && t.len() <= 128
-                && t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
                 && !t.starts_with(['.', '-']);
             if !ok {
-                return Err(err("the tag may hold only letters, digits, `_`, `.`, `-` (128 at most)"));
+                return Err(err(
+                    "the tag may hold only letters, digits, `_`, `.`, `-` (128 at most)",
+                ));
             }
         }
         let (registry, repository) = match name.split_once('/') {
@@ -85,13 +93,19 @@ impl FromStr for ImageRef {
         let repo_ok = !repository.is_empty()
             && repository.split('/').all(|c| {
                 !c.is_empty()
-                    && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+                    && c.bytes().all(|b| {
+                        b.is_ascii_lowercase()
+                            || b.is_ascii_digit()
+                            || matches!(b, b'.' | b'_' | b'-')
+                    })
             });
         if !repo_ok {
             return Err(err("the repository path may hold only lowercase letters, digits, `.`, `_`, `-` and `/`"));
         }
         if tag.is_none() && digest.is_none() {
-            return Err(err("it needs a tag or a digest (e.g. `:v1.0`); bundles pin exact images"));
+            return Err(err(
+                "it needs a tag or a digest (e.g. `:v1.0`); bundles pin exact images",
+            ));
         }
         Ok(ImageRef {
             registry,
@@ -105,7 +119,10 @@ impl FromStr for ImageRef {
 impl ImageRef {
     /// The last path component (`coredns/coredns` → `coredns`).
     pub fn basename(&self) -> &str {
-        self.repository.rsplit('/').next().unwrap_or(&self.repository)
+        self.repository
+            .rsplit('/')
+            .next()
+            .unwrap_or(&self.repository)
     }
 
     /// `registry/repository`, without tag or digest.
@@ -148,15 +165,23 @@ mod tests {
     use super::ImageRef;
 
     fn canon(s: &str) -> String {
-        s.parse::<ImageRef>().map(|r| r.to_string()).unwrap_or_else(|e| e.to_string())
+        s.parse::<ImageRef>()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|e| e.to_string())
     }
 
     #[test]
     fn normalises_like_docker() {
         assert_eq!(canon("haproxy:2.9"), "docker.io/library/haproxy:2.9");
         assert_eq!(canon("calico/cni:v3.28.2"), "docker.io/calico/cni:v3.28.2");
-        assert_eq!(canon("registry.k8s.io/coredns/coredns:v1.11.3"), "registry.k8s.io/coredns/coredns:v1.11.3");
-        assert_eq!(canon("127.0.0.1:5000/k8s/pause:3.10"), "127.0.0.1:5000/k8s/pause:3.10");
+        assert_eq!(
+            canon("registry.k8s.io/coredns/coredns:v1.11.3"),
+            "registry.k8s.io/coredns/coredns:v1.11.3"
+        );
+        assert_eq!(
+            canon("127.0.0.1:5000/k8s/pause:3.10"),
+            "127.0.0.1:5000/k8s/pause:3.10"
+        );
         assert_eq!(canon("localhost/x:1"), "localhost/x:1");
         let d = format!("quay.io/cilium/cilium:v1.16.5@sha256:{}", "a".repeat(64));
         assert_eq!(canon(&d), d);

@@ -35,7 +35,11 @@ pub enum LoadError {
 }
 
 fn render(problems: &[Problem]) -> String {
-    problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n")
+    problems
+        .iter()
+        .map(|p| format!("  - {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Parses cluster YAML text; `origin` names the file in errors.
@@ -44,7 +48,11 @@ pub fn parse_cluster(text: &str, origin: &str) -> Result<ClusterFile, LoadError>
 }
 
 /// Parses and validates cluster YAML text.
-pub fn load_cluster_str(text: &str, origin: &str, catalog: &Catalog) -> Result<ValidCluster, LoadError> {
+pub fn load_cluster_str(
+    text: &str,
+    origin: &str,
+    catalog: &Catalog,
+) -> Result<ValidCluster, LoadError> {
     let file = parse_cluster(text, origin)?;
     validate(file, catalog).map_err(|problems| LoadError::Invalid {
         path: origin.to_owned(),

@@ -74,7 +74,9 @@ pub struct ClusterSpec {
 }
 
 /// CPU architecture of a host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
     /// x86_64.

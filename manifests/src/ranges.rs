@@ -36,15 +36,23 @@ pub fn expand(entry: &str) -> Result<Vec<String>, RangeError> {
     let (lo, hi) = inner
         .split_once(':')
         .ok_or_else(|| err("the range needs the form `[first:last]`"))?;
-    let first: u32 = lo.parse().map_err(|_| err("the range start is not a number"))?;
-    let last: u32 = hi.parse().map_err(|_| err("the range end is not a number"))?;
+    let first: u32 = lo
+        .parse()
+        .map_err(|_| err("the range start is not a number"))?;
+    let last: u32 = hi
+        .parse()
+        .map_err(|_| err("the range end is not a number"))?;
     if first > last {
         return Err(err("the range start is greater than its end"));
     }
     if last - first >= 10_000 {
         return Err(err("the range has more than 10000 hosts"));
     }
-    let width = if lo.len() > 1 && lo.starts_with('0') { lo.len() } else { 0 };
+    let width = if lo.len() > 1 && lo.starts_with('0') {
+        lo.len()
+    } else {
+        0
+    };
     Ok((first..=last)
         .map(|n| format!("{prefix}{n:0width$}{suffix}"))
         .collect())

@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::catalog::{Archive, Catalog, Component};
+use crate::catalog::{newest_versions, Archive, Catalog, Component};
 use crate::image_ref::ImageRef;
 use crate::model::{
-    AddonType, Arch, EtcdType, InternalLbType, KubernetesType, LbMode, Plugin, RegistryType, RuntimeType,
+    AddonType, Arch, EtcdType, InternalLbType, KubernetesType, LbMode, Plugin, RegistryType,
+    RuntimeType,
 };
 use crate::validate::{Problem, ValidCluster};
 use crate::zone::Zone;
@@ -121,12 +122,19 @@ struct Resolver<'a> {
 }
 
 /// Resolves the files and images `cluster` needs.
-pub fn resolve(cluster: &ValidCluster, catalog: &Catalog, zone: &Zone) -> Result<Resolution, Vec<Problem>> {
+pub fn resolve(
+    cluster: &ValidCluster,
+    catalog: &Catalog,
+    zone: &Zone,
+) -> Result<Resolution, Vec<Problem>> {
     let Some(release) = catalog.release(cluster.version) else {
         return Err(vec![Problem {
             path: "spec.kubernetes.version".into(),
             message: format!("{} is not in the catalog", cluster.version),
-            hint: format!("supported versions: {}", catalog.kubernetes_versions().join(", ")),
+            hint: format!(
+                "supported versions: {}",
+                catalog.kubernetes_versions().join(", ")
+            ),
         }]);
     };
     let mut r = Resolver {
@@ -145,13 +153,25 @@ pub fn resolve(cluster: &ValidCluster, catalog: &Catalog, zone: &Zone) -> Result
     match spec.kubernetes.kind {
         KubernetesType::Kubeadm => {
             r.binary_at("kubeadm", &k8s, NODES, "spec.kubernetes.version");
-            for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+            for c in [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ] {
                 r.image(&format!("registry.k8s.io/{c}:{k8s}"), "kubernetes", MASTERS);
             }
-            r.image(&format!("registry.k8s.io/kube-proxy:{k8s}"), "kubernetes", NODES);
+            r.image(
+                &format!("registry.k8s.io/kube-proxy:{k8s}"),
+                "kubernetes",
+                NODES,
+            );
         }
         KubernetesType::Kubexm => {
-            for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+            for c in [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ] {
                 r.binary_at(c, &k8s, MASTERS, "spec.kubernetes.version");
             }
             r.binary_at("kube-proxy", &k8s, NODES, "spec.kubernetes.version");
@@ -159,14 +179,31 @@ pub fn resolve(cluster: &ValidCluster, catalog: &Catalog, zone: &Zone) -> Result
     }
     r.binary_at("kubelet", &k8s, NODES, "spec.kubernetes.version");
     r.binary_at("kubectl", &k8s, MASTERS, "spec.kubernetes.version");
-    r.image(&format!("registry.k8s.io/pause:{}", release.pause), "kubernetes", NODES);
-    r.image(&format!("registry.k8s.io/coredns/coredns:{}", release.coredns), "kubernetes", NODES);
+    r.image(
+        &format!("registry.k8s.io/pause:{}", release.pause),
+        "kubernetes",
+        NODES,
+    );
+    r.image(
+        &format!("registry.k8s.io/coredns/coredns:{}", release.coredns),
+        "kubernetes",
+        NODES,
+    );
     r.image_group("nodelocaldns", None, NODES, "spec.kubernetes");
 
     // etcd.
     match spec.etcd.kind {
-        EtcdType::Kubexm => r.binary("etcd", spec.etcd.version.as_deref(), &[Role::Etcd], "spec.etcd.version"),
-        EtcdType::Kubeadm => r.image(&format!("registry.k8s.io/etcd:{}", release.etcd_image), "etcd", MASTERS),
+        EtcdType::Kubexm => r.binary(
+            "etcd",
+            spec.etcd.version.as_deref(),
+            &[Role::Etcd],
+            "spec.etcd.version",
+        ),
+        EtcdType::Kubeadm => r.image(
+            &format!("registry.k8s.io/etcd:{}", release.etcd_image),
+            "etcd",
+            MASTERS,
+        ),
         EtcdType::External => {}
     }
 
@@ -212,19 +249,35 @@ pub fn resolve(cluster: &ValidCluster, catalog: &Catalog, zone: &Zone) -> Result
     let lb = &spec.load_balancer;
     if lb.mode == LbMode::Internal {
         match lb.internal.kind {
-            InternalLbType::Haproxy => r.image_group("haproxy", None, &[Role::Worker], "spec.loadBalancer"),
-            InternalLbType::Nginx => r.image_group("nginx", None, &[Role::Worker], "spec.loadBalancer"),
-            InternalLbType::KubeVip => r.image_group("kube-vip", None, MASTERS, "spec.loadBalancer"),
+            InternalLbType::Haproxy => {
+                r.image_group("haproxy", None, &[Role::Worker], "spec.loadBalancer")
+            }
+            InternalLbType::Nginx => {
+                r.image_group("nginx", None, &[Role::Worker], "spec.loadBalancer")
+            }
+            InternalLbType::KubeVip => {
+                r.image_group("kube-vip", None, MASTERS, "spec.loadBalancer")
+            }
         }
     }
 
     // Registry.
     let reg = &spec.registry;
     match reg.kind {
-        RegistryType::Registry => r.binary("registry", reg.version.as_deref(), &[Role::Registry], "spec.registry.version"),
+        RegistryType::Registry => r.binary(
+            "registry",
+            reg.version.as_deref(),
+            &[Role::Registry],
+            "spec.registry.version",
+        ),
         RegistryType::Harbor => {
             let version = reg.harbor_config.version.as_deref();
-            r.binary("harbor", version, &[Role::Registry], "spec.registry.harborConfig.version");
+            r.binary(
+                "harbor",
+                version,
+                &[Role::Registry],
+                "spec.registry.harborConfig.version",
+            );
             r.binary("docker", None, &[Role::Registry], "spec.registry");
             r.binary("compose", None, &[Role::Registry], "spec.registry");
         }
@@ -237,7 +290,12 @@ pub fn resolve(cluster: &ValidCluster, catalog: &Catalog, zone: &Zone) -> Result
     }
     for (i, addon) in spec.addons.iter().enumerate() {
         for img in &addon.images {
-            r.image_at(img, &format!("addon:{}", addon.name), NODES, &format!("spec.addons[{i}].images"));
+            r.image_at(
+                img,
+                &format!("addon:{}", addon.name),
+                NODES,
+                &format!("spec.addons[{i}].images"),
+            );
         }
     }
 
@@ -276,7 +334,14 @@ impl Resolver<'_> {
                 Role::Loadbalancer => &rg.loadbalancer,
             })
             .collect();
-        self.cluster.file.spec.hosts.iter().filter(|h| names.contains(&h.name)).map(|h| h.arch).collect()
+        self.cluster
+            .file
+            .spec
+            .hosts
+            .iter()
+            .filter(|h| names.contains(&h.name))
+            .map(|h| h.arch)
+            .collect()
     }
 
     fn problem(&mut self, path: &str, message: String, hint: String) {
@@ -289,12 +354,17 @@ impl Resolver<'_> {
 
     /// A component at its configured version, or the catalog default for this release.
     fn binary(&mut self, name: &str, version: Option<&str>, roles: &[Role], field: &str) {
-        let chosen = version.map(str::to_owned).or_else(|| self.defaults.get(name).cloned());
+        let chosen = version
+            .map(str::to_owned)
+            .or_else(|| self.defaults.get(name).cloned());
         match chosen {
             Some(v) => self.binary_at(name, &v, roles, field),
             None => self.problem(
                 field,
-                format!("the catalog names no default `{name}` version for Kubernetes {}", self.cluster.version),
+                format!(
+                    "the catalog names no default `{name}` version for Kubernetes {}",
+                    self.cluster.version
+                ),
                 format!("add `{name}` to this release's defaults with --catalog FILE"),
             ),
         }
@@ -302,17 +372,27 @@ impl Resolver<'_> {
 
     fn binary_at(&mut self, name: &str, version: &str, roles: &[Role], field: &str) {
         let Some(component) = self.catalog.components.get(name) else {
-            self.problem(field, format!("component `{name}` is not in the catalog"), "add it with --catalog FILE".into());
+            self.problem(
+                field,
+                format!("component `{name}` is not in the catalog"),
+                "add it with --catalog FILE".into(),
+            );
             return;
         };
         if !component.versions.contains_key(version) {
-            let known: Vec<&str> = component.versions.keys().map(String::as_str).collect();
-            let hint = if known.is_empty() {
+            let hint = if component.versions.is_empty() {
                 format!("the built-in catalog pins no `{name}` version; pin one (url + sha256 per arch) with --catalog FILE")
             } else {
-                format!("known versions: {}; or pin it with --catalog FILE", known.join(", "))
+                format!(
+                    "known versions: {}; or pin it with --catalog FILE",
+                    newest_versions(component.versions.keys(), 8)
+                )
             };
-            self.problem(field, format!("{name} {version} is not in the catalog"), hint);
+            self.problem(
+                field,
+                format!("{name} {version} is not in the catalog"),
+                hint,
+            );
             return;
         }
         for arch in self.arches(roles) {
@@ -328,7 +408,7 @@ impl Resolver<'_> {
                 None => self.problem(
                     field,
                     format!("{name} {version} has no pinned sha256 for {arch}"),
-                    format!("use hosts of another arch for this role, another version, or pin it with --catalog FILE"),
+                    "use hosts of another arch for this role, another version, or pin it with --catalog FILE".into(),
                 ),
             }
         }
@@ -340,7 +420,12 @@ impl Resolver<'_> {
             Some(t) => expand_url(t, version, arch),
             None => self.zone.rewrite_url(&upstream),
         };
-        let file = upstream.rsplit('/').next().filter(|f| !f.is_empty()).unwrap_or(&c.name).to_owned();
+        let file = upstream
+            .rsplit('/')
+            .next()
+            .filter(|f| !f.is_empty())
+            .unwrap_or(&c.name)
+            .to_owned();
         BinaryEntry {
             name: c.name.clone(),
             version: version.to_owned(),
@@ -355,7 +440,10 @@ impl Resolver<'_> {
 
     /// Every image of a catalog image group at the configured or default version.
     fn image_group(&mut self, group: &str, version: Option<&str>, roles: &[Role], field: &str) {
-        let Some(chosen) = version.map(str::to_owned).or_else(|| self.defaults.get(group).cloned()) else {
+        let Some(chosen) = version
+            .map(str::to_owned)
+            .or_else(|| self.defaults.get(group).cloned())
+        else {
             self.problem(
                 field,
                 format!("the catalog names no default `{group}` version for Kubernetes {}", self.cluster.version),
@@ -363,7 +451,12 @@ impl Resolver<'_> {
             );
             return;
         };
-        let images = self.catalog.addon_images.get(group).and_then(|g| g.get(&chosen)).cloned();
+        let images = self
+            .catalog
+            .addon_images
+            .get(group)
+            .and_then(|g| g.get(&chosen))
+            .cloned();
         match images {
             Some(images) => {
                 for img in images {
@@ -375,12 +468,14 @@ impl Resolver<'_> {
                     .catalog
                     .addon_images
                     .get(group)
-                    .map(|g| g.keys().cloned().collect::<Vec<_>>().join(", "))
+                    .map(|g| newest_versions(g.keys(), 8))
                     .unwrap_or_default();
                 self.problem(
                     field,
                     format!("{group} {chosen} has no image list in the catalog"),
-                    format!("known versions: {known}; or add it under addonImages with --catalog FILE"),
+                    format!(
+                        "known versions: {known}; or add it under addonImages with --catalog FILE"
+                    ),
                 );
             }
         }
@@ -400,14 +495,21 @@ impl Resolver<'_> {
         };
         let canonical = parsed.to_string();
         let source = self.zone.rewrite_image(&parsed).to_string();
-        let platforms: BTreeSet<String> = self.arches(roles).into_iter().map(|a| format!("linux/{a}")).collect();
-        let entry = self.images.entry(canonical.clone()).or_insert_with(|| ImageEntry {
-            reference: canonical,
-            source,
-            group: group.to_owned(),
-            platforms: BTreeSet::new(),
-            roles: BTreeSet::new(),
-        });
+        let platforms: BTreeSet<String> = self
+            .arches(roles)
+            .into_iter()
+            .map(|a| format!("linux/{a}"))
+            .collect();
+        let entry = self
+            .images
+            .entry(canonical.clone())
+            .or_insert_with(|| ImageEntry {
+                reference: canonical,
+                source,
+                group: group.to_owned(),
+                platforms: BTreeSet::new(),
+                roles: BTreeSet::new(),
+            });
         entry.platforms.extend(platforms);
         entry.roles.extend(roles.iter().copied());
     }
@@ -416,7 +518,10 @@ impl Resolver<'_> {
 /// Substitutes `{version}`, `{version_nov}`, `{arch}`, `{uname_arch}` in a URL template.
 pub fn expand_url(template: &str, version: &str, arch: Arch) -> String {
     template
-        .replace("{version_nov}", version.strip_prefix('v').unwrap_or(version))
+        .replace(
+            "{version_nov}",
+            version.strip_prefix('v').unwrap_or(version),
+        )
         .replace("{version}", version)
         .replace("{uname_arch}", arch.uname())
         .replace("{arch}", arch.as_str())

@@ -81,7 +81,12 @@ struct Checker {
 }
 
 impl Checker {
-    fn add(&mut self, path: impl Into<String>, message: impl Into<String>, hint: impl Into<String>) {
+    fn add(
+        &mut self,
+        path: impl Into<String>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
         self.problems.push(Problem {
             path: path.into(),
             message: message.into(),
@@ -125,7 +130,11 @@ fn check_header(f: &ClusterFile, c: &mut Checker) {
         );
     }
     if f.kind != KIND_CLUSTER {
-        c.add("kind", format!("`{}` is not `{KIND_CLUSTER}`", f.kind), format!("use `kind: {KIND_CLUSTER}`"));
+        c.add(
+            "kind",
+            format!("`{}` is not `{KIND_CLUSTER}`", f.kind),
+            format!("use `kind: {KIND_CLUSTER}`"),
+        );
     }
     if !is_dns_label(&f.metadata.name) {
         c.add(
@@ -139,7 +148,11 @@ fn check_header(f: &ClusterFile, c: &mut Checker) {
 fn check_hosts(f: &ClusterFile, c: &mut Checker) {
     let hosts = &f.spec.hosts;
     if hosts.is_empty() {
-        c.add("spec.hosts", "no hosts are listed", "list every machine of the cluster under spec.hosts");
+        c.add(
+            "spec.hosts",
+            "no hosts are listed",
+            "list every machine of the cluster under spec.hosts",
+        );
     }
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     let mut addresses: BTreeMap<String, usize> = BTreeMap::new();
@@ -159,23 +172,32 @@ fn check_hosts(f: &ClusterFile, c: &mut Checker) {
                 "give every host its own name",
             );
         }
-        if h.address.parse::<IpAddr>().is_err() && !is_dns_subdomain(&h.address) {
+        let address_ok = h.address.parse::<IpAddr>().is_ok() || is_dns_subdomain(&h.address);
+        if !address_ok {
             c.add(
                 format!("{at}.address"),
                 format!("`{}` is neither an IP address nor a DNS name", h.address),
                 "write the address the control host reaches this machine at over SSH",
             );
         }
-        let internal_field = if h.internal_address.is_some() { "internalAddress" } else { "address" };
+        let internal_field = if h.internal_address.is_some() {
+            "internalAddress"
+        } else {
+            "address"
+        };
         match h.internal().parse::<IpAddr>() {
-            Err(_) if h.internal_address.is_some() || h.address.parse::<IpAddr>().is_ok() => c.add(
+            Err(_) if h.internal_address.is_none() && !address_ok => {}
+            Err(_) if h.internal_address.is_some() => c.add(
                 format!("{at}.internalAddress"),
                 format!("`{}` is not an IP address", h.internal()),
                 "internalAddress must be the host's IP inside the cluster network",
             ),
             Err(_) => c.add(
                 format!("{at}.internalAddress"),
-                format!("`address` `{}` is a DNS name, so the in-cluster IP is unknown", h.address),
+                format!(
+                    "`address` `{}` is a DNS name, so the in-cluster IP is unknown",
+                    h.address
+                ),
                 "set internalAddress to the host's IP inside the cluster network",
             ),
             Ok(ip) => {
@@ -188,7 +210,11 @@ fn check_hosts(f: &ClusterFile, c: &mut Checker) {
                 }
             }
         }
-        let sources = [h.password.is_some(), h.password_env.is_some(), h.password_file.is_some()];
+        let sources = [
+            h.password.is_some(),
+            h.password_env.is_some(),
+            h.password_file.is_some(),
+        ];
         if sources.iter().filter(|s| **s).count() > 1 {
             c.add(
                 at.clone(),
@@ -197,7 +223,11 @@ fn check_hosts(f: &ClusterFile, c: &mut Checker) {
             );
         }
         if h.port == 0 {
-            c.add(format!("{at}.port"), "port 0 is not a valid SSH port", "use the sshd port, usually 22");
+            c.add(
+                format!("{at}.port"),
+                "port 0 is not a valid SSH port",
+                "use the sshd port, usually 22",
+            );
         }
         for key in h.labels.keys() {
             if key.is_empty() || key.len() > 253 || key.contains(char::is_whitespace) {
@@ -219,7 +249,11 @@ fn expand_roles(f: &ClusterFile, c: &mut Checker) -> Roles {
         for (i, entry) in entries.iter().enumerate() {
             let at = format!("spec.roleGroups.{group}[{i}]");
             match ranges::expand(entry) {
-                Err(e) => c.add(at, e.to_string(), "write a host name or a range such as `node[1:3]`"),
+                Err(e) => c.add(
+                    at,
+                    e.to_string(),
+                    "write a host name or a range such as `node[1:3]`",
+                ),
                 Ok(names) => {
                     for name in names {
                         if !known.contains(name.as_str()) {
@@ -229,7 +263,11 @@ fn expand_roles(f: &ClusterFile, c: &mut Checker) -> Roles {
                                 "add the host to spec.hosts or fix the name",
                             );
                         } else if out.contains(&name) {
-                            c.add(at.clone(), format!("host `{name}` is listed twice"), "list each host once per group");
+                            c.add(
+                                at.clone(),
+                                format!("host `{name}` is listed twice"),
+                                "list each host once per group",
+                            );
                         } else {
                             out.push(name);
                         }
@@ -247,7 +285,11 @@ fn expand_roles(f: &ClusterFile, c: &mut Checker) -> Roles {
         loadbalancer: expand("loadbalancer", &rg.loadbalancer),
     };
     if rg.master.is_empty() {
-        c.add("spec.roleGroups.master", "no control-plane host", "name at least one host under roleGroups.master");
+        c.add(
+            "spec.roleGroups.master",
+            "no control-plane host",
+            "name at least one host under roleGroups.master",
+        );
     }
     if rg.worker.is_empty() {
         c.add(
@@ -322,7 +364,10 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
 }
 
 fn supported(catalog: &Catalog) -> String {
-    format!("supported versions: {}", catalog.kubernetes_versions().join(", "))
+    format!(
+        "supported versions: {}",
+        catalog.kubernetes_versions().join(", ")
+    )
 }
 
 fn check_etcd(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
@@ -362,7 +407,10 @@ fn check_etcd(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
             } else if e.endpoints.len() % 2 == 0 {
                 c.add(
                     "spec.etcd.endpoints",
-                    format!("{} endpoints is an even number of etcd members", e.endpoints.len()),
+                    format!(
+                        "{} endpoints is an even number of etcd members",
+                        e.endpoints.len()
+                    ),
                     "an etcd cluster should have an odd number of members (1, 3, 5)",
                 );
             }
@@ -375,7 +423,11 @@ fn check_etcd(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
                     );
                 }
             }
-            for (field, v) in [("caFile", &e.ca_file), ("certFile", &e.cert_file), ("keyFile", &e.key_file)] {
+            for (field, v) in [
+                ("caFile", &e.ca_file),
+                ("certFile", &e.cert_file),
+                ("keyFile", &e.key_file),
+            ] {
                 if v.is_none() {
                     c.add(
                         format!("spec.etcd.{field}"),
@@ -412,7 +464,11 @@ fn parse_cidrs(c: &mut Checker, field: &str, value: &str) -> Vec<IpNet> {
             "dual-stack takes one IPv4 and one IPv6 CIDR",
         );
     } else if nets.len() > 2 {
-        c.add(format!("spec.network.{field}"), "more than two CIDRs", "give one CIDR, or two for dual-stack");
+        c.add(
+            format!("spec.network.{field}"),
+            "more than two CIDRs",
+            "give one CIDR, or two for dual-stack",
+        );
     }
     nets
 }
@@ -433,19 +489,28 @@ fn check_network(f: &ClusterFile, version: Option<KubeVersion>, roles: &Roles, c
         }
     }
     for (i, h) in f.spec.hosts.iter().enumerate() {
-        let Ok(ip) = h.internal().parse::<IpAddr>() else { continue };
+        let Ok(ip) = h.internal().parse::<IpAddr>() else {
+            continue;
+        };
         for (field, nets) in [("podCidr", &pods), ("serviceCidr", &services)] {
             if let Some(net) = nets.iter().find(|net| net.contains(&ip)) {
                 c.add(
                     format!("spec.network.{field}"),
-                    format!("`{net}` contains the address {ip} of host `{}` (spec.hosts[{i}])", h.name),
+                    format!(
+                        "`{net}` contains the address {ip} of host `{}` (spec.hosts[{i}])",
+                        h.name
+                    ),
                     "pod and service ranges must not overlap the host network",
                 );
             }
         }
     }
     for s in &services {
-        let (max_bits, limit) = if s.addr().is_ipv4() { (32, 12) } else { (128, 108) };
+        let (max_bits, limit) = if s.addr().is_ipv4() {
+            (32, 12)
+        } else {
+            (128, 108)
+        };
         if s.prefix_len() < limit {
             c.add(
                 "spec.network.serviceCidr",
@@ -520,7 +585,11 @@ fn check_network(f: &ClusterFile, version: Option<KubeVersion>, roles: &Roles, c
     if n.plugin == Plugin::Calico {
         if let Some(mode) = &n.calico.mode {
             if !["ipip", "vxlan", "none", "bgp"].contains(&mode.as_str()) {
-                c.add("spec.network.calico.mode", format!("`{mode}` is not a calico mode"), "use ipip, vxlan, bgp or none");
+                c.add(
+                    "spec.network.calico.mode",
+                    format!("`{mode}` is not a calico mode"),
+                    "use ipip, vxlan, bgp or none",
+                );
             }
         }
     }
@@ -544,7 +613,9 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
             );
         }
     }
-    if f.spec.kubernetes.kind == crate::model::KubernetesType::Kubexm && r.kind == RuntimeType::Isulad {
+    if f.spec.kubernetes.kind == crate::model::KubernetesType::Kubexm
+        && r.kind == RuntimeType::Isulad
+    {
         c.add(
             "spec.runtime.type",
             "isulad is supported only with kubernetes.type kubeadm",
@@ -557,12 +628,25 @@ fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     let lb = &f.spec.load_balancer;
     if let Some(vip) = &lb.vip {
         match vip.parse::<IpAddr>() {
-            Err(_) => c.add("spec.loadBalancer.vip", format!("`{vip}` is not an IP address"), "give a free IP on the hosts' network"),
+            Err(_) => c.add(
+                "spec.loadBalancer.vip",
+                format!("`{vip}` is not an IP address"),
+                "give a free IP on the hosts' network",
+            ),
             Ok(ip) => {
-                if let Some((i, h)) = f.spec.hosts.iter().enumerate().find(|(_, h)| h.internal() == ip.to_string()) {
+                if let Some((i, h)) = f
+                    .spec
+                    .hosts
+                    .iter()
+                    .enumerate()
+                    .find(|(_, h)| h.internal() == ip.to_string())
+                {
                     c.add(
                         "spec.loadBalancer.vip",
-                        format!("{ip} is already the address of host `{}` (spec.hosts[{i}])", h.name),
+                        format!(
+                            "{ip} is already the address of host `{}` (spec.hosts[{i}])",
+                            h.name
+                        ),
                         "the VIP must be a free address",
                     );
                 }
@@ -572,13 +656,19 @@ fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     if roles.master.len() > 1 && lb.mode == LbMode::None {
         c.add(
             "spec.loadBalancer.mode",
-            format!("{} masters but no load balancer: workers would depend on the first master only", roles.master.len()),
+            format!(
+                "{} masters but no load balancer: workers would depend on the first master only",
+                roles.master.len()
+            ),
             "use mode internal (haproxy, nginx or kube-vip) or external",
         );
     }
     let needs_iface_and_vip = match lb.mode {
         LbMode::Internal => lb.internal.kind == InternalLbType::KubeVip,
-        LbMode::External => matches!(lb.external.kind, ExternalLbType::KubexmKh | ExternalLbType::KubexmKn),
+        LbMode::External => matches!(
+            lb.external.kind,
+            ExternalLbType::KubexmKh | ExternalLbType::KubexmKn
+        ),
         LbMode::None => false,
     };
     let what = match lb.mode {
@@ -599,7 +689,8 @@ fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
             "set interface, e.g. eth0",
         );
     }
-    let managed_external = lb.mode == LbMode::External && lb.external.kind != ExternalLbType::External;
+    let managed_external =
+        lb.mode == LbMode::External && lb.external.kind != ExternalLbType::External;
     if managed_external && roles.loadbalancer.is_empty() {
         c.add(
             "spec.roleGroups.loadbalancer",
@@ -636,7 +727,11 @@ fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     let r = &f.spec.registry;
     match r.kind {
         RegistryType::Registry | RegistryType::Harbor => {
-            let name = if r.kind == RegistryType::Harbor { "harbor" } else { "registry" };
+            let name = if r.kind == RegistryType::Harbor {
+                "harbor"
+            } else {
+                "registry"
+            };
             if roles.registry.is_empty() && f.spec.role_groups.registry.is_empty() {
                 c.add(
                     "spec.roleGroups.registry",
@@ -646,7 +741,10 @@ fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
             } else if roles.registry.len() > 1 {
                 c.add(
                     "spec.roleGroups.registry",
-                    format!("{} registry hosts are named; KubeXM deploys one", roles.registry.len()),
+                    format!(
+                        "{} registry hosts are named; KubeXM deploys one",
+                        roles.registry.len()
+                    ),
                     "name exactly one registry host",
                 );
             }
@@ -691,20 +789,40 @@ fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     for (host, auth) in &r.auths {
         let at = format!("spec.registry.auths[\"{host}\"]");
         if !is_registry_host(host) {
-            c.add(at.clone(), format!("`{host}` is not HOST[:PORT]"), "key auths by registry host, without scheme");
+            c.add(
+                at.clone(),
+                format!("`{host}` is not HOST[:PORT]"),
+                "key auths by registry host, without scheme",
+            );
         }
         if auth.plain_http && (auth.ca_file.is_some() || auth.skip_tls_verify) {
-            c.add(at.clone(), "plainHTTP is combined with TLS settings", "use plainHTTP alone, or caFile/skipTLSVerify alone");
+            c.add(
+                at.clone(),
+                "plainHTTP is combined with TLS settings",
+                "use plainHTTP alone, or caFile/skipTLSVerify alone",
+            );
         }
         if auth.password.is_some() && auth.username.is_none() {
-            c.add(format!("{at}.username"), "a password is set without a username", "set username too");
+            c.add(
+                format!("{at}.username"),
+                "a password is set without a username",
+                "set username too",
+            );
         }
         if auth.cert_file.is_some() != auth.key_file.is_some() {
-            c.add(at, "certFile and keyFile must be given together", "set both or neither");
+            c.add(
+                at,
+                "certFile and keyFile must be given together",
+                "set both or neither",
+            );
         }
     }
     if r.kind == RegistryType::Harbor {
-        if r.harbor_config.admin_password.as_ref().is_none_or(|p| p.is_empty()) {
+        if r.harbor_config
+            .admin_password
+            .as_ref()
+            .is_none_or(|p| p.is_empty())
+        {
             c.add(
                 "spec.registry.harborConfig.adminPassword",
                 "is required for registry.type harbor",
@@ -727,7 +845,10 @@ fn check_system_and_extra(f: &ClusterFile, c: &mut Checker) {
     let s = &f.spec.system;
     let host_names: BTreeSet<&str> = f.spec.hosts.iter().map(|h| h.name.as_str()).collect();
     for (i, ntp) in s.ntp_servers.iter().enumerate() {
-        if ntp.parse::<IpAddr>().is_err() && !is_dns_subdomain(ntp) && !host_names.contains(ntp.as_str()) {
+        if ntp.parse::<IpAddr>().is_err()
+            && !is_dns_subdomain(ntp)
+            && !host_names.contains(ntp.as_str())
+        {
             c.add(
                 format!("spec.system.ntpServers[{i}]"),
                 format!("`{ntp}` is not an IP, DNS name or cluster host"),
@@ -737,22 +858,43 @@ fn check_system_and_extra(f: &ClusterFile, c: &mut Checker) {
     }
     if let Some(tz) = &s.timezone {
         let ok = tz == "UTC"
-            || (tz.contains('/') && tz.split('/').all(|p| !p.is_empty() && p.chars().all(|ch| ch.is_ascii_alphanumeric() || "_-+".contains(ch))));
+            || (tz.contains('/')
+                && tz.split('/').all(|p| {
+                    !p.is_empty()
+                        && p.chars()
+                            .all(|ch| ch.is_ascii_alphanumeric() || "_-+".contains(ch))
+                }));
         if !ok {
-            c.add("spec.system.timezone", format!("`{tz}` is not a time zone name"), "use an IANA name such as Asia/Shanghai or UTC");
+            c.add(
+                "spec.system.timezone",
+                format!("`{tz}` is not a time zone name"),
+                "use an IANA name such as Asia/Shanghai or UTC",
+            );
         }
     }
     for (i, h) in f.spec.extra.hosts.iter().enumerate() {
         if h.address.parse::<IpAddr>().is_err() {
-            c.add(format!("spec.extra.hosts[{i}].address"), format!("`{}` is not an IP address", h.address), "give the IP the domain resolves to");
+            c.add(
+                format!("spec.extra.hosts[{i}].address"),
+                format!("`{}` is not an IP address", h.address),
+                "give the IP the domain resolves to",
+            );
         }
         if !is_dns_subdomain(&h.domain) {
-            c.add(format!("spec.extra.hosts[{i}].domain"), format!("`{}` is not a DNS name", h.domain), "give a name such as registry.example.local");
+            c.add(
+                format!("spec.extra.hosts[{i}].domain"),
+                format!("`{}` is not a DNS name", h.domain),
+                "give a name such as registry.example.local",
+            );
         }
     }
     for (i, r) in f.spec.extra.resolves.iter().enumerate() {
         if r.address.parse::<IpAddr>().is_err() {
-            c.add(format!("spec.extra.resolves[{i}].address"), format!("`{}` is not an IP address", r.address), "give a name server's IP");
+            c.add(
+                format!("spec.extra.resolves[{i}].address"),
+                format!("`{}` is not an IP address", r.address),
+                "give a name server's IP",
+            );
         }
     }
 }
@@ -762,10 +904,18 @@ fn check_addons(f: &ClusterFile, c: &mut Checker) {
     for (i, a) in f.spec.addons.iter().enumerate() {
         let at = format!("spec.addons[{i}]");
         if let Some(first) = seen.insert(&a.name, i) {
-            c.add(format!("{at}.name"), format!("`{}` is already the name of spec.addons[{first}]", a.name), "give every addon its own name");
+            c.add(
+                format!("{at}.name"),
+                format!("`{}` is already the name of spec.addons[{first}]", a.name),
+                "give every addon its own name",
+            );
         }
         if !is_dns_label(&a.namespace) {
-            c.add(format!("{at}.namespace"), format!("`{}` is not a valid namespace", a.namespace), "use a lowercase DNS label");
+            c.add(
+                format!("{at}.namespace"),
+                format!("`{}` is not a valid namespace", a.namespace),
+                "use a lowercase DNS label",
+            );
         }
         let src = &a.source;
         match a.kind {
@@ -787,13 +937,21 @@ fn check_addons(f: &ClusterFile, c: &mut Checker) {
             }
             AddonType::Yaml => {
                 if src.path.is_none() == src.url.is_none() {
-                    c.add(format!("{at}.source"), "a yaml addon needs exactly one of path or url", "set source.path or source.url");
+                    c.add(
+                        format!("{at}.source"),
+                        "a yaml addon needs exactly one of path or url",
+                        "set source.path or source.url",
+                    );
                 }
             }
         }
         for (j, img) in a.images.iter().enumerate() {
             if let Err(e) = img.parse::<ImageRef>() {
-                c.add(format!("{at}.images[{j}]"), e.to_string(), "write images as REGISTRY/REPOSITORY:TAG");
+                c.add(
+                    format!("{at}.images[{j}]"),
+                    e.to_string(),
+                    "write images as REGISTRY/REPOSITORY:TAG",
+                );
             }
         }
     }
@@ -803,18 +961,28 @@ fn check_addons(f: &ClusterFile, c: &mut Checker) {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
-/// RFC 1123 subdomain.
+/// RFC 1123 subdomain whose last label is not all digits (so `10.0.0.300` is a bad IP, not a name).
 fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(is_dns_label)
+        && !s
+            .rsplit('.')
+            .next()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn is_repo_component(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+    !s.is_empty()
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
 }
 
 fn is_registry_host(s: &str) -> bool {
@@ -822,6 +990,8 @@ fn is_registry_host(s: &str) -> bool {
         Some((h, p)) if !h.contains(':') || h.starts_with('[') => (h, Some(p)),
         _ => (s, None),
     };
-    let host_ok = host.parse::<IpAddr>().is_ok() || is_dns_subdomain(&host.to_ascii_lowercase()) || host == "localhost";
+    let host_ok = host.parse::<IpAddr>().is_ok()
+        || is_dns_subdomain(&host.to_ascii_lowercase())
+        || host == "localhost";
     host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
 }

@@ -76,7 +76,14 @@ mod tests {
         assert!(a < b);
         assert!(b.at_least(1, 31) && !b.at_least(1, 32));
         assert_eq!(b.to_string(), "v1.31.4");
-        for bad in ["1.31.4", "v1.31", "v1.31.4.1", "v1.x.4", "v1..4", "v1.31.4-rc.0"] {
+        for bad in [
+            "1.31.4",
+            "v1.31",
+            "v1.31.4.1",
+            "v1.x.4",
+            "v1..4",
+            "v1.31.4-rc.0",
+        ] {
             assert!(bad.parse::<KubeVersion>().is_err(), "{bad}");
         }
     }

@@ -41,12 +41,21 @@ pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, Yaml
     })
 }
 
-/// serde-saphyr prefixes messages with `error: line L column C: `; we print our own position.
+/// serde-saphyr puts the position in its message (`error: line L column C: …` or
+/// `… at line L, column C`); we print our own `file:line:column` in front instead.
 fn strip_position(msg: &str) -> &str {
-    let msg = msg.strip_prefix("error: ").unwrap_or(msg);
+    let mut msg = msg.strip_prefix("error: ").unwrap_or(msg);
     if msg.starts_with("line ") {
         if let Some((_, rest)) = msg.split_once(": ") {
-            return rest;
+            msg = rest;
+        }
+    }
+    if let Some(i) = msg.rfind(" at line ") {
+        if msg[i + 9..]
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == ',' || c == ' ' || c.is_ascii_alphabetic())
+        {
+            msg = &msg[..i];
         }
     }
     msg

@@ -136,7 +136,10 @@ impl Zone {
             )));
         }
         if zone.kind != KIND_ZONE {
-            return Err(invalid(format!("kind `{}` must be `{KIND_ZONE}`", zone.kind)));
+            return Err(invalid(format!(
+                "kind `{}` must be `{KIND_ZONE}`",
+                zone.kind
+            )));
         }
         for (i, r) in zone.files.iter().enumerate() {
             for (field, v) in [("from", &r.from), ("to", &r.to)] {
@@ -196,7 +199,10 @@ impl Zone {
             .iter()
             .filter(|r| url.starts_with(&r.from))
             .max_by_key(|r| r.from.len())
-            .map_or_else(|| url.to_owned(), |r| format!("{}{}", r.to, &url[r.from.len()..]))
+            .map_or_else(
+                || url.to_owned(),
+                |r| format!("{}{}", r.to, &url[r.from.len()..]),
+            )
     }
 
     /// The reference to pull an image from after the zone's rewrites.
@@ -212,7 +218,11 @@ impl Zone {
                 let rest = full.strip_prefix(&r.from)?;
                 if rest.is_empty() || rest.starts_with('/') {
                     let tail = rest.trim_start_matches('/');
-                    let tail = if tail.is_empty() { image.repository.clone() } else { tail.to_owned() };
+                    let tail = if tail.is_empty() {
+                        image.repository.clone()
+                    } else {
+                        tail.to_owned()
+                    };
                     Some((r.from.len(), r, tail))
                 } else {
                     None
@@ -222,7 +232,11 @@ impl Zone {
         let Some((_, rule, tail)) = best else {
             return image.clone();
         };
-        let tail = if rule.flatten { image.basename().to_owned() } else { tail };
+        let tail = if rule.flatten {
+            image.basename().to_owned()
+        } else {
+            tail
+        };
         let (registry, prefix) = match rule.to.split_once('/') {
             Some((reg, path)) => (reg, format!("{path}/")),
             None => (rule.to.as_str(), String::new()),
@@ -252,7 +266,10 @@ mod tests {
     fn longest_file_prefix_wins() {
         let z = zone();
         assert_eq!(z.rewrite_url("https://github.com/a/b"), "http://m/gh/a/b");
-        assert_eq!(z.rewrite_url("https://github.com/etcd-io/etcd/x"), "http://m/etcd/etcd/x");
+        assert_eq!(
+            z.rewrite_url("https://github.com/etcd-io/etcd/x"),
+            "http://m/etcd/etcd/x"
+        );
         assert_eq!(z.rewrite_url("https://dl.k8s.io/x"), "https://dl.k8s.io/x");
     }
 
@@ -260,13 +277,24 @@ mod tests {
     fn image_rules_keep_path_flatten_and_boundaries() {
         let z = zone();
         assert_eq!(
-            z.rewrite_image(&img("registry.k8s.io/coredns/coredns:v1.11.3")).to_string(),
+            z.rewrite_image(&img("registry.k8s.io/coredns/coredns:v1.11.3"))
+                .to_string(),
             "127.0.0.1:5000/k8s/coredns/coredns:v1.11.3"
         );
-        assert_eq!(z.rewrite_image(&img("calico/node:v3")).to_string(), "127.0.0.1:5000/node:v3");
+        assert_eq!(
+            z.rewrite_image(&img("calico/node:v3")).to_string(),
+            "127.0.0.1:5000/node:v3"
+        );
         // `docker.io/calicoX` must not match the `docker.io/calico` rule.
-        assert_eq!(z.rewrite_image(&img("calicox/node:v3")).to_string(), "mirror.io/all/node:v3");
-        assert_eq!(z.rewrite_image(&img("quay.io/cilium/cilium:v1")).to_string(), "mirror.io/all/cilium:v1");
+        assert_eq!(
+            z.rewrite_image(&img("calicox/node:v3")).to_string(),
+            "mirror.io/all/node:v3"
+        );
+        assert_eq!(
+            z.rewrite_image(&img("quay.io/cilium/cilium:v1"))
+                .to_string(),
+            "mirror.io/all/cilium:v1"
+        );
     }
 
     #[test]
@@ -274,6 +302,9 @@ mod tests {
         assert_eq!(Zone::select(None, None).expect("default").name(), "default");
         assert_eq!(Zone::select(Some("cn"), None).expect("cn").name(), "cn");
         let e = Zone::select(Some("mars"), None).expect_err("unknown");
-        assert!(e.to_string().contains("unknown zone `mars`") && e.to_string().contains("--zone-file"), "{e}");
+        assert!(
+            e.to_string().contains("unknown zone `mars`") && e.to_string().contains("--zone-file"),
+            "{e}"
+        );
     }
 }

@@ -24,11 +24,17 @@ pub struct Inputs {
 impl Inputs {
     /// Loads catalog, zone and cluster description.
     pub fn load(args: &SourceArgs) -> Result<Self> {
-        let catalog = Catalog::builtin_with_override(args.catalog.as_deref()).context("Failed to load the catalog")?;
-        let zone = Zone::select(args.zone.as_deref(), args.zone_file.as_deref()).context("Failed to select the zone")?;
+        let catalog = Catalog::builtin_with_override(args.catalog.as_deref())
+            .context("Failed to load the catalog")?;
+        let zone = Zone::select(args.zone.as_deref(), args.zone_file.as_deref())
+            .context("Failed to select the zone")?;
         let cluster = load_cluster(&args.file, &catalog)
             .with_context(|| format!("Failed to load `{}`", args.file.display()))?;
-        Ok(Self { catalog, zone, cluster })
+        Ok(Self {
+            catalog,
+            zone,
+            cluster,
+        })
     }
 }
 

@@ -57,21 +57,43 @@ pub fn write_table(l: &Resolution, out: &mut dyn Write) -> std::io::Result<()> {
             ]
         })
         .collect();
-    table(out, ["NAME", "VERSION", "ARCH", "ROLES", "SHA256", "URL"], &rows)?;
+    table(
+        out,
+        ["NAME", "VERSION", "ARCH", "ROLES", "SHA256", "URL"],
+        &rows,
+    )?;
     writeln!(out, "\nIMAGES ({})", l.images.len())?;
     let rows: Vec<[String; 5]> = l
         .images
         .iter()
         .map(|i| {
-            let source = if i.source == i.reference { "=".to_owned() } else { i.source.clone() };
+            let source = if i.source == i.reference {
+                "=".to_owned()
+            } else {
+                i.source.clone()
+            };
             let platforms: Vec<&str> = i.platforms.iter().map(String::as_str).collect();
-            [i.reference.clone(), i.group.clone(), platforms.join(","), roles(&i.roles), source]
+            [
+                i.reference.clone(),
+                i.group.clone(),
+                platforms.join(","),
+                roles(&i.roles),
+                source,
+            ]
         })
         .collect();
-    table(out, ["REFERENCE", "GROUP", "PLATFORMS", "ROLES", "PULL FROM"], &rows)
+    table(
+        out,
+        ["REFERENCE", "GROUP", "PLATFORMS", "ROLES", "PULL FROM"],
+        &rows,
+    )
 }
 
-fn table<const N: usize>(out: &mut dyn Write, head: [&str; N], rows: &[[String; N]]) -> std::io::Result<()> {
+fn table<const N: usize>(
+    out: &mut dyn Write,
+    head: [&str; N],
+    rows: &[[String; N]],
+) -> std::io::Result<()> {
     let mut width = head.map(str::len);
     for row in rows {
         for (w, cell) in width.iter_mut().zip(row) {

@@ -1,0 +1,3 @@
+//! CLI tests of `kubexm-build` (one test binary).
+
+mod resolve_cli;

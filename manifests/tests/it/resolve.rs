@@ -1,0 +1,277 @@
+//! Snapshot matrix of the resolver: each runtime, etcd type, LB mode, plugin, registry type,
+//! both Kubernetes types, two arches, and the default, cn and a local user zone.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use kubexm_manifests::catalog::Catalog;
+use kubexm_manifests::model::*;
+use kubexm_manifests::resolve::{resolve, Resolution};
+use kubexm_manifests::secret::Secret;
+use kubexm_manifests::validate::validate;
+use kubexm_manifests::zone::Zone;
+
+use crate::common::{base, builtin};
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn zone(name: &str) -> Zone {
+    match name {
+        "local" => Zone::select(None, Some(&fixture("zone-local.yaml"))).expect("local zone"),
+        other => Zone::select(Some(other), None).expect("built-in zone"),
+    }
+}
+
+fn roles<T: std::fmt::Debug>(r: &std::collections::BTreeSet<T>) -> String {
+    r.iter()
+        .map(|x| format!("{x:?}").to_lowercase())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One line per file and per image: compact enough to review in a diff.
+fn render(r: &Resolution) -> String {
+    let mut s = format!(
+        "zone={} arches={:?} type={:?}\n",
+        r.zone, r.arches, r.kubernetes_type
+    );
+    for b in &r.binaries {
+        let _ = writeln!(
+            s,
+            "file  {} {} {} [{}] {} sha256:{}",
+            b.name,
+            b.version,
+            b.arch,
+            roles(&b.roles),
+            b.url,
+            &b.sha256[..16]
+        );
+        assert!(
+            b.path
+                .starts_with(&format!("files/{}/{}/{}/", b.name, b.version, b.arch)),
+            "{}",
+            b.path
+        );
+    }
+    for i in &r.images {
+        let _ = writeln!(
+            s,
+            "image {} <- {} [{}] [{}]",
+            i.reference,
+            i.source,
+            i.platforms.iter().cloned().collect::<Vec<_>>().join(","),
+            roles(&i.roles)
+        );
+    }
+    s
+}
+
+fn run(catalog: &Catalog, zone_name: &str, edit: impl FnOnce(&mut ClusterFile)) -> String {
+    let mut f = base();
+    edit(&mut f);
+    let valid = validate(f, catalog).unwrap_or_else(|p| panic!("variant must be valid: {p:#?}"));
+    match resolve(&valid, catalog, &zone(zone_name)) {
+        Ok(r) => render(&r),
+        Err(problems) => problems.iter().map(|p| format!("PROBLEM {p}\n")).collect(),
+    }
+}
+
+macro_rules! snap {
+    ($name:ident, $zone:expr, $edit:expr) => {
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(stringify!($name), run(&builtin(), $zone, $edit));
+        }
+    };
+}
+
+snap!(default_containerd_calico_haproxy, "default", |_| {});
+snap!(zone_cn, "cn", |_| {});
+snap!(zone_local_mirror, "local", |_| {});
+snap!(mixed_arches_arm64_worker, "default", |f| f.spec.hosts[3]
+    .arch =
+    Arch::Arm64);
+snap!(runtime_docker_with_cri_dockerd, "default", |f| f
+    .spec
+    .runtime
+    .kind =
+    RuntimeType::Docker);
+snap!(runtime_cri_o_uses_os_packages, "default", |f| f
+    .spec
+    .runtime
+    .kind =
+    RuntimeType::CriO);
+snap!(runtime_isulad_needs_a_pin, "default", |f| f
+    .spec
+    .runtime
+    .kind =
+    RuntimeType::Isulad);
+snap!(etcd_kubeadm_stacked, "default", |f| {
+    f.spec.etcd.kind = EtcdType::Kubeadm;
+    f.spec.role_groups.etcd.clear();
+});
+snap!(etcd_external, "default", |f| {
+    f.spec.etcd.kind = EtcdType::External;
+    f.spec.role_groups.etcd.clear();
+    f.spec.etcd.endpoints = vec!["https://10.1.0.1:2379".into()];
+    f.spec.etcd.ca_file = Some("ca.pem".into());
+    f.spec.etcd.cert_file = Some("c.pem".into());
+    f.spec.etcd.key_file = Some("k.pem".into());
+});
+snap!(lb_none_single_master, "default", |f| {
+    f.spec.load_balancer.mode = LbMode::None;
+    f.spec.role_groups.master = vec!["m1".into()];
+    f.spec.role_groups.etcd = vec!["m1".into()];
+});
+snap!(lb_internal_nginx, "default", |f| f
+    .spec
+    .load_balancer
+    .internal
+    .kind =
+    InternalLbType::Nginx);
+snap!(lb_internal_kube_vip, "default", |f| {
+    f.spec.load_balancer.internal.kind = InternalLbType::KubeVip;
+    f.spec.load_balancer.vip = Some("10.0.0.100".into());
+    f.spec.load_balancer.interface = Some("eth0".into());
+});
+snap!(lb_external_keepalived_haproxy, "default", |f| {
+    f.spec.load_balancer.mode = LbMode::External;
+    f.spec.load_balancer.vip = Some("10.0.0.100".into());
+    f.spec.load_balancer.interface = Some("eth0".into());
+    f.spec.role_groups.loadbalancer = vec!["r1".into()];
+});
+snap!(plugin_flannel, "default", |f| f.spec.network.plugin =
+    Plugin::Flannel);
+snap!(plugin_cilium, "default", |f| f.spec.network.plugin =
+    Plugin::Cilium);
+snap!(plugin_kube_ovn, "default", |f| f.spec.network.plugin =
+    Plugin::KubeOvn);
+snap!(plugin_hybridnet, "default", |f| f.spec.network.plugin =
+    Plugin::Hybridnet);
+snap!(plugin_multus_over_calico, "default", |f| {
+    f.spec.network.plugin = Plugin::Multus;
+    f.spec.network.multus.delegate = Some(Plugin::Calico);
+});
+snap!(plugin_version_pinned_by_user, "default", |f| f
+    .spec
+    .network
+    .calico
+    .version =
+    Some("v3.30.5".into()));
+snap!(registry_harbor_amd64, "default", |f| {
+    f.spec.registry.kind = RegistryType::Harbor;
+    f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
+});
+snap!(registry_harbor_on_arm64_host_fails, "default", |f| {
+    f.spec.registry.kind = RegistryType::Harbor;
+    f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
+    f.spec.hosts[4].arch = Arch::Arm64;
+});
+snap!(registry_external, "default", |f| {
+    f.spec.registry.kind = RegistryType::External;
+    f.spec.registry.private_registry = Some("reg.corp:5000".into());
+    f.spec.role_groups.registry.clear();
+});
+snap!(
+    kubernetes_kubexm_with_builtin_catalog_fails,
+    "default",
+    |f| f.spec.kubernetes.kind = KubernetesType::Kubexm
+);
+snap!(unknown_component_version, "default", |f| f
+    .spec
+    .runtime
+    .version =
+    Some("1.0.0".into()));
+snap!(helm_addon_adds_helm_and_images, "default", |f| {
+    f.spec.addons = vec![Addon {
+        name: "ingress".into(),
+        namespace: "ingress-nginx".into(),
+        kind: AddonType::Helm,
+        source: AddonSource {
+            chart: Chart {
+                name: Some("ingress-nginx".into()),
+                version: Some("4.11.3".into()),
+                repo: Some("https://kubernetes.github.io/ingress-nginx".into()),
+            },
+            ..AddonSource::default()
+        },
+        values: Default::default(),
+        images: vec![
+            "registry.k8s.io/ingress-nginx/controller:v1.11.3".into(),
+            "registry.k8s.io/pause:3.10".into(),
+        ],
+    }];
+});
+
+#[test]
+fn kubernetes_kubexm_with_pinned_server_binaries() {
+    let catalog =
+        Catalog::builtin_with_override(Some(&fixture("catalog-stand-in-server-binaries.yaml")))
+            .expect("stand-in catalog merges");
+    insta::assert_snapshot!(
+        "kubernetes_kubexm_with_pinned_server_binaries",
+        run(&catalog, "default", |f| {
+            f.spec.kubernetes.kind = KubernetesType::Kubexm;
+            f.spec.hosts[3].arch = Arch::Arm64;
+        })
+    );
+}
+
+#[test]
+fn every_builtin_release_resolves_the_default_cluster() {
+    let catalog = builtin();
+    let versions = catalog.kubernetes_versions();
+    let minors: std::collections::BTreeSet<&str> = versions.iter().map(|v| &v[..5]).collect();
+    assert!(minors.len() >= 3, "at least three minors: {minors:?}");
+    for v in &versions {
+        for arch in [Arch::Amd64, Arch::Arm64] {
+            let out = run(&catalog, "default", |f| {
+                f.spec.kubernetes.version = v.clone();
+                f.spec.hosts.iter_mut().for_each(|h| h.arch = arch);
+            });
+            assert!(!out.contains("PROBLEM"), "{v} {arch}: {out}");
+            assert!(
+                out.contains(&format!("file  kubeadm {v} {arch}")),
+                "{v}: {out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn catalog_override_adds_versions_and_rejects_bad_sums() {
+    let dir = std::env::temp_dir().join(format!("kubexm-cat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let good = dir.join("good.yaml");
+    let sum = "ab".repeat(32);
+    std::fs::write(&good, format!("components:\n  - name: containerd\n    versions:\n      \"9.9.9\": {{amd64: \"{sum}\"}}\n")).expect("write");
+    let c = Catalog::builtin_with_override(Some(&good)).expect("override merges");
+    assert_eq!(
+        c.components["containerd"].versions["9.9.9"][&Arch::Amd64],
+        sum
+    );
+    assert!(
+        c.components["containerd"].versions.len() > 1,
+        "existing versions are kept"
+    );
+
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "components:\n  - name: containerd\n    versions:\n      \"9.9.9\": {amd64: \"XYZ\"}\n  - name: newthing\n    versions: {}\n").expect("write");
+    let e = Catalog::builtin_with_override(Some(&bad))
+        .expect_err("bad override")
+        .to_string();
+    assert!(e.contains(&bad.display().to_string()), "{e}");
+    assert!(
+        e.contains("containerd` 9.9.9 amd64: `XYZ` is not a sha256"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`newthing` is new, so it needs both `archive` and `url`"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,634 @@
+//! Every validation rule: the problem names the field path, says what is wrong, and hints what to do.
+
+use kubexm_manifests::catalog::Catalog;
+use kubexm_manifests::load::{load_cluster_str, LoadError};
+use kubexm_manifests::model::*;
+use kubexm_manifests::secret::Secret;
+use kubexm_manifests::validate::{validate, Problem};
+
+use crate::common::{base, builtin, with_old_release, BASE};
+
+fn problems_with(catalog: &Catalog, edit: impl FnOnce(&mut ClusterFile)) -> Vec<Problem> {
+    let mut f = base();
+    edit(&mut f);
+    match validate(f, catalog) {
+        Ok(_) => Vec::new(),
+        Err(p) => p,
+    }
+}
+
+#[track_caller]
+fn expect(edit: impl FnOnce(&mut ClusterFile), path: &str, needle: &str) {
+    expect_in(&builtin(), edit, path, needle);
+}
+
+#[track_caller]
+fn expect_in(catalog: &Catalog, edit: impl FnOnce(&mut ClusterFile), path: &str, needle: &str) {
+    let problems = problems_with(catalog, edit);
+    let hit = problems
+        .iter()
+        .find(|p| p.path == path && p.message.contains(needle));
+    let Some(p) = hit else {
+        panic!("expected a problem at `{path}` containing `{needle}`, got:\n{problems:#?}");
+    };
+    assert!(!p.hint.is_empty(), "problem without a hint: {p:?}");
+}
+
+#[test]
+fn the_base_cluster_and_the_example_are_valid() {
+    assert_eq!(problems_with(&builtin(), |_| {}), Vec::<Problem>::new());
+    let example = include_str!("../../examples/cluster.yaml");
+    load_cluster_str(example, "examples/cluster.yaml", &builtin()).expect("the example is valid");
+}
+
+#[test]
+fn header() {
+    expect(
+        |f| f.api_version = "kubexm.io/v9".into(),
+        "apiVersion",
+        "`kubexm.io/v9` is not supported",
+    );
+    expect(
+        |f| f.kind = "Clutser".into(),
+        "kind",
+        "`Clutser` is not `Cluster`",
+    );
+    expect(
+        |f| f.metadata.name = "My_Cluster".into(),
+        "metadata.name",
+        "not a valid name",
+    );
+}
+
+#[test]
+fn hosts() {
+    expect(
+        |f| f.spec.hosts[1].name = "m1".into(),
+        "spec.hosts[1].name",
+        "`m1` is already the name of spec.hosts[0]",
+    );
+    expect(
+        |f| f.spec.hosts[1].address = "10.0.0.11".into(),
+        "spec.hosts[1].address",
+        "already the address of spec.hosts[0]",
+    );
+    expect(
+        |f| f.spec.hosts[1].internal_address = Some("10.0.0.11".into()),
+        "spec.hosts[1].internalAddress",
+        "already the address of spec.hosts[0]",
+    );
+    expect(
+        |f| f.spec.hosts[0].name = "Node_1".into(),
+        "spec.hosts[0].name",
+        "not a valid host name",
+    );
+    expect(
+        |f| f.spec.hosts[0].address = "10.0.0.300".into(),
+        "spec.hosts[0].address",
+        "neither an IP address nor a DNS name",
+    );
+    expect(
+        |f| f.spec.hosts[0].internal_address = Some("m1.lan".into()),
+        "spec.hosts[0].internalAddress",
+        "not an IP address",
+    );
+    expect(
+        |f| f.spec.hosts[0].address = "m1.example.com".into(),
+        "spec.hosts[0].internalAddress",
+        "is a DNS name",
+    );
+    expect(
+        |f| {
+            f.spec.hosts[0].password = Some(Secret::new("x"));
+            f.spec.hosts[0].password_file = Some("/etc/pw".into());
+        },
+        "spec.hosts[0]",
+        "more than one of password, passwordEnv, passwordFile",
+    );
+    expect(
+        |f| f.spec.hosts[0].port = 0,
+        "spec.hosts[0].port",
+        "not a valid SSH port",
+    );
+    expect(|f| f.spec.hosts.clear(), "spec.hosts", "no hosts");
+}
+
+#[test]
+fn role_groups() {
+    expect(
+        |f| f.spec.role_groups.worker = vec!["w9".into()],
+        "spec.roleGroups.worker[0]",
+        "host `w9` is not in spec.hosts",
+    );
+    expect(
+        |f| f.spec.role_groups.master = vec!["m[3:1]".into()],
+        "spec.roleGroups.master[0]",
+        "greater than its end",
+    );
+    expect(
+        |f| f.spec.role_groups.worker = vec!["w1".into(), "w1".into()],
+        "spec.roleGroups.worker[1]",
+        "listed twice",
+    );
+    expect(
+        |f| f.spec.role_groups.master.clear(),
+        "spec.roleGroups.master",
+        "no control-plane host",
+    );
+    expect(
+        |f| f.spec.role_groups.worker.clear(),
+        "spec.roleGroups.worker",
+        "no worker host",
+    );
+}
+
+#[test]
+fn etcd() {
+    expect(
+        |f| f.spec.role_groups.etcd = vec!["m[1:2]".into()],
+        "spec.roleGroups.etcd",
+        "2 etcd members is an even number",
+    );
+    expect(
+        |f| f.spec.role_groups.etcd.clear(),
+        "spec.roleGroups.etcd",
+        "no etcd host is named",
+    );
+    expect(
+        |f| {
+            f.spec.etcd.kind = EtcdType::Kubeadm;
+            f.spec.role_groups.etcd = vec!["w1".into()];
+        },
+        "spec.roleGroups.etcd",
+        "runs etcd on the masters",
+    );
+    let external = |f: &mut ClusterFile| {
+        f.spec.etcd.kind = EtcdType::External;
+        f.spec.etcd.endpoints = vec![
+            "https://10.1.0.1:2379".into(),
+            "https://10.1.0.2:2379".into(),
+        ];
+    };
+    expect(
+        external,
+        "spec.etcd.endpoints",
+        "2 endpoints is an even number",
+    );
+    expect(
+        external,
+        "spec.etcd.caFile",
+        "required for etcd.type external",
+    );
+    expect(
+        |f| {
+            f.spec.etcd.kind = EtcdType::External;
+            f.spec.etcd.endpoints = vec!["10.1.0.1:2379".into()];
+        },
+        "spec.etcd.endpoints[0]",
+        "is not a URL",
+    );
+    expect(
+        |f| f.spec.etcd.kind = EtcdType::External,
+        "spec.etcd.endpoints",
+        "no endpoints",
+    );
+}
+
+#[test]
+fn kubernetes() {
+    expect(
+        |f| f.spec.kubernetes.version = "v1.20.0".into(),
+        "spec.kubernetes.version",
+        "v1.20.0 is not in the catalog",
+    );
+    let problems = problems_with(&builtin(), |f| f.spec.kubernetes.version = "v1.20.0".into());
+    assert!(
+        problems[0].hint.contains("v1.33.11") && problems[0].hint.contains("--catalog"),
+        "{:?}",
+        problems[0]
+    );
+    expect(
+        |f| f.spec.kubernetes.version = "1.33".into(),
+        "spec.kubernetes.version",
+        "not a Kubernetes version of the form vX.Y.Z",
+    );
+    expect(
+        |f| f.spec.kubernetes.max_pods = 5000,
+        "spec.kubernetes.maxPods",
+        "outside 10..=1024",
+    );
+    expect(
+        |f| f.spec.kubernetes.dns_domain = "Cluster Local".into(),
+        "spec.kubernetes.dnsDomain",
+        "not a DNS domain",
+    );
+    expect(
+        |f| f.spec.kubernetes.apiserver_cert_extra_sans = vec!["api example".into()],
+        "spec.kubernetes.apiserverCertExtraSans[0]",
+        "neither an IP address nor a DNS name",
+    );
+    let old = with_old_release();
+    expect_in(
+        &old,
+        |f| {
+            f.spec.kubernetes.version = "v1.22.17".into();
+            f.spec.kubernetes.proxy_mode = ProxyMode::Nftables;
+        },
+        "spec.kubernetes.proxyMode",
+        "nftables mode is not available in v1.22.17",
+    );
+    // v1.31+ has nftables without a gate: no problem.
+    assert!(problems_with(&builtin(), |f| f.spec.kubernetes.proxy_mode =
+        ProxyMode::Nftables)
+    .is_empty());
+}
+
+#[test]
+fn network() {
+    expect(
+        |f| f.spec.network.pod_cidr = "10.233.64.0/33".into(),
+        "spec.network.podCidr",
+        "is not a CIDR",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "10.233.64.1/18".into(),
+        "spec.network.podCidr",
+        "has host bits set",
+    );
+    expect(
+        |f| f.spec.network.service_cidr = "10.233.64.0/20".into(),
+        "spec.network.serviceCidr",
+        "overlaps podCidr `10.233.64.0/18`",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "10.0.0.0/16".into(),
+        "spec.network.podCidr",
+        "contains the address 10.0.0.11 of host `m1`",
+    );
+    expect(
+        |f| f.spec.network.service_cidr = "172.0.0.0/10".into(),
+        "spec.network.serviceCidr",
+        "larger than kube-apiserver accepts",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "10.244.0.0/23".into(),
+        "spec.network.podCidr",
+        "holds 2 node ranges of /24 but the cluster has 4 nodes",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "10.244.0.0/26".into(),
+        "spec.network.podCidr",
+        "smaller than one node's /24",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8607::1:0000/112".into(),
+        "spec.network",
+        "dual-stack needs both podCidr and serviceCidr",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "10.233.64.0/18,10.244.0.0/16".into(),
+        "spec.network.podCidr",
+        "same IP family",
+    );
+    expect_in(
+        &with_old_release(),
+        |f| {
+            f.spec.kubernetes.version = "v1.22.17".into();
+            f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8607::1:0/112".into();
+            f.spec.network.service_cidr = "10.233.0.0/18,fd85:ee78:d8a6:8607::1000/116".into();
+        },
+        "spec.network.podCidr",
+        "dual-stack is not generally available in v1.22.17",
+    );
+    expect(
+        |f| f.spec.network.plugin = Plugin::Multus,
+        "spec.network.multus.delegate",
+        "needs a primary plugin",
+    );
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::Multus;
+            f.spec.network.multus.delegate = Some(Plugin::Multus);
+        },
+        "spec.network.multus.delegate",
+        "cannot delegate to itself",
+    );
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::Flannel;
+            f.spec.network.flannel.mode = Some("udp".into());
+        },
+        "spec.network.flannel.mode",
+        "`udp` is not a flannel backend",
+    );
+}
+
+#[test]
+fn runtime() {
+    expect(
+        |f| {
+            f.spec.runtime.kind = RuntimeType::Docker;
+            f.spec.runtime.cri_dockerd = Some(false);
+        },
+        "spec.runtime.criDockerd",
+        "no dockershim, so docker needs cri-dockerd",
+    );
+    expect(
+        |f| f.spec.runtime.cri_dockerd = Some(true),
+        "spec.runtime.criDockerd",
+        "applies only to runtime.type docker",
+    );
+    expect(
+        |f| {
+            f.spec.runtime.kind = RuntimeType::Isulad;
+            f.spec.kubernetes.kind = KubernetesType::Kubexm;
+        },
+        "spec.runtime.type",
+        "isulad is supported only with kubernetes.type kubeadm",
+    );
+}
+
+#[test]
+fn load_balancer() {
+    expect(
+        |f| f.spec.load_balancer.mode = LbMode::None,
+        "spec.loadBalancer.mode",
+        "3 masters but no load balancer",
+    );
+    expect(
+        |f| {
+            f.spec.load_balancer.mode = LbMode::External;
+            f.spec.load_balancer.external.kind = ExternalLbType::External;
+        },
+        "spec.loadBalancer.vip",
+        "external/external needs a VIP",
+    );
+    let kube_vip = |f: &mut ClusterFile| {
+        f.spec.load_balancer.internal.kind = InternalLbType::KubeVip;
+        f.spec.load_balancer.vip = Some("10.0.0.100".into());
+    };
+    expect(
+        kube_vip,
+        "spec.loadBalancer.interface",
+        "kube-vip needs the network interface",
+    );
+    expect(
+        |f| f.spec.load_balancer.internal.kind = InternalLbType::KubeVip,
+        "spec.loadBalancer.vip",
+        "internal/kube-vip needs a VIP",
+    );
+    expect(
+        |f| {
+            f.spec.load_balancer.mode = LbMode::External;
+            f.spec.load_balancer.vip = Some("10.0.0.100".into());
+            f.spec.load_balancer.interface = Some("eth0".into());
+        },
+        "spec.roleGroups.loadbalancer",
+        "external/kubexm-kh needs hosts to run on",
+    );
+    expect(
+        |f| f.spec.load_balancer.vip = Some("10.0.0.12".into()),
+        "spec.loadBalancer.vip",
+        "already the address of host `m2`",
+    );
+    expect(
+        |f| f.spec.load_balancer.vip = Some("vip.local".into()),
+        "spec.loadBalancer.vip",
+        "not an IP address",
+    );
+    expect(
+        |f| f.spec.role_groups.loadbalancer = vec!["w1".into()],
+        "spec.roleGroups.loadbalancer",
+        "not external kubexm-kh or kubexm-kn",
+    );
+}
+
+#[test]
+fn registry() {
+    expect(
+        |f| f.spec.role_groups.registry.clear(),
+        "spec.roleGroups.registry",
+        "registry.type is registry but no registry host",
+    );
+    expect(
+        |f| {
+            f.spec.registry.kind = RegistryType::Harbor;
+            f.spec.role_groups.registry.clear();
+        },
+        "spec.roleGroups.registry",
+        "registry.type is harbor but no registry host",
+    );
+    expect(
+        |f| f.spec.registry.kind = RegistryType::Harbor,
+        "spec.registry.harborConfig.adminPassword",
+        "required for registry.type harbor",
+    );
+    expect(
+        |f| f.spec.registry.kind = RegistryType::External,
+        "spec.registry.privateRegistry",
+        "privateRegistry is not set",
+    );
+    expect(
+        |f| f.spec.registry.private_registry = Some("https://reg.local/v2".into()),
+        "spec.registry.privateRegistry",
+        "is not HOST[:PORT]",
+    );
+    expect(
+        |f| {
+            f.spec.registry.kind = RegistryType::None;
+            f.spec.registry.private_registry = Some("reg.local".into());
+        },
+        "spec.registry.privateRegistry",
+        "registry.type is none",
+    );
+    expect(
+        |f| {
+            let auth = RegistryAuth {
+                plain_http: true,
+                ca_file: Some("/ca.pem".into()),
+                ..RegistryAuth::default()
+            };
+            f.spec.registry.auths.insert("reg.local:5000".into(), auth);
+        },
+        "spec.registry.auths[\"reg.local:5000\"]",
+        "plainHTTP is combined with TLS settings",
+    );
+    expect(
+        |f| f.spec.role_groups.registry = vec!["r1".into(), "w1".into()],
+        "spec.roleGroups.registry",
+        "2 registry hosts are named",
+    );
+}
+
+#[test]
+fn system_extra_and_addons() {
+    expect(
+        |f| f.spec.system.ntp_servers = vec!["ntp server".into()],
+        "spec.system.ntpServers[0]",
+        "not an IP, DNS name or cluster host",
+    );
+    expect(
+        |f| f.spec.system.timezone = Some("Shanghai time".into()),
+        "spec.system.timezone",
+        "not a time zone name",
+    );
+    expect(
+        |f| {
+            f.spec.extra.hosts = vec![ExtraHost {
+                domain: "ldap.local".into(),
+                address: "ldap".into(),
+            }]
+        },
+        "spec.extra.hosts[0].address",
+        "`ldap` is not an IP address",
+    );
+    expect(
+        |f| {
+            f.spec.extra.resolves = vec![ExtraResolve {
+                address: "dns1".into(),
+            }]
+        },
+        "spec.extra.resolves[0].address",
+        "`dns1` is not an IP address",
+    );
+    let helm = |name: &str| Addon {
+        name: name.into(),
+        namespace: "kube-system".into(),
+        kind: AddonType::Helm,
+        source: AddonSource {
+            chart: Chart {
+                name: Some("x".into()),
+                version: None,
+                repo: Some("https://c".into()),
+            },
+            ..AddonSource::default()
+        },
+        values: Default::default(),
+        images: vec!["Bad/Image".into()],
+    };
+    expect(
+        |f| f.spec.addons = vec![helm("a")],
+        "spec.addons[0].source.chart",
+        "needs chart name and version",
+    );
+    expect(
+        |f| f.spec.addons = vec![helm("a")],
+        "spec.addons[0].images[0]",
+        "`Bad/Image` is not a valid image reference",
+    );
+    expect(
+        |f| f.spec.addons = vec![helm("a"), helm("a")],
+        "spec.addons[1].name",
+        "already the name of spec.addons[0]",
+    );
+    expect(
+        |f| {
+            let mut a = helm("y");
+            a.kind = AddonType::Yaml;
+            f.spec.addons = vec![a];
+        },
+        "spec.addons[0].source",
+        "exactly one of path or url",
+    );
+}
+
+#[test]
+fn every_problem_is_reported_in_one_run() {
+    let problems = problems_with(&builtin(), |f| {
+        f.spec.hosts[1].name = "m1".into();
+        f.spec.network.pod_cidr = "bad".into();
+        f.spec.load_balancer.mode = LbMode::None;
+    });
+    let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "spec.hosts[1].name",
+        "spec.network.podCidr",
+        "spec.loadBalancer.mode",
+    ] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+}
+
+fn load_err(text: &str) -> String {
+    match load_cluster_str(text, "cluster.yaml", &builtin()) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e @ (LoadError::Yaml(_) | LoadError::Invalid { .. })) => e.to_string(),
+        Err(e) => panic!("unexpected error kind: {e}"),
+    }
+}
+
+#[test]
+fn yaml_errors_name_file_line_and_column() {
+    let broken = BASE.replace(
+        "  kubernetes: {version: v1.33.11}",
+        "  kubernetes: {version: v1.33.11",
+    );
+    let e = load_err(&broken);
+    assert!(e.starts_with("cluster.yaml:"), "{e}");
+    assert!(
+        e.contains("-->") && e.contains('^'),
+        "a snippet is shown: {e}"
+    );
+
+    let unknown = BASE.replace(
+        "{name: w1, address: 10.0.0.21}",
+        "{name: w1, adress: 10.0.0.21}",
+    );
+    let e = load_err(&unknown);
+    assert!(
+        e.starts_with("cluster.yaml:10:18: unknown field `adress`"),
+        "{e}"
+    );
+
+    let variant = BASE.replace(
+        "{version: v1.33.11}",
+        "{version: v1.33.11, type: kubespray}",
+    );
+    let e = load_err(&variant);
+    assert!(
+        e.contains("cluster.yaml:17:") && e.contains("unknown variant `kubespray`"),
+        "{e}"
+    );
+
+    let arch = BASE.replace(
+        "{name: r1, address: 10.0.0.31}",
+        "{name: r1, address: 10.0.0.31, arch: sparc}",
+    );
+    assert!(load_err(&arch).contains("expected one of amd64, arm64"));
+
+    let missing = BASE.replace("  kubernetes: {version: v1.33.11}\n", "");
+    assert!(load_err(&missing).contains("missing field `kubernetes`"));
+
+    let dup = BASE.replace("metadata: {name: t}", "metadata: {name: t}\nkind: Cluster");
+    assert!(load_err(&dup).contains("duplicate mapping key"));
+}
+
+#[test]
+fn invalid_file_error_lists_every_problem_with_hints() {
+    let text = BASE
+        .replace("worker: [w1]", "worker: [w9]")
+        .replace("registry: [r1]", "registry: []");
+    let e = load_err(&text);
+    assert!(
+        e.starts_with("`cluster.yaml` is not valid (2 problems):"),
+        "{e}"
+    );
+    assert!(
+        e.contains("  - spec.roleGroups.worker[0]: host `w9` is not in spec.hosts\n    hint: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn passwords_never_show_in_debug_output() {
+    let text = BASE.replace(
+        "{name: w1, address: 10.0.0.21}",
+        "{name: w1, address: 10.0.0.21, password: s3cr3t-pw}",
+    );
+    let c = load_cluster_str(&text, "cluster.yaml", &builtin()).expect("valid");
+    assert_eq!(
+        c.file.spec.hosts[3].password.as_ref().map(Secret::expose),
+        Some("s3cr3t-pw")
+    );
+    assert!(!format!("{c:?}").contains("s3cr3t-pw"));
+}
