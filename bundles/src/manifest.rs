@@ -1,0 +1,84 @@
+//! `bundle.json`: what a bundle holds. Written by `kubexm-build bundle`, read by `verify` and by
+//! `kubexm-install`. Fields are only ever added within a `formatVersion`.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// Name of the manifest entry (always the first entry of the tar stream).
+pub const MANIFEST_PATH: &str = "bundle.json";
+/// Name of the checksum list (always the second entry): `sha256sum -c` format.
+pub const SUMS_PATH: &str = "SHA256SUMS";
+/// The cluster description the bundle was built from.
+pub const CLUSTER_PATH: &str = "cluster.yaml";
+/// Root of the OCI image layout.
+pub const IMAGES_DIR: &str = "images";
+
+/// The whole `bundle.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BundleManifest {
+    /// [`crate::FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Version of the tool that wrote the bundle.
+    pub tool_version: String,
+    /// Cluster name (`metadata.name`).
+    pub cluster: String,
+    /// Kubernetes version.
+    pub kubernetes_version: String,
+    /// Zone the sources were resolved for.
+    pub zone: String,
+    /// Architectures the bundle serves.
+    pub arches: BTreeSet<String>,
+    /// Creation time (seconds since the epoch; `SOURCE_DATE_EPOCH` when set).
+    pub created: u64,
+    /// Downloaded files.
+    pub files: Vec<FileRecord>,
+    /// Images in `images/` (an OCI image layout).
+    pub images: Vec<ImageRecord>,
+}
+
+/// One file under `files/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileRecord {
+    /// Component name.
+    pub name: String,
+    /// Component version.
+    pub version: String,
+    /// Architecture.
+    pub arch: String,
+    /// Path inside the bundle (`files/<name>/<version>/<arch>/<file>`).
+    pub path: String,
+    /// sha256 hex of the content.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where it was downloaded from.
+    pub url: String,
+    /// Roles that need it.
+    pub roles: BTreeSet<String>,
+}
+
+/// One image in the OCI layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageRecord {
+    /// Canonical reference; also the `org.opencontainers.image.ref.name` annotation in index.json.
+    pub reference: String,
+    /// Where it was pulled from.
+    pub source: String,
+    /// Digest of the top manifest or index stored in the layout (`sha256:…`).
+    pub digest: String,
+    /// Digest at the source registry when it differs (an index reduced to the needed platforms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_digest: Option<String>,
+    /// Media type of the top manifest or index.
+    pub media_type: String,
+    /// Size of the top manifest or index.
+    pub size: u64,
+    /// Platforms kept (`linux/amd64`).
+    pub platforms: BTreeSet<String>,
+    /// Roles that pull it.
+    pub roles: BTreeSet<String>,
+}
