@@ -10,7 +10,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// images it needs for the chosen zone, downloads and verifies them, and writes one .tar.zst
 /// bundle that `kubexm-install` installs on air-gapped hosts.
 #[derive(Debug, Parser)]
-#[command(name = "kubexm-build", version, propagate_version = true)]
+#[command(
+    name = "kubexm-build",
+    version,
+    propagate_version = true,
+    args_override_self = true
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -24,6 +29,47 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Check a cluster.yaml and report every problem.
     Validate(SourceArgs),
+    /// Download and verify everything the cluster needs and write one .tar.zst bundle.
+    Bundle(BundleArgs),
+    /// Check every entry of a bundle against its SHA256SUMS and bundle.json.
+    Verify(VerifyArgs),
+}
+
+/// `bundle` options.
+#[derive(Debug, Args)]
+pub struct BundleArgs {
+    /// Inputs.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Bundle to write (default: kubexm-CLUSTER-VERSION.tar.zst in the current directory).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Content-addressed cache shared by files and image blobs (default: ~/.cache/kubexm).
+    #[arg(long, value_name = "DIR", env = "KUBEXM_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Parallel downloads.
+    #[arg(long, default_value_t = 8)]
+    pub jobs: usize,
+    /// zstd compression level (1–19).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    pub level: i32,
+    /// Tries per download before giving up.
+    #[arg(long, default_value_t = 4)]
+    pub retries: u32,
+    /// First retry delay in milliseconds (doubles each retry).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub retry_delay_ms: u64,
+    /// A docker config.json with registry credentials (default: $DOCKER_CONFIG or ~/.docker).
+    #[arg(long, value_name = "FILE")]
+    pub docker_config: Option<PathBuf>,
+}
+
+/// `verify` options.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The bundle to check.
+    #[arg(value_name = "FILE.tar.zst")]
+    pub bundle: PathBuf,
 }
 
 /// Where the cluster description, catalog and zone come from.

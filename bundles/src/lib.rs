@@ -1,8 +1,51 @@
 //! The KubeXM bundle format, shared by `kubexm-build` (writes bundles) and `kubexm-install`
-//! (verifies and unpacks them). See `bundles/README.md` for the layout.
+//! (verifies and unpacks them). The format is specified in `bundles/README.md`.
+//!
+//! ```no_run
+//! use std::path::{Path, PathBuf};
+//! use kubexm_bundles::pack::{pack, Entry, PackOptions, Source, FILE_MODE};
+//! use kubexm_bundles::verify::{verify, DirSink};
+//! # fn demo(manifest: kubexm_bundles::manifest::BundleManifest) -> Result<(), Box<dyn std::error::Error>> {
+//! let entries = vec![Entry {
+//!     path: "cluster.yaml".into(),
+//!     source: Source::File(PathBuf::from("cluster.yaml")),
+//!     sha256: None,
+//!     mode: FILE_MODE,
+//! }];
+//! let report = pack(Path::new("b.tar.zst"), &manifest, entries, &PackOptions::from_env()?)?;
+//! let file = fs_err::File::open(&report.path)?;
+//! verify(file, &mut DirSink::new("extracted")?)?;
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
+mod check;
+mod dirsink;
+mod hash;
 pub mod manifest;
+pub mod pack;
+mod path;
+mod space;
+mod sums;
+pub mod verify;
+
+pub use check::ManifestProblem;
+pub use pack::{pack, PackError};
+pub use path::PathProblem;
+pub use sums::SumsError;
+pub use verify::{verify, VerifyError};
 
 /// Version of the bundle layout written in `bundle.json`.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// Any error of this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Writing a bundle failed.
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    /// A bundle failed verification.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+}

@@ -14,7 +14,8 @@ pub const CLUSTER_PATH: &str = "cluster.yaml";
 /// Root of the OCI image layout.
 pub const IMAGES_DIR: &str = "images";
 
-/// The whole `bundle.json`.
+/// The whole `bundle.json`: the first entry of every bundle. The bundle format (entry order,
+/// tree, `SHA256SUMS`, reproducibility and verification rules) is specified in `bundles/README.md`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BundleManifest {
@@ -73,6 +74,11 @@ pub struct ImageRecord {
     /// Digest at the source registry when it differs (an index reduced to the needed platforms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_digest: Option<String>,
+    /// When the top manifest is a Docker schema2 manifest, the one-entry OCI index that
+    /// `images/index.json` points at instead (containers/image tools only resolve OCI media
+    /// types there). The manifest itself keeps its digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout_digest: Option<String>,
     /// Media type of the top manifest or index.
     pub media_type: String,
     /// Size of the top manifest or index.

@@ -41,6 +41,9 @@ pub struct ImageRewrite {
     /// Keep only the last path component of the repository.
     #[serde(default)]
     pub flatten: bool,
+    /// The `to` registry speaks plain HTTP (a local mirror).
+    #[serde(default, rename = "plainHTTP")]
+    pub plain_http: bool,
 }
 
 /// `metadata` of a zone.
@@ -191,6 +194,15 @@ impl Zone {
                 known: "default, cn".to_owned(),
             }),
         }
+    }
+
+    /// Registry hosts (`host[:port]`) this zone's image rules mark as plain HTTP.
+    pub fn plain_http_registries(&self) -> Vec<String> {
+        self.images
+            .iter()
+            .filter(|r| r.plain_http)
+            .map(|r| r.to.split('/').next().unwrap_or(&r.to).to_owned())
+            .collect()
     }
 
     /// The URL of a file after the zone's rewrites.

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+pub mod bundle;
 pub mod resolve;
 pub mod validate;
+pub mod verify;
 
 use anyhow::{Context, Result};
 use kubexm_manifests::catalog::Catalog;

@@ -1,3 +1,5 @@
 //! CLI tests of `kubexm-build` (one test binary).
 
+mod bundle_e2e;
+mod bundle_faults;
 mod resolve_cli;

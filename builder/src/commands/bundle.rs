@@ -1,0 +1,245 @@
+//! `kubexm-build bundle`: resolve, fetch every file and image into the cache, pack one bundle.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use futures_util::{stream, StreamExt, TryStreamExt};
+use kubexm_bundles::manifest::{BundleManifest, FileRecord, ImageRecord, CLUSTER_PATH, IMAGES_DIR};
+use kubexm_bundles::pack::{pack, Entry, PackOptions, Source};
+use kubexm_manifests::resolve::{resolve, Resolution};
+
+use super::{problems_error, Inputs};
+use crate::cache::Cache;
+use crate::cli::BundleArgs;
+use crate::credentials::Credentials;
+use crate::fetch::{Fetcher, Retry};
+use crate::images::{ImageRequest, PulledImage, Puller, RegistryAccess};
+use crate::oci_layout;
+use crate::progress::Progress;
+
+/// Runs the whole build.
+pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
+    let inputs = Inputs::load(&args.source)?;
+    let lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
+        .map_err(|p| problems_error(&args.source.file, &p))?;
+    let cache_root = args.cache_dir.clone().unwrap_or_else(Cache::default_root);
+    let cache = Cache::open(&cache_root).context("Failed to open the cache")?;
+    let jobs = args.jobs.max(1);
+    let retry = Retry {
+        attempts: args.retries.max(1),
+        base: std::time::Duration::from_millis(args.retry_delay_ms),
+    };
+    let progress = Progress::auto();
+    let spec = &inputs.cluster.file.spec;
+    let credentials = Credentials::load(&spec.registry.auths, args.docker_config.as_deref())?;
+    let mut access = RegistryAccess {
+        plain_http: inputs.zone.plain_http_registries(),
+        ..RegistryAccess::default()
+    };
+    for (host, auth) in &spec.registry.auths {
+        if auth.plain_http {
+            access.plain_http.push(host.clone());
+        }
+        access.insecure_skip_verify |= auth.skip_tls_verify;
+        if let Some(ca) = &auth.ca_file {
+            access.ca_pems.push(std::fs::read(ca).with_context(|| {
+                format!("Failed to read spec.registry.auths[\"{host}\"].caFile `{ca}`")
+            })?);
+        }
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(jobs.clamp(2, 8))
+        .enable_all()
+        .build()
+        .context("Failed to start the async runtime")?;
+    let (files, images) = runtime.block_on(async {
+        let fetcher = Fetcher::new(cache.clone(), retry, progress.clone())
+            .context("Failed to set up the HTTP client")?;
+        let files: Vec<PathBuf> = stream::iter(&lists.binaries)
+            .map(|b| {
+                let fetcher = fetcher.clone();
+                async move {
+                    let label = format!("{} {} {}", b.name, b.version, b.arch);
+                    fetcher.fetch(&b.url, &b.sha256, &label).await
+                }
+            })
+            .buffered(jobs)
+            .try_collect()
+            .await
+            .context("Failed to download the files")?;
+        let puller = Puller::new(
+            cache.clone(),
+            retry,
+            progress.clone(),
+            credentials,
+            &access,
+            jobs,
+        )?;
+        let requests: Vec<ImageRequest> = lists
+            .images
+            .iter()
+            .map(|i| ImageRequest {
+                source: i.source.clone(),
+                platforms: i.platforms.clone(),
+            })
+            .collect();
+        let images = puller
+            .pull_all(&requests)
+            .await
+            .context("Failed to pull the images")?;
+        anyhow::Ok((files, images))
+    })?;
+
+    let cluster_yaml = std::fs::read(&args.source.file)
+        .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
+    let mtime = source_date_epoch()?;
+    let manifest = bundle_manifest(&lists, &files, &images, mtime);
+    let entries = bundle_entries(&cache, &lists, &images, cluster_yaml)?;
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "kubexm-{}-{}.tar.zst",
+            lists.cluster, lists.kubernetes_version
+        ))
+    });
+    let opts = PackOptions {
+        level: args.level,
+        threads: 0,
+        mtime,
+    };
+    let report = pack(&output, &manifest, entries, &opts)
+        .with_context(|| format!("Failed to write `{}`", output.display()))?;
+    writeln!(
+        out,
+        "wrote {} ({} files, {} images, {} entries, {} → {} bytes, sha256 {})",
+        output.display(),
+        manifest.files.len(),
+        manifest.images.len(),
+        report.entries,
+        report.bytes_in,
+        report.bytes_out,
+        report.sha256
+    )?;
+    Ok(())
+}
+
+/// `SOURCE_DATE_EPOCH` when set (reproducible builds), else 0.
+fn source_date_epoch() -> Result<u64> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.is_empty() => v
+            .trim()
+            .parse()
+            .with_context(|| format!("SOURCE_DATE_EPOCH `{v}` is not a number of seconds")),
+        _ => Ok(0),
+    }
+}
+
+fn bundle_manifest(
+    lists: &Resolution,
+    files: &[PathBuf],
+    images: &[PulledImage],
+    created: u64,
+) -> BundleManifest {
+    let roles = |r: &BTreeSet<kubexm_manifests::resolve::Role>| {
+        r.iter().map(|x| x.as_str().to_owned()).collect()
+    };
+    BundleManifest {
+        format_version: kubexm_bundles::FORMAT_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        cluster: lists.cluster.clone(),
+        kubernetes_version: lists.kubernetes_version.clone(),
+        zone: lists.zone.clone(),
+        arches: lists.arches.iter().map(|a| a.to_string()).collect(),
+        created,
+        files: lists
+            .binaries
+            .iter()
+            .zip(files)
+            .map(|(b, path)| FileRecord {
+                name: b.name.clone(),
+                version: b.version.clone(),
+                arch: b.arch.to_string(),
+                path: b.path.clone(),
+                sha256: b.sha256.clone(),
+                size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+                url: b.url.clone(),
+                roles: roles(&b.roles),
+            })
+            .collect(),
+        images: lists
+            .images
+            .iter()
+            .zip(images)
+            .map(|(i, p)| ImageRecord {
+                reference: i.reference.clone(),
+                source: i.source.clone(),
+                digest: p.digest.clone(),
+                source_digest: p.source_digest.clone(),
+                layout_digest: p.layout_wrapper.as_ref().map(|w| w.0.clone()),
+                media_type: p.media_type.clone(),
+                size: p.size,
+                platforms: p.platforms.clone(),
+                roles: roles(&i.roles),
+            })
+            .collect(),
+    }
+}
+
+fn bundle_entries(
+    cache: &Cache,
+    lists: &Resolution,
+    images: &[PulledImage],
+    cluster_yaml: Vec<u8>,
+) -> Result<Vec<Entry>> {
+    let mut entries = vec![Entry {
+        path: CLUSTER_PATH.to_owned(),
+        source: Source::Bytes(cluster_yaml),
+        sha256: None,
+        mode: 0o644,
+    }];
+    for b in &lists.binaries {
+        let exec = matches!(b.archive, kubexm_manifests::catalog::Archive::Binary);
+        entries.push(Entry {
+            path: b.path.clone(),
+            source: Source::File(cache.blob_path(&b.sha256)),
+            sha256: Some(b.sha256.clone()),
+            mode: if exec { 0o755 } else { 0o644 },
+        });
+    }
+    if !images.is_empty() {
+        let refs: Vec<(&str, &PulledImage)> = lists
+            .images
+            .iter()
+            .map(|i| i.reference.as_str())
+            .zip(images)
+            .collect();
+        entries.push(Entry {
+            path: format!("{IMAGES_DIR}/oci-layout"),
+            source: Source::Bytes(oci_layout::LAYOUT_FILE.as_bytes().to_vec()),
+            sha256: None,
+            mode: 0o644,
+        });
+        entries.push(Entry {
+            path: format!("{IMAGES_DIR}/index.json"),
+            source: Source::Bytes(oci_layout::index_json(&refs)),
+            sha256: None,
+            mode: 0o644,
+        });
+        let blobs: BTreeSet<&str> = images
+            .iter()
+            .flat_map(|i| i.blobs.iter().map(String::as_str))
+            .collect();
+        for digest in blobs {
+            let hex = digest.trim_start_matches("sha256:");
+            entries.push(Entry {
+                path: format!("{IMAGES_DIR}/blobs/sha256/{hex}"),
+                source: Source::File(cache.blob_path(hex)),
+                sha256: Some(hex.to_owned()),
+                mode: 0o644,
+            });
+        }
+    }
+    Ok(entries)
+}

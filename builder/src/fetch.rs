@@ -1,0 +1,260 @@
+//! Verified file downloads into the cache: streamed to a partial file while hashing, resumed with
+//! HTTP Range after a cut, retried with backoff, and renamed into the store only when the sha256
+//! matches the catalog's pin.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cache::{hex, Cache, CacheError};
+use crate::progress::Progress;
+
+/// Retry policy: `attempts` tries in all, waiting `base`, 2×`base`, 4×`base`… between them.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// Total tries (≥ 1).
+    pub attempts: u32,
+    /// First delay.
+    pub base: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            base: Duration::from_millis(500),
+        }
+    }
+}
+
+impl Retry {
+    /// Delay before try number `attempt` (1-based; the first retry is attempt 2).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        self.base * 2u32.saturating_pow(attempt.saturating_sub(2)).min(64)
+    }
+}
+
+/// Why a file could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// Permanent HTTP status (404, 401, 403, …).
+    #[error("GET {url} answered {status}{hint}")]
+    Status {
+        /// URL.
+        url: String,
+        /// Status code.
+        status: u16,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// Content did not match the pin after every retry.
+    #[error("{url}: sha256 mismatch after {attempts} tries: expected {expected}, got {actual}; the download was deleted")]
+    Mismatch {
+        /// URL.
+        url: String,
+        /// Pinned sum.
+        expected: String,
+        /// Sum of what arrived.
+        actual: String,
+        /// Tries made.
+        attempts: u32,
+    },
+    /// Transport errors or 5xx on every try.
+    #[error("{url}: giving up after {attempts} tries: {last}")]
+    Exhausted {
+        /// URL.
+        url: String,
+        /// Tries made.
+        attempts: u32,
+        /// Last error.
+        last: String,
+    },
+    /// Local I/O.
+    #[error("{url}: writing `{path}` failed")]
+    Io {
+        /// URL.
+        url: String,
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Cache error.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+/// Downloads files into a [`Cache`].
+#[derive(Clone)]
+pub struct Fetcher {
+    client: reqwest::Client,
+    cache: Cache,
+    retry: Retry,
+    progress: Progress,
+}
+
+enum Attempt {
+    Done(String),
+    Retry(String),
+}
+
+impl Fetcher {
+    /// A fetcher with its own HTTP client.
+    pub fn new(cache: Cache, retry: Retry, progress: Progress) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(20))
+            .read_timeout(Duration::from_secs(60))
+            .user_agent(concat!("kubexm-build/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self {
+            client,
+            cache,
+            retry,
+            progress,
+        })
+    }
+
+    /// Makes sure the file with sha256 `expected` is in the cache, downloading it from `url` if
+    /// needed. A cache hit makes no request at all.
+    pub async fn fetch(
+        &self,
+        url: &str,
+        expected: &str,
+        label: &str,
+    ) -> Result<PathBuf, FetchError> {
+        if self.cache.contains(expected) {
+            return Ok(self.cache.blob_path(expected));
+        }
+        let partial = self.cache.partial_path(expected);
+        let mut item = self.progress.item(label, 0);
+        let mut last = String::new();
+        for attempt in 1..=self.retry.attempts {
+            if attempt > 1 {
+                tokio::time::sleep(self.retry.delay(attempt)).await;
+            }
+            match self.attempt(url, expected, &partial, &mut item).await? {
+                Attempt::Done(actual) if actual == expected => {
+                    let path = self.cache.commit(&partial, expected)?;
+                    item.finish("downloaded");
+                    return Ok(path);
+                }
+                Attempt::Done(actual) => {
+                    let _ = tokio::fs::remove_file(&partial).await;
+                    item.reset(0);
+                    tracing::warn!(%url, %expected, %actual, attempt, "sha256 mismatch; deleted, retrying");
+                    if attempt == self.retry.attempts {
+                        return Err(FetchError::Mismatch {
+                            url: url.to_owned(),
+                            expected: expected.to_owned(),
+                            actual,
+                            attempts: attempt,
+                        });
+                    }
+                }
+                Attempt::Retry(why) => {
+                    tracing::warn!(%url, attempt, error = %why, "download interrupted; will resume");
+                    last = why;
+                }
+            }
+        }
+        Err(FetchError::Exhausted {
+            url: url.to_owned(),
+            attempts: self.retry.attempts,
+            last,
+        })
+    }
+
+    /// One try: resume from the partial file if any, stream the rest while hashing.
+    async fn attempt(
+        &self,
+        url: &str,
+        expected: &str,
+        partial: &PathBuf,
+        item: &mut crate::progress::Item,
+    ) -> Result<Attempt, FetchError> {
+        let io = |source| FetchError::Io {
+            url: url.to_owned(),
+            path: partial.clone(),
+            source,
+        };
+        let mut hasher = Sha256::new();
+        let mut have = 0u64;
+        if let Ok(mut f) = tokio::fs::File::open(partial).await {
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = f.read(&mut buf).await.map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                have += n as u64;
+            }
+        }
+        let mut req = self.client.get(url);
+        if have > 0 {
+            req = req.header(reqwest::header::RANGE, format!("bytes={have}-"));
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => return Ok(Attempt::Retry(e.to_string())),
+        };
+        let status = resp.status();
+        let append = match status.as_u16() {
+            206 if have > 0 => true,
+            200 => false,
+            416 if have > 0 => {
+                // Everything is already here (or the partial is longer than the file).
+                return Ok(Attempt::Done(hex(&hasher.finalize())));
+            }
+            404 | 410 => return Err(self.status(url, status.as_u16(), ": the file is not at that URL; check the catalog URL or your zone's mirror")),
+            401 | 403 => return Err(self.status(url, status.as_u16(), ": the server refused access; files are fetched without credentials, so use a mirror that serves them openly")),
+            s if s == 429 || s >= 500 => return Ok(Attempt::Retry(format!("HTTP {s}"))),
+            s => return Err(self.status(url, s, "")),
+        };
+        if !append {
+            hasher = Sha256::new();
+            have = 0;
+        }
+        if let Some(len) = resp.content_length() {
+            item.set_total(have + len);
+        }
+        item.reset(have);
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(partial)
+            .await
+            .map_err(io)?;
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    file.flush().await.map_err(io)?;
+                    return Ok(Attempt::Retry(format!("connection lost: {e}")));
+                }
+            };
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(io)?;
+            item.inc(chunk.len() as u64);
+        }
+        file.flush().await.map_err(io)?;
+        file.sync_all().await.map_err(io)?;
+        let _ = expected;
+        Ok(Attempt::Done(hex(&hasher.finalize())))
+    }
+
+    fn status(&self, url: &str, status: u16, hint: &'static str) -> FetchError {
+        FetchError::Status {
+            url: url.to_owned(),
+            status,
+            hint,
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! `kubexm-build bundle` end to end against real servers on loopback: files from the testkit's
+//! HTTP mirror, images from Debian's `docker-registry` (one anonymous, one behind htpasswd basic
+//! auth) holding small real busybox images, and `skopeo` as the independent client that must read
+//! what we write.
+//!
+//! The kube-* server binaries and the other files are stand-in files (random bytes): no real
+//! Kubernetes binaries can be had here. Their sums are pinned through a catalog override,
+//! exactly as a user pins their own versions.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kubexm_testkit::{
+    images, skopeo_copy, skopeo_inspect_digest, HttpMirror, Registry, RegistryOptions,
+};
+
+pub(crate) const USER: &str = "puller";
+pub(crate) const PASS: &str = "pull-secret-123";
+
+/// Every stand-in file the test cluster needs: (component, version, arch, upstream URL path).
+/// Masters are amd64, the worker arm64, so node components come in both arches.
+pub(crate) const FILES: &[(&str, &str, &str, &str)] = &[
+    ("kube-apiserver", "v1.33.11", "amd64", "dl.k8s.io/release/v1.33.11/bin/linux/amd64/kube-apiserver"),
+    ("kube-controller-manager", "v1.33.11", "amd64", "dl.k8s.io/release/v1.33.11/bin/linux/amd64/kube-controller-manager"),
+    ("kube-scheduler", "v1.33.11", "amd64", "dl.k8s.io/release/v1.33.11/bin/linux/amd64/kube-scheduler"),
+    ("kubectl", "v1.33.11", "amd64", "dl.k8s.io/release/v1.33.11/bin/linux/amd64/kubectl"),
+    ("etcd", "v3.5.24", "amd64", "github.com/etcd-io/etcd/releases/download/v3.5.24/etcd-v3.5.24-linux-amd64.tar.gz"),
+    ("calicoctl", "v3.99.0", "amd64", "github.com/projectcalico/calico/releases/download/v3.99.0/calicoctl-linux-amd64"),
+    ("kube-proxy", "v1.33.11", "amd64", "dl.k8s.io/release/v1.33.11/bin/linux/amd64/kube-proxy"),
+    ("kube-proxy", "v1.33.11", "arm64", "dl.k8s.io/release/v1.33.11/bin/linux/arm64/kube-proxy"),
+    ("kubelet", "v1.33.11", "amd64", "dl.k8s.io/release/v1.33.11/bin/linux/amd64/kubelet"),
+    ("kubelet", "v1.33.11", "arm64", "dl.k8s.io/release/v1.33.11/bin/linux/arm64/kubelet"),
+    ("containerd", "1.7.13", "amd64", "github.com/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-amd64.tar.gz"),
+    ("containerd", "1.7.13", "arm64", "github.com/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-arm64.tar.gz"),
+    ("runc", "v1.1.12", "amd64", "github.com/opencontainers/runc/releases/download/v1.1.12/runc.amd64"),
+    ("runc", "v1.1.12", "arm64", "github.com/opencontainers/runc/releases/download/v1.1.12/runc.arm64"),
+    ("crictl", "v1.33.0", "amd64", "github.com/kubernetes-sigs/cri-tools/releases/download/v1.33.0/crictl-v1.33.0-linux-amd64.tar.gz"),
+    ("crictl", "v1.33.0", "arm64", "github.com/kubernetes-sigs/cri-tools/releases/download/v1.33.0/crictl-v1.33.0-linux-arm64.tar.gz"),
+    ("cni-plugins", "v1.9.1", "amd64", "github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-amd64-v1.9.1.tgz"),
+    ("cni-plugins", "v1.9.1", "arm64", "github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-arm64-v1.9.1.tgz"),
+];
+
+pub(crate) struct Lab {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) mirror: HttpMirror,
+    pub(crate) open: Registry,
+    pub(crate) private: Registry,
+    /// reference → digest at the source registry
+    source_digests: BTreeMap<String, String>,
+}
+
+impl Lab {
+    pub(crate) fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+}
+
+/// Deterministic stand-in content (64 KiB, distinct per name).
+fn stand_in(name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 * 1024);
+    let mut x: u64 = name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    while out.len() < 64 * 1024 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+pub(crate) fn setup() -> Lab {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("mirror");
+    let mut pins = String::from(
+        "# Test pins: sums of the stand-in files served by the test's mirror.\ncomponents:\n",
+    );
+    for (name, version, arch, path) in FILES {
+        let content = stand_in(path);
+        let file = root.join(path);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, &content).expect("write stand-in");
+        let sum = kubexm_testkit::sha256_hex(&content);
+        pins.push_str(&format!(
+            "  - name: {name}\n    versions:\n      \"{version}\": {{{arch}: \"{sum}\"}}\n"
+        ));
+    }
+    let mirror = HttpMirror::start(&root);
+    let open = Registry::start(RegistryOptions::default());
+    let private = Registry::start(RegistryOptions {
+        basic_auth: Some((USER.to_owned(), PASS.to_owned())),
+        ..RegistryOptions::default()
+    });
+
+    // Real images: busybox-static rootfs, built with umoci, pushed with skopeo.
+    let work = dir.path().join("images");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let amd = images::busybox_layout(&work, "pause", "amd64");
+    let arm = images::busybox_layout(&work, "pause-arm", "arm64");
+    let s390 = images::busybox_layout(&work, "pause-s390x", "s390x");
+    let mut source_digests = BTreeMap::new();
+    // pause: a two-platform OCI index, kept whole (both arches are needed).
+    let pause = images::push_index(
+        &open,
+        "registry.k8s.io/pause:3.10",
+        &[(&amd, "amd64"), (&arm, "arm64")],
+        None,
+    );
+    source_digests.insert("registry.k8s.io/pause:3.10".to_owned(), pause.index);
+    // coredns: a three-platform index reduced to the two needed.
+    let coredns = images::push_index(
+        &open,
+        "registry.k8s.io/coredns/coredns:v1.12.0",
+        &[(&amd, "amd64"), (&arm, "arm64"), (&s390, "s390x")],
+        None,
+    );
+    source_digests.insert(
+        "registry.k8s.io/coredns/coredns:v1.12.0".to_owned(),
+        coredns.index,
+    );
+    // node-cache: index again (shares every blob with pause: deduplicated in the bundle).
+    let nc = images::push_index(
+        &open,
+        "registry.k8s.io/dns/k8s-dns-node-cache:1.25.0",
+        &[(&amd, "amd64"), (&arm, "arm64")],
+        None,
+    );
+    source_digests.insert(
+        "registry.k8s.io/dns/k8s-dns-node-cache:1.25.0".to_owned(),
+        nc.index,
+    );
+    // kube-vip: a single Docker schema2 manifest (masters only, amd64).
+    let kv = images::push_docker_schema2(
+        &amd,
+        images::LAYOUT_TAG,
+        &open,
+        None,
+        "ghcr.io/kube-vip/kube-vip:v1.0.3",
+    );
+    source_digests.insert("ghcr.io/kube-vip/kube-vip:v1.0.3".to_owned(), kv);
+    // calico/node: behind basic auth.
+    let calico = images::push_index(
+        &private,
+        "calico/node:v3.99.0",
+        &[(&amd, "amd64"), (&arm, "arm64")],
+        Some((USER, PASS)),
+    );
+    source_digests.insert("docker.io/calico/node:v3.99.0".to_owned(), calico.index);
+
+    pins.push_str(
+        "addonImages:\n  calico:\n    \"v3.99.0\": [\"docker.io/calico/node:v3.99.0\"]\n",
+    );
+    std::fs::write(dir.path().join("catalog.yaml"), pins).expect("write catalog");
+    let zone = format!(
+        "apiVersion: kubexm.io/v1alpha1\nkind: Zone\nmetadata: {{name: lab}}\nfiles:\n  - {{from: 'https://', to: '{base}/'}}\nimages:\n  - {{from: registry.k8s.io, to: '{o}/registry.k8s.io', plainHTTP: true}}\n  - {{from: ghcr.io, to: '{o}/ghcr.io', plainHTTP: true}}\n  - {{from: docker.io/calico, to: '{p}/calico', plainHTTP: true}}\n",
+        base = mirror.base_url(),
+        o = open.host(),
+        p = private.host(),
+    );
+    std::fs::write(dir.path().join("zone.yaml"), zone).expect("write zone");
+    write_cluster(dir.path(), Some((private.host().as_str(), USER, PASS)));
+    Lab {
+        dir,
+        mirror,
+        open,
+        private,
+        source_digests,
+    }
+}
+
+pub(crate) fn write_cluster(dir: &Path, auth: Option<(&str, &str, &str)>) {
+    let auths = match auth {
+        Some((host, u, p)) => format!(
+            "    auths:\n      \"{host}\": {{username: {u}, password: {p}, plainHTTP: true}}\n"
+        ),
+        None => String::new(),
+    };
+    let cluster = format!(
+        "apiVersion: kubexm.io/v1alpha1
+kind: Cluster
+metadata: {{name: lab}}
+spec:
+  hosts:
+    - {{name: m1, address: 10.0.0.11}}
+    - {{name: w1, address: 10.0.0.21, arch: arm64}}
+  roleGroups:
+    etcd: [m1]
+    master: [m1]
+    worker: [w1]
+  kubernetes: {{type: kubexm, version: v1.33.11}}
+  network:
+    plugin: calico
+    calico: {{version: v3.99.0}}
+  loadBalancer: {{mode: internal, internal: {{type: kube-vip}}, vip: 10.0.0.100, interface: eth0}}
+  registry:
+    type: none
+{auths}"
+    );
+    std::fs::write(dir.join("cluster.yaml"), cluster).expect("write cluster");
+}
+
+pub(crate) fn bundle(lab: &Lab, out: &str, cache: &str, extra: &[&str]) -> Output {
+    bundle_cmd(lab, out, cache, extra)
+        .output()
+        .expect("kubexm-build runs")
+}
+
+pub(crate) fn bundle_cmd(lab: &Lab, out: &str, cache: &str, extra: &[&str]) -> Command {
+    let d = lab.dir.path();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubexm-build"));
+    cmd.arg("bundle")
+        .arg("-f")
+        .arg(d.join("cluster.yaml"))
+        .arg("--zone-file")
+        .arg(d.join("zone.yaml"))
+        .arg("--catalog")
+        .arg(d.join("catalog.yaml"))
+        .arg("--cache-dir")
+        .arg(d.join(cache))
+        .arg("-o")
+        .arg(d.join(out))
+        .args([
+            "--retry-delay-ms",
+            "50",
+            "--docker-config",
+            "/nonexistent/config.json",
+        ])
+        .args(extra)
+        .env_remove("KMZONE")
+        .env("SOURCE_DATE_EPOCH", "1700000000");
+    cmd
+}
+
+pub(crate) fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn extract(bundle: &Path, into: &Path) {
+    std::fs::create_dir_all(into).expect("mkdir");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "zstd -dc '{}' | tar -x -C '{}'",
+            bundle.display(),
+            into.display()
+        ))
+        .status()
+        .expect("zstd | tar");
+    assert!(status.success(), "zstd -dc | tar -x failed");
+}
+
+fn registry_get_count(r: &Registry) -> usize {
+    r.count_requests("GET", "/v2/") + r.count_requests("HEAD", "/v2/")
+}
+
+#[test]
+fn bundle_from_mirror_and_registries_is_complete_readable_and_reproducible() {
+    let lab = setup();
+    let out = bundle(&lab, "b1.tar.zst", "cache", &[]);
+    assert!(
+        out.status.success(),
+        "bundle failed:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stderr).contains(PASS),
+        "the registry password leaked into the logs"
+    );
+    let b1 = lab.path("b1.tar.zst");
+
+    // verify: our own streaming check.
+    let v = Command::new(env!("CARGO_BIN_EXE_kubexm-build"))
+        .arg("verify")
+        .arg(&b1)
+        .output()
+        .expect("verify runs");
+    assert!(v.status.success(), "verify: {}", text(&v.stderr));
+    assert!(text(&v.stdout).contains(": OK ("), "{}", text(&v.stdout));
+
+    // Independent tools: tar/zstd extract it, sha256sum checks it.
+    let x = lab.path("x");
+    extract(&b1, &x);
+    let sums = Command::new("sha256sum")
+        .args(["-c", "--quiet", "SHA256SUMS"])
+        .current_dir(&x)
+        .output()
+        .expect("sha256sum");
+    assert!(
+        sums.status.success(),
+        "sha256sum -c: {}{}",
+        text(&sums.stdout),
+        text(&sums.stderr)
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(x.join("bundle.json")).expect("bundle.json"))
+            .expect("json");
+    assert_eq!(manifest["cluster"], "lab");
+    assert_eq!(
+        manifest["files"].as_array().map(Vec::len),
+        Some(FILES.len())
+    );
+    for f in manifest["files"].as_array().expect("files") {
+        let path = f["path"].as_str().expect("path");
+        assert!(x.join(path).is_file(), "{path} missing");
+    }
+    assert!(x.join("cluster.yaml").is_file());
+
+    // skopeo reads every image from the layout, digests match the source registries, and the
+    // images push on to another registry.
+    let layout = x.join("images");
+    let images = manifest["images"].as_array().expect("images");
+    assert_eq!(images.len(), lab.source_digests.len());
+    for (i, img) in images.iter().enumerate() {
+        let reference = img["reference"].as_str().expect("reference");
+        let oci = format!("oci:{}:{reference}", layout.display());
+        let source = &lab.source_digests[reference];
+        let recorded_source = img["sourceDigest"]
+            .as_str()
+            .or_else(|| img["digest"].as_str())
+            .expect("digest");
+        assert_eq!(recorded_source, source, "{reference}: source digest");
+        let in_layout = skopeo_inspect_digest(&oci, false, None)
+            .unwrap_or_else(|e| panic!("skopeo inspect {oci}: {e}"));
+        assert!(!in_layout.is_empty(), "{reference}");
+        let dest = format!("docker://{}/copy/check{i}:t", lab.open.host());
+        // A Docker schema2 image sits behind a one-entry OCI index in the layout: copy the
+        // instance (its digest is the source's); indexes are copied whole.
+        let single = img
+            .get("layoutDigest")
+            .is_some_and(serde_json::Value::is_string);
+        let mut copy_args = vec!["--dest-tls-verify=false"];
+        if !single {
+            copy_args.push("--all");
+        }
+        skopeo_copy(&oci, &dest, &copy_args).unwrap_or_else(|e| panic!("skopeo copy {oci}: {e}"));
+        let pushed = skopeo_inspect_digest(&dest, false, None).expect("inspect pushed copy");
+        assert_eq!(
+            pushed,
+            img["digest"].as_str().expect("digest"),
+            "{reference}: digest preserved by push"
+        );
+    }
+    let by_ref = |r: &str| {
+        images
+            .iter()
+            .find(|i| i["reference"] == r)
+            .expect(r)
+            .clone()
+    };
+    let pause = by_ref("registry.k8s.io/pause:3.10");
+    assert!(
+        pause.get("sourceDigest").is_none(),
+        "a two-platform index needed whole is kept byte for byte"
+    );
+    let coredns = by_ref("registry.k8s.io/coredns/coredns:v1.12.0");
+    assert!(
+        coredns["sourceDigest"].is_string(),
+        "the s390x entry was dropped, so the index was reduced"
+    );
+    assert_eq!(
+        coredns["platforms"],
+        serde_json::json!(["linux/amd64", "linux/arm64"])
+    );
+    let kv = by_ref("ghcr.io/kube-vip/kube-vip:v1.0.3");
+    assert_eq!(
+        kv["mediaType"],
+        "application/vnd.docker.distribution.manifest.v2+json"
+    );
+    // Blobs shared by several images are stored once.
+    let blob_count = std::fs::read_dir(layout.join("blobs/sha256"))
+        .expect("blobs")
+        .count();
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).expect("index"))
+            .expect("json");
+    assert_eq!(
+        index["manifests"].as_array().map(Vec::len),
+        Some(images.len())
+    );
+    assert!(blob_count < 5 * 6, "deduplicated blobs: {blob_count}");
+
+    // Warm cache: zero requests anywhere, and a byte-identical bundle.
+    lab.mirror.reset_counts();
+    let before = (
+        registry_get_count(&lab.open),
+        registry_get_count(&lab.private),
+    );
+    let out = bundle(&lab, "b2.tar.zst", "cache", &[]);
+    assert!(
+        out.status.success(),
+        "warm rebuild failed: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(lab.mirror.requests(), 0, "warm rebuild made file requests");
+    assert_eq!(
+        (
+            registry_get_count(&lab.open),
+            registry_get_count(&lab.private)
+        ),
+        before,
+        "warm rebuild made registry requests"
+    );
+    let (a, b) = (
+        std::fs::read(&b1).expect("b1"),
+        std::fs::read(lab.path("b2.tar.zst")).expect("b2"),
+    );
+    assert!(a == b, "the same inputs must give a byte-identical bundle");
+}

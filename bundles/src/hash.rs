@@ -1,0 +1,120 @@
+//! sha256 while streaming.
+
+use std::io::{self, Read, Write};
+
+use sha2::{Digest, Sha256};
+
+/// Lowercase hex sha256 of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// True for exactly 64 lowercase hex digits.
+pub(crate) fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Hashes and counts what is read through it; remembers whether the inner reader failed.
+pub(crate) struct HashReader<R> {
+    inner: R,
+    hasher: Sha256,
+    count: u64,
+    failed: bool,
+}
+
+impl<R: Read> HashReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hasher: Sha256::new(),
+            count: 0,
+            failed: false,
+        }
+    }
+
+    /// True if a read from the inner reader returned an error.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Hex digest and byte count.
+    pub(crate) fn finish(self) -> (String, u64) {
+        (hex::encode(self.hasher.finalize()), self.count)
+    }
+}
+
+impl<R: Read> Read for HashReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.hasher.update(&buf[..n]);
+                self.count += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                self.failed = true;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Hashes and counts what is written through it.
+pub(crate) struct HashWriter<W> {
+    inner: W,
+    hasher: Sha256,
+    count: u64,
+}
+
+impl<W: Write> HashWriter<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        Self {
+            inner,
+            hasher: Sha256::new(),
+            count: 0,
+        }
+    }
+
+    /// The inner writer, hex digest and byte count.
+    pub(crate) fn finish(self) -> (W, String, u64) {
+        (self.inner, hex::encode(self.hasher.finalize()), self.count)
+    }
+}
+
+impl<W: Write> Write for HashWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    #[test]
+    fn hashes_streams() {
+        assert_eq!(sha256_hex(b""), EMPTY);
+        let mut r = HashReader::new(&b"abc"[..]);
+        io::copy(&mut r, &mut io::sink()).expect("copy");
+        assert_eq!(r.finish(), (sha256_hex(b"abc"), 3));
+        let mut w = HashWriter::new(Vec::new());
+        w.write_all(b"abc").expect("write");
+        assert_eq!(w.finish(), (b"abc".to_vec(), sha256_hex(b"abc"), 3));
+    }
+
+    #[test]
+    fn checks_hex() {
+        assert!(is_sha256_hex(EMPTY));
+        assert!(!is_sha256_hex(&EMPTY.to_uppercase()));
+        assert!(!is_sha256_hex(&EMPTY[1..]));
+    }
+}

@@ -1,0 +1,115 @@
+//! pack refuses bad input and leaves nothing behind.
+
+use kubexm_bundles::pack::{pack, Entry, PackOptions, Source, FILE_MODE};
+use kubexm_bundles::PackError;
+
+use crate::common::{self, sha256};
+
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    fs_err::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial") || n.ends_with(".tar.zst"))
+        .collect()
+}
+
+#[test]
+fn wrong_cached_sum_aborts_and_cleans_up() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("blob");
+    fs_err::write(&src, b"actual content").expect("write");
+    let entry = Entry {
+        path: "cluster.yaml".into(),
+        source: Source::File(src),
+        sha256: Some(sha256(b"what the cache claims")),
+        mode: FILE_MODE,
+    };
+    let out = tmp.path().join("b.tar.zst");
+    let err = pack(
+        &out,
+        &common::manifest(vec![], vec![]),
+        vec![entry],
+        &PackOptions::default(),
+    )
+    .expect_err("mismatch");
+    assert!(matches!(err, PackError::Mismatch { .. }), "{err:?}");
+    assert!(err.to_string().contains("`cluster.yaml`"), "{err}");
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+}
+
+#[test]
+fn wrong_sum_for_bytes_is_caught_before_writing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let entry = Entry {
+        path: "cluster.yaml".into(),
+        source: Source::Bytes(b"a".to_vec()),
+        sha256: Some(sha256(b"b")),
+        mode: FILE_MODE,
+    };
+    let err = pack(
+        &tmp.path().join("b.tar.zst"),
+        &common::manifest(vec![], vec![]),
+        vec![entry],
+        &PackOptions::default(),
+    )
+    .expect_err("mismatch");
+    assert!(matches!(err, PackError::Mismatch { .. }), "{err:?}");
+    assert!(leftovers(tmp.path()).is_empty());
+}
+
+#[test]
+fn missing_source_names_entry_and_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let entry = Entry {
+        path: "files/x/v1/amd64/x".into(),
+        source: Source::File(tmp.path().join("nope")),
+        sha256: None,
+        mode: FILE_MODE,
+    };
+    let err = pack(
+        &tmp.path().join("b.tar.zst"),
+        &common::manifest(vec![], vec![]),
+        vec![entry],
+        &PackOptions::default(),
+    )
+    .expect_err("missing source");
+    let text = common::chain(&err);
+    assert!(
+        text.contains("`files/x/v1/amd64/x`") && text.contains("nope"),
+        "{text}"
+    );
+}
+
+#[test]
+fn manifest_must_match_entries() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sample = common::sample(tmp.path());
+    let mut entries = sample.entries;
+    entries.retain(|e| e.path != common::ETCD_PATH);
+    let err = pack(
+        &tmp.path().join("b.tar.zst"),
+        &sample.manifest,
+        entries,
+        &PackOptions::default(),
+    )
+    .expect_err("manifest lists a file that is not packed");
+    assert!(common::chain(&err).contains(common::ETCD_PATH), "{err:?}");
+    assert!(leftovers(tmp.path()).is_empty());
+}
+
+#[test]
+fn output_directory_must_exist() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let err = pack(
+        &tmp.path().join("missing/b.tar.zst"),
+        &common::manifest(vec![], vec![]),
+        vec![],
+        &PackOptions::default(),
+    )
+    .expect_err("no such directory");
+    assert!(common::chain(&err).contains("missing"), "{err:?}");
+}
