@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 /// Error touching the cache.
 #[derive(Debug, thiserror::Error)]
 #[error("cache `{path}`: {action}")]
@@ -122,20 +120,4 @@ impl Cache {
                 source,
             })
     }
-}
-
-/// sha256 hex of bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::cache::{hex, Cache, CacheError};
+use crate::cache::{Cache, CacheError};
 use crate::progress::Progress;
 
 /// Retry policy: `attempts` tries in all, waiting `base`, 2×`base`, 4×`base`… between them.
@@ -208,7 +208,7 @@ impl Fetcher {
             200 => false,
             416 if have > 0 => {
                 // Everything is already here (or the partial is longer than the file).
-                return Ok(Attempt::Done(hex(&hasher.finalize())));
+                return Ok(Attempt::Done(hex::encode(hasher.finalize())));
             }
             404 | 410 => return Err(self.status(url, status.as_u16(), ": the file is not at that URL; check the catalog URL or your zone's mirror")),
             401 | 403 => return Err(self.status(url, status.as_u16(), ": the server refused access; files are fetched without credentials, so use a mirror that serves them openly")),
@@ -247,7 +247,7 @@ impl Fetcher {
         file.flush().await.map_err(io)?;
         file.sync_all().await.map_err(io)?;
         let _ = expected;
-        Ok(Attempt::Done(hex(&hasher.finalize())))
+        Ok(Attempt::Done(hex::encode(hasher.finalize())))
     }
 
     fn status(&self, url: &str, status: u16, hint: &'static str) -> FetchError {

@@ -20,10 +20,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::cache::{hex, sha256_hex, Cache};
+use crate::cache::Cache;
 use crate::credentials::Credentials;
 use crate::fetch::Retry;
 use crate::progress::Progress;
+use kubexm_bundles::hash::sha256_hex;
 
 const ACCEPT: &[&str] = &[
     OCI_IMAGE_INDEX_MEDIA_TYPE,
@@ -570,7 +571,7 @@ impl Puller {
         file.sync_all()
             .await
             .map_err(OciDistributionError::IoError)?;
-        Ok(hex(&h.finalize()))
+        Ok(hex::encode(h.finalize()))
     }
 
     /// Runs `op` with retries on transient errors; permanent ones are classified at once.

@@ -4,14 +4,11 @@ use std::io::{self, Read, Write};
 
 use sha2::{Digest, Sha256};
 
-/// Lowercase hex sha256 of `bytes`.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use kubexm_manifests::catalog::is_sha256_hex;
 
-/// True for exactly 64 lowercase hex digits.
-pub(crate) fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+/// Lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Hashes and counts what is read through it; remembers whether the inner reader failed.

@@ -21,7 +21,7 @@
 
 mod check;
 mod dirsink;
-mod hash;
+pub mod hash;
 pub mod manifest;
 pub mod pack;
 mod path;

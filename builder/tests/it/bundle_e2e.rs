@@ -408,4 +408,56 @@ fn bundle_from_mirror_and_registries_is_complete_readable_and_reproducible() {
         std::fs::read(lab.path("b2.tar.zst")).expect("b2"),
     );
     assert!(a == b, "the same inputs must give a byte-identical bundle");
+
+    verify_refuses_damaged_copies(&lab, &a);
+}
+
+fn verify_cli(path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubexm-build"))
+        .arg("verify")
+        .arg(path)
+        .output()
+        .expect("verify runs")
+}
+
+/// `kubexm-build verify` names the entry of a tampered or truncated bundle and exits 1.
+fn verify_refuses_damaged_copies(lab: &Lab, good: &[u8]) {
+    // Truncated: cut the compressed stream in half.
+    let cut = lab.path("cut.tar.zst");
+    std::fs::write(&cut, &good[..good.len() / 2]).expect("write");
+    let out = verify_cli(&cut);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).to_lowercase().contains("truncated"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Tampered: flip one byte inside kubectl's content, recompress.
+    let mut tar_bytes = zstd::decode_all(good).expect("decompress");
+    let target = FILES
+        .iter()
+        .find(|f| f.0 == "kubectl")
+        .map(|f| format!("files/kubectl/{}/{}/kubectl", f.1, f.2))
+        .expect("kubectl");
+    let mut archive = tar::Archive::new(std::io::Cursor::new(tar_bytes.clone()));
+    let offset = archive
+        .entries()
+        .expect("entries")
+        .filter_map(Result::ok)
+        .find(|e| e.path().is_ok_and(|p| p.to_string_lossy() == target))
+        .map(|e| e.raw_file_position())
+        .expect("kubectl entry");
+    let at = usize::try_from(offset).expect("offset") + 100;
+    tar_bytes[at] ^= 0xff;
+    let tampered = lab.path("tampered.tar.zst");
+    std::fs::write(
+        &tampered,
+        zstd::encode_all(tar_bytes.as_slice(), 3).expect("compress"),
+    )
+    .expect("write");
+    let out = verify_cli(&tampered);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&target), "the tampered entry is named: {err}");
 }
