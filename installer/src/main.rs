@@ -1,23 +1,42 @@
 //! `kubexm-install`: installs Kubernetes from a KubeXM bundle on air-gapped hosts.
 
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use kubexm_install::seed::{seed, RegistryTarget, SeedOptions};
+use kubexm_install::unpack::unpack;
 use kubexm_manifests::catalog::Catalog;
 use kubexm_manifests::load::load_cluster;
+use kubexm_manifests::model::RewriteMode;
+use kubexm_manifests::secret::Secret;
 
 /// Install Kubernetes from a KubeXM bundle on air-gapped hosts.
 ///
 /// Verifies and unpacks the bundle made by `kubexm-build bundle`, deploys and seeds the private
 /// registry, then runs the install pipeline over SSH on every host of the cluster.
 #[derive(Debug, Parser)]
-#[command(name = "kubexm-install", version, propagate_version = true)]
+#[command(
+    name = "kubexm-install",
+    version,
+    propagate_version = true,
+    args_override_self = true
+)]
 struct Cli {
     /// The bundle to install (`kubexm-build bundle` output).
     #[arg(long, value_name = "FILE.tar.zst")]
     bundle: Option<PathBuf>,
+    /// Work directory: unpacked bundles, state and logs.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "KUBEXM_WORK_DIR",
+        default_value = "/var/lib/kubexm"
+    )]
+    work_dir: PathBuf,
     /// Steps other than a full install.
     #[command(subcommand)]
     command: Option<Command>,
@@ -34,27 +53,165 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         catalog: Option<PathBuf>,
     },
+    /// Verify and unpack a bundle into the work directory (skipped when already unpacked).
+    Unpack {
+        /// The bundle.
+        #[arg(long, value_name = "FILE.tar.zst")]
+        bundle: PathBuf,
+    },
+    /// Push every image of a bundle into a registry.
+    Seed(SeedArgs),
+}
+
+#[derive(Debug, Args)]
+struct SeedArgs {
+    /// The bundle (unpacked into the work directory first if needed).
+    #[arg(long, value_name = "FILE.tar.zst")]
+    bundle: PathBuf,
+    /// Target registry, HOST[:PORT].
+    #[arg(long, value_name = "HOST[:PORT]")]
+    registry: String,
+    /// Project (Harbor) or namespace every image goes under.
+    #[arg(long, value_name = "P")]
+    project: Option<String>,
+    /// Keep only the image's last path component (`registry.k8s.io/coredns/coredns` → `P/coredns`).
+    #[arg(long)]
+    flatten: bool,
+    /// User name for the registry.
+    #[arg(long, value_name = "U", requires = "password_stdin")]
+    username: Option<String>,
+    /// Read the registry password from standard input.
+    #[arg(long, requires = "username")]
+    password_stdin: bool,
+    /// CA certificate (PEM) the registry's TLS certificate is signed by.
+    #[arg(long, value_name = "FILE", conflicts_with = "plain_http")]
+    ca_file: Option<PathBuf>,
+    /// Speak plain HTTP to the registry.
+    #[arg(long)]
+    plain_http: bool,
+    /// Create missing projects through Harbor's API (v2.0) before pushing.
+    #[arg(long)]
+    harbor: bool,
+    /// Make created Harbor projects private.
+    #[arg(long, requires = "harbor")]
+    private_projects: bool,
+    /// Parallel uploads.
+    #[arg(long, default_value_t = 8)]
+    jobs: usize,
+    /// Tries per request before giving up.
+    #[arg(long, default_value_t = 4)]
+    retries: u32,
+    /// First retry delay in milliseconds (doubles each retry).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    retry_delay_ms: u64,
 }
 
 fn run(cli: Cli) -> Result<()> {
     match (cli.command, cli.bundle) {
         (Some(Command::Check { file, catalog }), _) => {
-            let catalog = Catalog::builtin_with_override(catalog.as_deref()).context("Failed to load the catalog")?;
-            let cluster =
-                load_cluster(&file, &catalog).with_context(|| format!("Failed to load `{}`", file.display()))?;
-            println!("{}: valid ({} hosts, Kubernetes {})", file.display(), cluster.file.spec.hosts.len(), cluster.version);
+            let catalog = Catalog::builtin_with_override(catalog.as_deref())
+                .context("Failed to load the catalog")?;
+            let cluster = load_cluster(&file, &catalog)
+                .with_context(|| format!("Failed to load `{}`", file.display()))?;
+            println!(
+                "{}: valid ({} hosts, Kubernetes {})",
+                file.display(),
+                cluster.file.spec.hosts.len(),
+                cluster.version
+            );
             Ok(())
         }
-        (None, Some(bundle)) => anyhow::bail!(
-            "installing `{}` needs the unpack and pipeline stages, which this build does not include yet",
-            bundle.display()
-        ),
-        (None, None) => anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)"),
+        (Some(Command::Unpack { bundle }), _) => {
+            let u = unpack(&bundle, &cli.work_dir)
+                .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
+            let how = if u.reused {
+                "already unpacked"
+            } else {
+                "unpacked"
+            };
+            println!("{}: {how} in {}", bundle.display(), u.dir.display());
+            Ok(())
+        }
+        (Some(Command::Seed(args)), _) => run_seed(&args, &cli.work_dir),
+        (None, Some(bundle)) => {
+            let u = unpack(&bundle, &cli.work_dir)
+                .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
+            anyhow::bail!(
+                "`{}` is verified and unpacked in {}, but this build has no install pipeline yet; seed a registry with `kubexm-install seed`",
+                bundle.display(),
+                u.dir.display()
+            )
+        }
+        (None, None) => {
+            anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)")
+        }
     }
 }
 
+fn run_seed(args: &SeedArgs, work_dir: &std::path::Path) -> Result<()> {
+    let password = if args.password_stdin {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("Failed to read the password from standard input")?;
+        Some(Secret::new(s.trim_end_matches(['\n', '\r'])))
+    } else {
+        None
+    };
+    let ca_pem = match &args.ca_file {
+        Some(f) => Some(
+            std::fs::read(f)
+                .with_context(|| format!("Failed to read --ca-file `{}`", f.display()))?,
+        ),
+        None => None,
+    };
+    let unpacked = unpack(&args.bundle, work_dir)
+        .with_context(|| format!("Failed to unpack `{}`", args.bundle.display()))?;
+    let opts = SeedOptions {
+        target: RegistryTarget {
+            host: args.registry.clone(),
+            plain_http: args.plain_http,
+            ca_pem,
+            username: args.username.clone(),
+            password,
+        },
+        project: args.project.clone(),
+        rewrite: if args.flatten {
+            RewriteMode::Flatten
+        } else {
+            RewriteMode::KeepPath
+        },
+        harbor: args.harbor.then_some(!args.private_projects),
+        jobs: args.jobs.max(1),
+        attempts: args.retries.max(1),
+        retry_delay: std::time::Duration::from_millis(args.retry_delay_ms),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(opts.jobs.clamp(2, 8))
+        .enable_all()
+        .build()
+        .context("Failed to start the async runtime")?;
+    let report = runtime
+        .block_on(seed(&unpacked.dir, &unpacked.manifest, &opts))
+        .with_context(|| format!("Failed to seed `{}`", args.registry))?;
+    println!(
+        "seeded {} images into {} ({} blobs uploaded, {} mounted, {} already present; {} manifests pushed)",
+        report.images, args.registry, report.blobs_uploaded, report.blobs_mounted, report.blobs_present, report.manifests_pushed
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KUBEXM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");

@@ -141,6 +141,29 @@ impl ImageRef {
     }
 }
 
+impl ImageRef {
+    /// Where this image lives in the private registry `host`: under `project` (if any), with
+    /// its repository path kept (`registry.k8s.io/coredns/coredns:v1` → `HOST/P/coredns/coredns:v1`)
+    /// or flattened to the last component (`HOST/P/coredns:v1`). The source registry's host is
+    /// dropped; the tag and digest are kept.
+    pub fn in_private_registry(
+        &self,
+        host: &str,
+        project: Option<&str>,
+        mode: crate::model::RewriteMode,
+    ) -> ImageRef {
+        let path = match mode {
+            crate::model::RewriteMode::KeepPath => self.repository.clone(),
+            crate::model::RewriteMode::Flatten => self.basename().to_owned(),
+        };
+        let repository = match project.filter(|p| !p.is_empty()) {
+            Some(p) => format!("{}/{path}", p.trim_matches('/')),
+            None => path,
+        };
+        self.with_location(host, repository)
+    }
+}
+
 impl fmt::Display for ImageRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.registry, self.repository)?;
@@ -185,6 +208,35 @@ mod tests {
         assert_eq!(canon("localhost/x:1"), "localhost/x:1");
         let d = format!("quay.io/cilium/cilium:v1.16.5@sha256:{}", "a".repeat(64));
         assert_eq!(canon(&d), d);
+    }
+
+    #[test]
+    fn private_registry_names() {
+        use crate::model::RewriteMode::{Flatten, KeepPath};
+        let r: ImageRef = "registry.k8s.io/coredns/coredns:v1.12.0"
+            .parse()
+            .expect("valid");
+        assert_eq!(
+            r.in_private_registry("reg:5000", Some("kubexm"), KeepPath)
+                .to_string(),
+            "reg:5000/kubexm/coredns/coredns:v1.12.0"
+        );
+        assert_eq!(
+            r.in_private_registry("reg:5000", Some("kubexm"), Flatten)
+                .to_string(),
+            "reg:5000/kubexm/coredns:v1.12.0"
+        );
+        let p: ImageRef = "registry.k8s.io/pause:3.9".parse().expect("valid");
+        assert_eq!(
+            p.in_private_registry("reg", None, KeepPath).to_string(),
+            "reg/pause:3.9"
+        );
+        let h: ImageRef = "haproxy:2.9".parse().expect("valid");
+        assert_eq!(
+            h.in_private_registry("reg", Some("p"), KeepPath)
+                .to_string(),
+            "reg/p/library/haproxy:2.9"
+        );
     }
 
     #[test]

@@ -57,6 +57,87 @@ impl TlsFiles {
         );
         files
     }
+
+    /// A test CA (`dir/ca.crt`) and a server certificate for 127.0.0.1 signed by it
+    /// (`dir/registry.crt`, `dir/registry.key`), made with `openssl`. Returns the files and the
+    /// CA certificate's path: what a client is told to trust.
+    ///
+    /// # Panics
+    /// If `openssl` fails.
+    #[must_use]
+    pub fn signed_by_test_ca(dir: &Path) -> (TlsFiles, PathBuf) {
+        let ca_key = dir.join("ca.key");
+        let ca = dir.join("ca.crt");
+        let files = TlsFiles {
+            cert: dir.join("registry.crt"),
+            key: dir.join("registry.key"),
+        };
+        let csr = dir.join("registry.csr");
+        let ext = dir.join("registry.ext");
+        fs_err::write(
+            &ext,
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+        )
+        .expect("write the certificate extensions file");
+        run_or_panic(
+            Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                ])
+                .args(["-days", "1", "-subj", "/CN=KubeXM test CA"])
+                .args([
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                ])
+                .arg("-keyout")
+                .arg(&ca_key)
+                .arg("-out")
+                .arg(&ca),
+            "creating the test CA",
+        );
+        run_or_panic(
+            Command::new("openssl")
+                .args([
+                    "req",
+                    "-new",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                ])
+                .args(["-subj", "/CN=127.0.0.1"])
+                .arg("-keyout")
+                .arg(&files.key)
+                .arg("-out")
+                .arg(&csr),
+            "creating the registry's certificate request",
+        );
+        run_or_panic(
+            Command::new("openssl")
+                .args(["x509", "-req", "-days", "1", "-CAcreateserial"])
+                .arg("-in")
+                .arg(&csr)
+                .arg("-CA")
+                .arg(&ca)
+                .arg("-CAkey")
+                .arg(&ca_key)
+                .arg("-extfile")
+                .arg(&ext)
+                .arg("-out")
+                .arg(&files.cert),
+            "signing the registry's certificate with the test CA",
+        );
+        (files, ca)
+    }
 }
 
 /// How to run the [`Registry`].

@@ -1,0 +1,6 @@
+//! KubeXM installer library: unpacking a bundle, seeding a registry, and (later) the install
+//! pipeline. `main.rs` only parses flags and maps results to exit codes.
+#![warn(missing_docs)]
+
+pub mod seed;
+pub mod unpack;

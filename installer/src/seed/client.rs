@@ -1,0 +1,556 @@
+//! A small OCI distribution push client (HTTP API v2): blob HEAD, cross-repository mount,
+//! monolithic and chunked uploads streamed from disk, manifest HEAD/PUT. Basic auth and the
+//! bearer-token flow (`WWW-Authenticate: Bearer realm=…`) are handled; every request is retried
+//! with backoff on 5xx and connection errors.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reqwest::header::{
+    HeaderMap, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LOCATION,
+    WWW_AUTHENTICATE,
+};
+use reqwest::{Method, StatusCode};
+use tokio::io::AsyncReadExt;
+
+use super::{RegistryTarget, SeedError};
+
+/// Blobs up to this size go up in one PUT; larger ones in chunks of this size.
+pub const CHUNK: u64 = 8 << 20;
+
+/// Outcome of making sure a blob is in a repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobOutcome {
+    /// It was there already.
+    Present,
+    /// Mounted from another repository of the same registry.
+    Mounted,
+    /// Uploaded.
+    Uploaded,
+}
+
+/// Push client for one registry.
+pub struct PushClient {
+    http: reqwest::Client,
+    base: String,
+    host: String,
+    username: Option<String>,
+    password: Option<kubexm_manifests::secret::Secret>,
+    tokens: Mutex<HashMap<String, String>>,
+    basic_required: Mutex<bool>,
+    attempts: u32,
+    delay: Duration,
+}
+
+enum Body<'a> {
+    Empty,
+    Bytes(&'a [u8]),
+}
+
+impl PushClient {
+    /// A client for `target`.
+    pub fn new(target: &RegistryTarget, attempts: u32, delay: Duration) -> Result<Self, SeedError> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(20))
+            .read_timeout(Duration::from_secs(300))
+            .user_agent(concat!("kubexm-install/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::limited(5));
+        if let Some(pem) = &target.ca_pem {
+            for cert in reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| SeedError::Setup(format!("--ca-file is not a PEM certificate: {e}")))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
+            .build()
+            .map_err(|e| SeedError::Setup(e.to_string()))?;
+        let scheme = if target.plain_http { "http" } else { "https" };
+        Ok(Self {
+            http,
+            base: format!("{scheme}://{}", target.host),
+            host: target.host.clone(),
+            username: target.username.clone(),
+            password: target.password.clone(),
+            tokens: Mutex::new(HashMap::new()),
+            basic_required: Mutex::new(false),
+            attempts: attempts.max(1),
+            delay,
+        })
+    }
+
+    /// The registry's base URL (`https://host:port`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The shared HTTP client (for Harbor's API).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Makes sure `digest` (content at `path`, `size` bytes) is in `repo`; mounts from `from` when given.
+    pub async fn ensure_blob(
+        &self,
+        repo: &str,
+        digest: &str,
+        path: &Path,
+        size: u64,
+        from: Option<&str>,
+    ) -> Result<BlobOutcome, SeedError> {
+        let head = self
+            .send(
+                repo,
+                Method::HEAD,
+                &format!("/v2/{repo}/blobs/{digest}"),
+                &HeaderMap::new(),
+                Body::Empty,
+            )
+            .await?;
+        if head.status().is_success() {
+            return Ok(BlobOutcome::Present);
+        }
+        let mut location = None;
+        if let Some(from) = from {
+            let resp = self
+                .send(
+                    repo,
+                    Method::POST,
+                    &format!("/v2/{repo}/blobs/uploads/?mount={digest}&from={from}"),
+                    &HeaderMap::new(),
+                    Body::Empty,
+                )
+                .await?;
+            match resp.status() {
+                StatusCode::CREATED => return Ok(BlobOutcome::Mounted),
+                StatusCode::ACCEPTED => location = Some(self.location(&resp, repo)?),
+                s => return Err(self.status_error(repo, "mount blob", s, resp).await),
+            }
+        }
+        let location = match location {
+            Some(l) => l,
+            None => {
+                let resp = self
+                    .send(
+                        repo,
+                        Method::POST,
+                        &format!("/v2/{repo}/blobs/uploads/"),
+                        &HeaderMap::new(),
+                        Body::Empty,
+                    )
+                    .await?;
+                if resp.status() != StatusCode::ACCEPTED {
+                    let s = resp.status();
+                    return Err(self.status_error(repo, "start upload", s, resp).await);
+                }
+                self.location(&resp, repo)?
+            }
+        };
+        self.upload(repo, digest, path, size, location).await?;
+        Ok(BlobOutcome::Uploaded)
+    }
+
+    async fn upload(
+        &self,
+        repo: &str,
+        digest: &str,
+        path: &Path,
+        size: u64,
+        mut location: String,
+    ) -> Result<(), SeedError> {
+        let io = |source| SeedError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = tokio::fs::File::open(path).await.map_err(io)?;
+        let mut buf = Vec::with_capacity(CHUNK.min(size) as usize);
+        if size > CHUNK {
+            let mut offset = 0u64;
+            while offset < size {
+                buf.clear();
+                (&mut file)
+                    .take(CHUNK)
+                    .read_to_end(&mut buf)
+                    .await
+                    .map_err(io)?;
+                if buf.is_empty() {
+                    break;
+                }
+                let end = offset + buf.len() as u64 - 1;
+                let mut h = HeaderMap::new();
+                h.insert(
+                    CONTENT_TYPE,
+                    "application/octet-stream"
+                        .parse()
+                        .map_err(|_| SeedError::Setup("header".into()))?,
+                );
+                h.insert(
+                    CONTENT_RANGE,
+                    format!("{offset}-{end}")
+                        .parse()
+                        .map_err(|_| SeedError::Setup("header".into()))?,
+                );
+                let resp = self
+                    .send(repo, Method::PATCH, &location, &h, Body::Bytes(&buf))
+                    .await?;
+                if resp.status() != StatusCode::ACCEPTED {
+                    let s = resp.status();
+                    return Err(self.status_error(repo, "upload chunk", s, resp).await);
+                }
+                location = self.location(&resp, repo)?;
+                offset = end + 1;
+            }
+            buf.clear();
+        } else {
+            file.read_to_end(&mut buf).await.map_err(io)?;
+        }
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let url = format!("{location}{sep}digest={digest}");
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONTENT_TYPE,
+            "application/octet-stream"
+                .parse()
+                .map_err(|_| SeedError::Setup("header".into()))?,
+        );
+        let resp = self
+            .send(repo, Method::PUT, &url, &h, Body::Bytes(&buf))
+            .await?;
+        if resp.status() != StatusCode::CREATED {
+            let s = resp.status();
+            return Err(self.status_error(repo, "finish upload", s, resp).await);
+        }
+        Ok(())
+    }
+
+    /// The digest the registry has for `reference` (tag or digest), if any.
+    pub async fn manifest_digest(
+        &self,
+        repo: &str,
+        reference: &str,
+        accept: &str,
+    ) -> Result<Option<String>, SeedError> {
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::ACCEPT,
+            accept
+                .parse()
+                .map_err(|_| SeedError::Setup("accept header".into()))?,
+        );
+        let resp = self
+            .send(
+                repo,
+                Method::HEAD,
+                &format!("/v2/{repo}/manifests/{reference}"),
+                &h,
+                Body::Empty,
+            )
+            .await?;
+        if !resp.status().is_success() {
+            return Ok(None);
+        }
+        Ok(resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned))
+    }
+
+    /// Puts manifest bytes under `reference` (tag or digest) with their media type.
+    pub async fn put_manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<(), SeedError> {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONTENT_TYPE,
+            media_type
+                .parse()
+                .map_err(|_| SeedError::Setup(format!("media type `{media_type}`")))?,
+        );
+        let resp = self
+            .send(
+                repo,
+                Method::PUT,
+                &format!("/v2/{repo}/manifests/{reference}"),
+                &h,
+                Body::Bytes(bytes),
+            )
+            .await?;
+        if resp.status() != StatusCode::CREATED {
+            let s = resp.status();
+            return Err(self.status_error(repo, "put manifest", s, resp).await);
+        }
+        Ok(())
+    }
+
+    fn location(&self, resp: &reqwest::Response, repo: &str) -> Result<String, SeedError> {
+        let loc = resp
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| SeedError::Protocol {
+                registry: self.host.clone(),
+                detail: format!("upload to {repo} answered without a Location header"),
+            })?;
+        Ok(
+            if loc.starts_with("http://") || loc.starts_with("https://") {
+                loc.to_owned()
+            } else {
+                format!("{}{loc}", self.base)
+            },
+        )
+    }
+
+    async fn status_error(
+        &self,
+        repo: &str,
+        what: &str,
+        status: StatusCode,
+        resp: reqwest::Response,
+    ) -> SeedError {
+        let body = resp.text().await.unwrap_or_default();
+        SeedError::Registry {
+            registry: self.host.clone(),
+            repo: repo.to_owned(),
+            what: what.to_owned(),
+            status: status.as_u16(),
+            body: body.chars().take(400).collect(),
+        }
+    }
+
+    /// Sends with auth and retries. `path_or_url` is a `/v2/…` path or an absolute URL.
+    async fn send(
+        &self,
+        repo: &str,
+        method: Method,
+        path_or_url: &str,
+        headers: &HeaderMap,
+        body: Body<'_>,
+    ) -> Result<reqwest::Response, SeedError> {
+        let url = if path_or_url.starts_with("http") {
+            path_or_url.to_owned()
+        } else {
+            format!("{}{path_or_url}", self.base)
+        };
+        let mut last = String::new();
+        let mut reauthed = false;
+        let mut attempt = 0;
+        while attempt < self.attempts {
+            attempt += 1;
+            if attempt > 1 {
+                tokio::time::sleep(self.delay * 2u32.saturating_pow(attempt - 2).min(64)).await;
+            }
+            let mut req = self
+                .http
+                .request(method.clone(), &url)
+                .headers(headers.clone());
+            req = match &body {
+                Body::Empty => req.header(CONTENT_LENGTH, 0),
+                Body::Bytes(b) => req.body(b.to_vec()),
+            };
+            if let Some(auth) = self.authorization(repo) {
+                req = req.header(AUTHORIZATION, auth);
+            }
+            match req.send().await {
+                Ok(resp) if resp.status() == StatusCode::UNAUTHORIZED && !reauthed => {
+                    reauthed = true;
+                    attempt -= 1;
+                    self.authenticate(repo, &resp).await?;
+                }
+                Ok(resp)
+                    if resp.status() == StatusCode::UNAUTHORIZED
+                        || resp.status() == StatusCode::FORBIDDEN =>
+                {
+                    return Err(SeedError::Unauthorized {
+                        registry: self.host.clone(),
+                        detail: format!("{method} {url} answered {}", resp.status()),
+                    });
+                }
+                Ok(resp)
+                    if resp.status().is_server_error()
+                        || resp.status() == StatusCode::TOO_MANY_REQUESTS =>
+                {
+                    last = format!("{method} {url} answered {}", resp.status());
+                    tracing::warn!(registry = %self.host, attempt, error = %last, "retrying");
+                }
+                Ok(resp) => return Ok(resp),
+                Err(e) => {
+                    last = format!("{method} {url}: {}", chain(&e));
+                    tracing::warn!(registry = %self.host, attempt, error = %last, "retrying");
+                }
+            }
+        }
+        Err(SeedError::Exhausted {
+            registry: self.host.clone(),
+            attempts: self.attempts,
+            last,
+        })
+    }
+
+    fn authorization(&self, repo: &str) -> Option<String> {
+        if let Some(t) = self.tokens.lock().ok().and_then(|t| t.get(repo).cloned()) {
+            return Some(format!("Bearer {t}"));
+        }
+        let basic = self.basic_required.lock().map(|b| *b).unwrap_or(false);
+        basic.then(|| self.basic()).flatten()
+    }
+
+    fn basic(&self) -> Option<String> {
+        use base64::Engine;
+        let (u, p) = (self.username.as_ref()?, self.password.as_ref()?);
+        Some(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{}", p.expose()))
+        ))
+    }
+
+    /// Answers a 401 challenge: Basic → send credentials from now on; Bearer → fetch a token.
+    async fn authenticate(&self, repo: &str, resp: &reqwest::Response) -> Result<(), SeedError> {
+        let challenge = resp
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let no_creds = || SeedError::Unauthorized {
+            registry: self.host.clone(),
+            detail: "the registry requires credentials; pass --username and --password-stdin"
+                .into(),
+        };
+        if challenge.to_ascii_lowercase().starts_with("bearer") {
+            let params = parse_challenge(&challenge);
+            let realm = params.get("realm").ok_or_else(|| SeedError::Protocol {
+                registry: self.host.clone(),
+                detail: format!("bearer challenge without realm: {challenge}"),
+            })?;
+            let mut req = self
+                .http
+                .get(realm)
+                .query(&[("scope", format!("repository:{repo}:pull,push"))]);
+            if let Some(service) = params.get("service") {
+                req = req.query(&[("service", service)]);
+            }
+            if let Some(b) = self.basic() {
+                req = req.header(AUTHORIZATION, b);
+            }
+            let token_resp = req.send().await.map_err(|e| SeedError::Unauthorized {
+                registry: self.host.clone(),
+                detail: format!("token request to {realm} failed: {e}"),
+            })?;
+            if !token_resp.status().is_success() {
+                return Err(SeedError::Unauthorized {
+                    registry: self.host.clone(),
+                    detail: format!(
+                        "token service {realm} answered {}; check the credentials",
+                        token_resp.status()
+                    ),
+                });
+            }
+            let v: serde_json::Value =
+                token_resp.json().await.map_err(|e| SeedError::Protocol {
+                    registry: self.host.clone(),
+                    detail: format!("token response is not JSON: {e}"),
+                })?;
+            let token = v
+                .get("token")
+                .or_else(|| v.get("access_token"))
+                .and_then(|t| t.as_str())
+                .ok_or_else(|| SeedError::Protocol {
+                    registry: self.host.clone(),
+                    detail: "token response has no token".into(),
+                })?;
+            if let Ok(mut t) = self.tokens.lock() {
+                t.insert(repo.to_owned(), token.to_owned());
+            }
+            return Ok(());
+        }
+        if self.basic().is_none() {
+            return Err(no_creds());
+        }
+        if let Ok(mut b) = self.basic_required.lock() {
+            *b = true;
+        }
+        Ok(())
+    }
+}
+
+/// An error with its causes, `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// `Bearer realm="x",service="y",scope="a:pull,push"` → {realm, service, scope}; quoted values
+/// may hold commas.
+fn parse_challenge(header: &str) -> HashMap<String, String> {
+    let rest = header.split_once(' ').map_or("", |(_, r)| r);
+    let mut out = HashMap::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        let key: String = chars
+            .by_ref()
+            .take_while(|c| *c != '=')
+            .collect::<String>()
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
+        if key.is_empty() {
+            break;
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c == '"' {
+                    break;
+                }
+                value.push(c);
+            }
+            while chars.peek().is_some_and(|c| *c != ',') {
+                chars.next();
+            }
+            chars.next();
+        } else {
+            value = chars
+                .by_ref()
+                .take_while(|c| *c != ',')
+                .collect::<String>()
+                .trim()
+                .to_owned();
+        }
+        out.insert(key, value);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_bearer_challenges() {
+        let p = super::parse_challenge(
+            r#"Bearer realm="https://h/service/token",service="harbor-registry",scope="repository:a:pull""#,
+        );
+        assert_eq!(p["realm"], "https://h/service/token");
+        assert_eq!(p["service"], "harbor-registry");
+        assert_eq!(p["scope"], "repository:a:pull");
+        let q =
+            super::parse_challenge(r#"Bearer realm="r",scope="repository:x:pull,push",service=s"#);
+        assert_eq!(
+            (q["scope"].as_str(), q["service"].as_str()),
+            ("repository:x:pull,push", "s")
+        );
+    }
+}

@@ -1,0 +1,372 @@
+//! Seeding: push every image of an unpacked bundle's OCI layout into a private registry, under
+//! the rewrite rules (project/namespace, keep-path or flatten). Blobs first — each distinct
+//! blob uploaded once, then mounted into the other repositories that need it — then child
+//! manifests by digest, then each image's top manifest or index under its tag. Everything the
+//! registry already has is skipped, so a re-run after a failure resumes and a re-seed uploads
+//! nothing. Digests are preserved byte for byte.
+
+mod client;
+pub mod harbor;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::{stream, StreamExt, TryStreamExt};
+use kubexm_bundles::manifest::{BundleManifest, ImageRecord};
+use kubexm_manifests::image_ref::ImageRef;
+use kubexm_manifests::model::RewriteMode;
+use kubexm_manifests::secret::Secret;
+use serde::Deserialize;
+
+pub use client::{BlobOutcome, PushClient, CHUNK};
+
+/// The registry to seed.
+#[derive(Debug, Clone)]
+pub struct RegistryTarget {
+    /// `host[:port]`.
+    pub host: String,
+    /// Plain HTTP instead of HTTPS.
+    pub plain_http: bool,
+    /// Extra CA (PEM) to trust.
+    pub ca_pem: Option<Vec<u8>>,
+    /// User name.
+    pub username: Option<String>,
+    /// Password (never logged).
+    pub password: Option<Secret>,
+}
+
+/// How to seed.
+#[derive(Debug, Clone)]
+pub struct SeedOptions {
+    /// Target registry.
+    pub target: RegistryTarget,
+    /// Project / namespace prefix.
+    pub project: Option<String>,
+    /// Path rewrite.
+    pub rewrite: RewriteMode,
+    /// `Some(public)`: the target is Harbor; create missing projects (public or not) first.
+    pub harbor: Option<bool>,
+    /// Parallel uploads.
+    pub jobs: usize,
+    /// Tries per request.
+    pub attempts: u32,
+    /// First retry delay.
+    pub retry_delay: Duration,
+}
+
+/// What a seed did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    /// Images seeded.
+    pub images: usize,
+    /// Blobs uploaded.
+    pub blobs_uploaded: usize,
+    /// Blobs mounted from another repository.
+    pub blobs_mounted: usize,
+    /// Blobs the registry had already.
+    pub blobs_present: usize,
+    /// Manifests and indexes pushed.
+    pub manifests_pushed: usize,
+    /// Harbor projects created.
+    pub projects_created: Vec<String>,
+}
+
+/// Why seeding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// Bad setup (certificate, header).
+    #[error("{0}")]
+    Setup(String),
+    /// A layout file could not be read.
+    #[error("cannot read `{path}` from the unpacked bundle")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The layout does not hold what bundle.json promises.
+    #[error("the bundle's image layout is inconsistent: {0}")]
+    Layout(String),
+    /// Credentials missing or refused.
+    #[error("registry {registry} refused access: {detail}")]
+    Unauthorized {
+        /// Registry.
+        registry: String,
+        /// Detail.
+        detail: String,
+    },
+    /// Unexpected status.
+    #[error("registry {registry}: {what} in {repo} answered {status}: {body}")]
+    Registry {
+        /// Registry.
+        registry: String,
+        /// Repository.
+        repo: String,
+        /// Operation.
+        what: String,
+        /// Status.
+        status: u16,
+        /// Response body (shortened).
+        body: String,
+    },
+    /// Protocol violation.
+    #[error("registry {registry}: {detail}")]
+    Protocol {
+        /// Registry.
+        registry: String,
+        /// Detail.
+        detail: String,
+    },
+    /// Retries exhausted.
+    #[error("registry {registry}: giving up after {attempts} tries: {last}")]
+    Exhausted {
+        /// Registry.
+        registry: String,
+        /// Tries.
+        attempts: u32,
+        /// Last error.
+        last: String,
+    },
+    /// Harbor API error.
+    #[error("Harbor at {registry}: {detail}")]
+    Harbor {
+        /// Registry.
+        registry: String,
+        /// Detail.
+        detail: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Doc {
+    #[serde(default)]
+    manifests: Option<Vec<Desc>>,
+    #[serde(default)]
+    config: Option<Desc>,
+    #[serde(default)]
+    layers: Vec<Desc>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(rename_all = "camelCase")]
+struct Desc {
+    #[serde(default)]
+    media_type: Option<String>,
+    digest: String,
+    #[serde(default)]
+    size: u64,
+}
+
+/// One image's push plan.
+struct Plan {
+    repo: String,
+    tag: String,
+    top_digest: String,
+    top_media_type: String,
+    /// (digest, media type) of child manifests, pushed by digest before the top.
+    children: Vec<(String, String)>,
+    /// Blob digests with sizes.
+    blobs: BTreeMap<String, u64>,
+}
+
+/// The target reference of a bundle image.
+pub fn target_reference(record: &ImageRecord, opts: &SeedOptions) -> Result<ImageRef, SeedError> {
+    let src: ImageRef = record
+        .reference
+        .parse()
+        .map_err(|e| SeedError::Layout(format!("{e}")))?;
+    Ok(src.in_private_registry(&opts.target.host, opts.project.as_deref(), opts.rewrite))
+}
+
+/// Seeds every image of the bundle unpacked at `dir`.
+pub async fn seed(
+    dir: &Path,
+    manifest: &BundleManifest,
+    opts: &SeedOptions,
+) -> Result<SeedReport, SeedError> {
+    let blobs_dir = dir.join("images/blobs/sha256");
+    let plans = manifest
+        .images
+        .iter()
+        .map(|r| plan(&blobs_dir, r, opts))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = PushClient::new(&opts.target, opts.attempts, opts.retry_delay)?;
+    let mut report = SeedReport {
+        images: plans.len(),
+        ..SeedReport::default()
+    };
+    if let Some(public) = opts.harbor {
+        let projects: BTreeSet<String> = plans
+            .iter()
+            .filter_map(|p| p.repo.split('/').next().map(str::to_owned))
+            .collect();
+        let projects: Vec<String> = projects.into_iter().collect();
+        report.projects_created = harbor::ensure_projects(
+            client.http(),
+            client.base(),
+            &opts.target,
+            &projects,
+            public,
+        )
+        .await?;
+    }
+
+    // Each distinct blob goes up once to the first repository that needs it…
+    let mut primary: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+    let mut others: Vec<(&str, &str, u64)> = Vec::new();
+    for p in &plans {
+        for (digest, size) in &p.blobs {
+            match primary.get(digest.as_str()) {
+                None => {
+                    primary.insert(digest, (&p.repo, *size));
+                }
+                Some((repo, _)) if *repo == p.repo => {}
+                Some(_) => others.push((&p.repo, digest, *size)),
+            }
+        }
+    }
+    let path_of = |digest: &str| blobs_dir.join(digest.trim_start_matches("sha256:"));
+    let first: Vec<BlobOutcome> = stream::iter(primary.iter())
+        .map(|(digest, (repo, size))| {
+            let client = &client;
+            let path = path_of(digest);
+            async move { client.ensure_blob(repo, digest, &path, *size, None).await }
+        })
+        .buffer_unordered(opts.jobs)
+        .try_collect()
+        .await?;
+    // …and is mounted into the others.
+    let rest: Vec<BlobOutcome> = stream::iter(others.iter())
+        .map(|(repo, digest, size)| {
+            let client = &client;
+            let from = primary.get(digest).map(|(r, _)| *r);
+            let path = path_of(digest);
+            async move { client.ensure_blob(repo, digest, &path, *size, from).await }
+        })
+        .buffer_unordered(opts.jobs)
+        .try_collect()
+        .await?;
+    for o in first.iter().chain(&rest) {
+        match o {
+            BlobOutcome::Present => report.blobs_present += 1,
+            BlobOutcome::Mounted => report.blobs_mounted += 1,
+            BlobOutcome::Uploaded => report.blobs_uploaded += 1,
+        }
+    }
+
+    // Manifests: children by digest, then the top under its tag.
+    let pushed: Vec<usize> = stream::iter(plans.iter())
+        .map(|p| push_manifests(&client, &blobs_dir, p))
+        .buffer_unordered(opts.jobs)
+        .try_collect()
+        .await?;
+    report.manifests_pushed = pushed.iter().sum();
+    for p in &plans {
+        tracing::info!(image = %format!("{}/{}:{}", opts.target.host, p.repo, p.tag), digest = %p.top_digest, "seeded");
+    }
+    Ok(report)
+}
+
+async fn push_manifests(
+    client: &PushClient,
+    blobs_dir: &Path,
+    p: &Plan,
+) -> Result<usize, SeedError> {
+    let mut pushed = 0;
+    for (digest, media_type) in &p.children {
+        if client
+            .manifest_digest(&p.repo, digest, media_type)
+            .await?
+            .as_deref()
+            != Some(digest.as_str())
+        {
+            let bytes = read_blob(blobs_dir, digest)?;
+            client
+                .put_manifest(&p.repo, digest, media_type, &bytes)
+                .await?;
+            pushed += 1;
+        }
+    }
+    if client
+        .manifest_digest(&p.repo, &p.tag, &p.top_media_type)
+        .await?
+        .as_deref()
+        != Some(p.top_digest.as_str())
+    {
+        let bytes = read_blob(blobs_dir, &p.top_digest)?;
+        client
+            .put_manifest(&p.repo, &p.tag, &p.top_media_type, &bytes)
+            .await?;
+        pushed += 1;
+    }
+    Ok(pushed)
+}
+
+fn read_blob(blobs_dir: &Path, digest: &str) -> Result<Vec<u8>, SeedError> {
+    let path = blobs_dir.join(digest.trim_start_matches("sha256:"));
+    std::fs::read(&path).map_err(|source| SeedError::Read { path, source })
+}
+
+fn parse_doc(bytes: &[u8], digest: &str) -> Result<Doc, SeedError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| SeedError::Layout(format!("manifest {digest} is not JSON: {e}")))
+}
+
+fn plan(blobs_dir: &Path, record: &ImageRecord, opts: &SeedOptions) -> Result<Plan, SeedError> {
+    let target = target_reference(record, opts)?;
+    let tag = target
+        .tag
+        .clone()
+        .or_else(|| target.digest.clone())
+        .ok_or_else(|| {
+            SeedError::Layout(format!("{} has neither tag nor digest", record.reference))
+        })?;
+    let top = parse_doc(&read_blob(blobs_dir, &record.digest)?, &record.digest)?;
+    let mut children = Vec::new();
+    let mut blobs = BTreeMap::new();
+    let mut add_image = |doc: &Doc, digest: &str| -> Result<(), SeedError> {
+        let config = doc
+            .config
+            .as_ref()
+            .ok_or_else(|| SeedError::Layout(format!("manifest {digest} has no config")))?;
+        for d in std::iter::once(config).chain(&doc.layers) {
+            if !blobs_dir
+                .join(d.digest.trim_start_matches("sha256:"))
+                .is_file()
+            {
+                return Err(SeedError::Layout(format!(
+                    "{}: blob {} is missing",
+                    record.reference, d.digest
+                )));
+            }
+            blobs.insert(d.digest.clone(), d.size);
+        }
+        Ok(())
+    };
+    match &top.manifests {
+        Some(list) => {
+            for child in list {
+                let child_doc = parse_doc(&read_blob(blobs_dir, &child.digest)?, &child.digest)?;
+                add_image(&child_doc, &child.digest)?;
+                let mt = child
+                    .media_type
+                    .clone()
+                    .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_owned());
+                children.push((child.digest.clone(), mt));
+            }
+        }
+        None => add_image(&top, &record.digest)?,
+    }
+    Ok(Plan {
+        repo: target.repository.clone(),
+        tag,
+        top_digest: record.digest.clone(),
+        top_media_type: record.media_type.clone(),
+        children,
+        blobs,
+    })
+}

@@ -1,0 +1,4 @@
+//! Integration tests of kubexm-install (one test binary).
+
+mod seed;
+mod unpack;

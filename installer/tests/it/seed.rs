@@ -1,0 +1,441 @@
+//! Seeding into Debian's `docker-registry` on loopback (anonymous, htpasswd basic auth with TLS
+//! from a test-made certificate), checked with `skopeo` as the independent client. Harbor cannot
+//! run here: its project API is tested against a small stand-in server implementing the two
+//! endpoints as Harbor documents them.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubexm_bundles::manifest::{BundleManifest, ImageRecord};
+use kubexm_install::seed::harbor::ensure_projects;
+use kubexm_install::seed::{seed, target_reference, RegistryTarget, SeedError, SeedOptions};
+use kubexm_manifests::model::RewriteMode;
+use kubexm_manifests::secret::Secret;
+use kubexm_testkit::{
+    images, skopeo_copy, skopeo_inspect_digest, Registry, RegistryOptions, TlsFiles,
+};
+
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// An unpacked bundle tree (`bundle.json` + `images/`) built from real umoci images.
+struct Tree {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    manifest: BundleManifest,
+}
+
+fn copy_blobs(layout: &Path, blobs: &Path) {
+    for e in std::fs::read_dir(layout.join("blobs/sha256")).expect("layout blobs") {
+        let e = e.expect("entry");
+        let dest = blobs.join(e.file_name());
+        if !dest.exists() {
+            std::fs::copy(e.path(), dest).expect("copy blob");
+        }
+    }
+}
+
+fn record(reference: &str, digest: &str, media_type: &str, size: u64) -> ImageRecord {
+    ImageRecord {
+        reference: reference.to_owned(),
+        source: reference.to_owned(),
+        digest: digest.to_owned(),
+        source_digest: None,
+        layout_digest: None,
+        media_type: media_type.to_owned(),
+        size,
+        platforms: BTreeSet::from(["linux/amd64".to_owned()]),
+        roles: BTreeSet::new(),
+    }
+}
+
+/// `extra` more single-platform images, each with its own variant (distinct blobs).
+fn tree(source: &Registry, extra: usize) -> Tree {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let work = tmp.path().join("work");
+    let dir = tmp.path().join("bundle");
+    let blobs = dir.join("images/blobs/sha256");
+    std::fs::create_dir_all(&blobs).expect("mkdir");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let amd = images::busybox_layout(&work, "pause", "amd64");
+    let arm = images::busybox_layout(&work, "pause-arm", "arm64");
+    copy_blobs(&amd, &blobs);
+    copy_blobs(&arm, &blobs);
+    // A real two-platform index (its bytes exactly as a registry serves them).
+    let index = images::push_index(
+        source,
+        "src/pause:3.10",
+        &[(&amd, "amd64"), (&arm, "arm64")],
+        None,
+    );
+    std::fs::write(
+        blobs.join(index.index.trim_start_matches("sha256:")),
+        &index.index_json,
+    )
+    .expect("index blob");
+    let mut records = vec![record(
+        "registry.k8s.io/pause:3.10",
+        &index.index,
+        OCI_INDEX,
+        index.index_json.len() as u64,
+    )];
+    // The amd64 manifest again as its own image in another repository: its blobs get mounted.
+    let single = images::layout_manifest_digest(&amd, images::LAYOUT_TAG);
+    let size = std::fs::metadata(blobs.join(single.trim_start_matches("sha256:")))
+        .expect("manifest")
+        .len();
+    records.push(record(
+        "registry.k8s.io/coredns/coredns:v1.12.0",
+        &single,
+        OCI_MANIFEST,
+        size,
+    ));
+    for i in 0..extra {
+        let l = images::busybox_layout(&work, &format!("extra{i}"), "amd64");
+        copy_blobs(&l, &blobs);
+        let d = images::layout_manifest_digest(&l, images::LAYOUT_TAG);
+        let size = std::fs::metadata(blobs.join(d.trim_start_matches("sha256:")))
+            .expect("manifest")
+            .len();
+        records.push(record(
+            &format!("docker.io/test/extra{i}:v1"),
+            &d,
+            OCI_MANIFEST,
+            size,
+        ));
+    }
+    let manifest = BundleManifest {
+        format_version: kubexm_bundles::FORMAT_VERSION,
+        tool_version: "test".into(),
+        cluster: "t".into(),
+        kubernetes_version: "v1.33.11".into(),
+        zone: "default".into(),
+        arches: BTreeSet::from(["amd64".to_owned()]),
+        created: 0,
+        files: Vec::new(),
+        images: records,
+    };
+    Tree {
+        _tmp: tmp,
+        dir,
+        manifest,
+    }
+}
+
+fn options(reg: &Registry, creds: Option<(&str, &str)>, ca: Option<Vec<u8>>) -> SeedOptions {
+    SeedOptions {
+        target: RegistryTarget {
+            host: reg.host(),
+            plain_http: ca.is_none(),
+            ca_pem: ca,
+            username: creds.map(|c| c.0.to_owned()),
+            password: creds.map(|c| Secret::new(c.1)),
+        },
+        project: Some("kubexm".into()),
+        rewrite: RewriteMode::KeepPath,
+        harbor: None,
+        jobs: 4,
+        attempts: 3,
+        retry_delay: Duration::from_millis(100),
+    }
+}
+
+fn run(tree: &Tree, opts: &SeedOptions) -> Result<kubexm_install::seed::SeedReport, SeedError> {
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(seed(&tree.dir, &tree.manifest, opts))
+}
+
+fn uploads(reg: &Registry) -> usize {
+    reg.count_requests("POST", "/blobs/uploads/")
+        + reg.count_requests("PATCH", "/blobs/uploads/")
+        + reg.count_requests("PUT", "/blobs/uploads/")
+}
+
+/// skopeo sees every seeded image with the digest bundle.json records, and pulls it back.
+fn assert_seeded(tree: &Tree, opts: &SeedOptions, creds: Option<(&str, &str)>, tls_verify: bool) {
+    let out = tempfile::tempdir().expect("tmp");
+    for (i, r) in tree.manifest.images.iter().enumerate() {
+        let target = target_reference(r, opts).expect("target");
+        let docker = format!("docker://{target}");
+        let digest = skopeo_inspect_digest(&docker, tls_verify, creds)
+            .unwrap_or_else(|e| panic!("inspect {docker}: {e}"));
+        assert_eq!(digest, r.digest, "{target}: digest preserved");
+        let mut args = vec!["--all".to_owned(), format!("--src-tls-verify={tls_verify}")];
+        if let Some((u, p)) = creds {
+            args.push(format!("--src-creds={u}:{p}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        skopeo_copy(
+            &docker,
+            &format!("oci:{}:i{i}", out.path().display()),
+            &args,
+        )
+        .unwrap_or_else(|e| panic!("copy {docker}: {e}"));
+    }
+}
+
+#[test]
+fn seeds_an_anonymous_registry_then_reseeds_nothing() {
+    let source = Registry::start(RegistryOptions::default());
+    let target = Registry::start(RegistryOptions::default());
+    let tree = tree(&source, 0);
+    let opts = options(&target, None, None);
+    let first = run(&tree, &opts).expect("seed");
+    assert_eq!(first.images, 2);
+    assert!(
+        first.blobs_uploaded > 0 && first.blobs_mounted > 0,
+        "shared blobs are mounted: {first:?}"
+    );
+    assert_eq!(
+        first.manifests_pushed, 4,
+        "2 children + index, 1 single: {first:?}"
+    );
+    assert_seeded(&tree, &opts, None, false);
+    assert_eq!(
+        target_reference(&tree.manifest.images[1], &opts)
+            .expect("t")
+            .to_string(),
+        format!("{}/kubexm/coredns/coredns:v1.12.0", target.host())
+    );
+
+    let before = uploads(&target);
+    let again = run(&tree, &opts).expect("re-seed");
+    assert_eq!(
+        (
+            again.blobs_uploaded,
+            again.blobs_mounted,
+            again.manifests_pushed
+        ),
+        (0, 0, 0),
+        "{again:?}"
+    );
+    assert_eq!(uploads(&target), before, "a re-seed uploads nothing");
+}
+
+#[test]
+fn seeds_over_tls_with_basic_auth_and_refuses_without_credentials() {
+    let certs = tempfile::tempdir().expect("tmp");
+    let (tls, ca_path) = TlsFiles::signed_by_test_ca(certs.path());
+    let ca = std::fs::read(&ca_path).expect("ca");
+    let source = Registry::start(RegistryOptions::default());
+    let target = Registry::start(
+        RegistryOptions::default()
+            .with_basic_auth("admin", "s3cret-pw")
+            .with_tls(tls),
+    );
+    let tree = tree(&source, 0);
+
+    let e = run(&tree, &options(&target, None, Some(ca.clone()))).expect_err("no credentials");
+    assert!(matches!(e, SeedError::Unauthorized { .. }), "{e}");
+    assert!(e.to_string().contains("--username"), "{e}");
+    let e = run(
+        &tree,
+        &options(&target, Some(("admin", "wrong")), Some(ca.clone())),
+    )
+    .expect_err("bad credentials");
+    assert!(matches!(e, SeedError::Unauthorized { .. }), "{e}");
+    assert!(
+        !e.to_string().contains("wrong"),
+        "the password never shows: {e}"
+    );
+
+    let opts = options(&target, Some(("admin", "s3cret-pw")), Some(ca));
+    run(&tree, &opts).expect("seed with credentials");
+    // skopeo trusts the test CA through --cert-dir-less flags: tls-verify off, creds on.
+    assert_seeded(&tree, &opts, Some(("admin", "s3cret-pw")), false);
+}
+
+fn has_layer_link(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let p = e.path();
+        if p.is_dir() {
+            has_layer_link(&p)
+        } else {
+            p.file_name().is_some_and(|n| n == "link") && p.to_string_lossy().contains("/_layers/")
+        }
+    })
+}
+
+#[test]
+fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
+    let source = Registry::start(RegistryOptions::default());
+    let mut target = Registry::start(RegistryOptions::default());
+    let tree = tree(&source, 12);
+    let mut opts = options(&target, None, None);
+    opts.jobs = 1;
+    opts.attempts = 2;
+    let data = target.storage_dir().join("docker/registry/v2/repositories");
+    let (first, killed) = std::thread::scope(|s| {
+        let h = s.spawn(|| run(&tree, &opts));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        // Kill the registry as soon as its first blob is linked into a repository (the
+        // registry's `_layers/sha256/<hex>/link`: what makes a HEAD answer 200).
+        while std::time::Instant::now() < deadline && !has_layer_link(&data) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        target.stop();
+        (h.join().expect("seed thread"), true)
+    });
+    assert!(killed);
+    assert!(
+        first.is_err(),
+        "the seed must fail when its registry dies mid-way"
+    );
+    target.restart();
+    let second = run(&tree, &opts).expect("re-run completes");
+    assert!(
+        second.blobs_present > 0,
+        "what the first run pushed is skipped: {second:?}"
+    );
+    assert_seeded(&tree, &opts, None, false);
+}
+
+/// A stand-in for Harbor's project API: `GET /api/v2.0/projects?name=X` and
+/// `POST /api/v2.0/projects`, with basic auth, as Harbor v2.0 documents them.
+struct HarborStandIn {
+    port: u16,
+    projects: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+fn harbor_stand_in(existing: &[&str]) -> HarborStandIn {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let projects = Arc::new(Mutex::new(
+        existing
+            .iter()
+            .map(|p| ((*p).to_owned(), "true".to_owned()))
+            .collect::<Vec<_>>(),
+    ));
+    let state = Arc::clone(&projects);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let (mut len, mut auth) = (0usize, String::new());
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                    break;
+                }
+                let lower = h.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("authorization:") {
+                    auth = h["authorization:".len()..].trim().to_owned();
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let expected = "Basic YWRtaW46SGFyYm9yVGVzdDE="; // admin:HarborTest1
+            let (status, out) = if auth != expected {
+                (
+                    "401 Unauthorized",
+                    r#"{"errors":[{"code":"UNAUTHORIZED","message":"unauthorized"}]}"#.to_owned(),
+                )
+            } else if line.starts_with("GET /api/v2.0/projects?name=") {
+                let name = line
+                    .split("name=")
+                    .nth(1)
+                    .and_then(|r| r.split(' ').next())
+                    .unwrap_or("")
+                    .to_owned();
+                let list = state.lock().expect("lock");
+                let hits: Vec<String> = list
+                    .iter()
+                    .filter(|(n, _)| n.contains(&name))
+                    .map(|(n, _)| format!(r#"{{"name":"{n}"}}"#))
+                    .collect();
+                ("200 OK", format!("[{}]", hits.join(",")))
+            } else if line.starts_with("POST /api/v2.0/projects ") {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let name = v["project_name"].as_str().unwrap_or("").to_owned();
+                let public = v["metadata"]["public"].as_str().unwrap_or("").to_owned();
+                if name == "forbidden" {
+                    ("403 Forbidden", r#"{"errors":[{"code":"FORBIDDEN","message":"only admin can create projects"}]}"#.to_owned())
+                } else {
+                    state.lock().expect("lock").push((name, public));
+                    ("201 Created", String::new())
+                }
+            } else {
+                ("404 Not Found", String::new())
+            };
+            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{out}", out.len());
+        }
+    });
+    HarborStandIn { port, projects }
+}
+
+#[test]
+fn harbor_projects_are_created_once_with_clear_errors() {
+    let stand_in = harbor_stand_in(&["library"]);
+    let target = RegistryTarget {
+        host: format!("127.0.0.1:{}", stand_in.port),
+        plain_http: true,
+        ca_pem: None,
+        username: Some("admin".into()),
+        password: Some(Secret::new("HarborTest1")),
+    };
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{}", stand_in.port);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let wanted = vec!["library".to_owned(), "kubexm".to_owned(), "kube".to_owned()];
+    let created = rt
+        .block_on(ensure_projects(&http, &base, &target, &wanted, false))
+        .expect("projects");
+    assert_eq!(
+        created,
+        vec!["kubexm".to_owned(), "kube".to_owned()],
+        "`kube` is not `kubexm`: exact names"
+    );
+    assert!(
+        stand_in
+            .projects
+            .lock()
+            .expect("lock")
+            .contains(&("kubexm".to_owned(), "false".to_owned())),
+        "private when asked"
+    );
+    let again = rt
+        .block_on(ensure_projects(&http, &base, &target, &wanted, false))
+        .expect("projects");
+    assert!(again.is_empty(), "nothing created twice");
+
+    let e = rt
+        .block_on(ensure_projects(
+            &http,
+            &base,
+            &target,
+            &["forbidden".to_owned()],
+            true,
+        ))
+        .expect_err("403");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("403")
+            && msg.contains("FORBIDDEN: only admin can create projects")
+            && msg.contains("right to create projects"),
+        "{msg}"
+    );
+    let mut bad = target.clone();
+    bad.password = Some(Secret::new("nope"));
+    let e = rt
+        .block_on(ensure_projects(&http, &base, &bad, &wanted, true))
+        .expect_err("401");
+    assert!(
+        e.to_string().contains("401") && !e.to_string().contains("nope"),
+        "{e}"
+    );
+}
