@@ -230,11 +230,17 @@ pub async fn seed(
         }
     }
     let path_of = |digest: &str| blobs_dir.join(digest.trim_start_matches("sha256:"));
+    let bar = progress_bar((primary.len() + others.len()) as u64);
     let first: Vec<BlobOutcome> = stream::iter(primary.iter())
         .map(|(digest, (repo, size))| {
             let client = &client;
             let path = path_of(digest);
-            async move { client.ensure_blob(repo, digest, &path, *size, None).await }
+            let bar = &bar;
+            async move {
+                let outcome = client.ensure_blob(repo, digest, &path, *size, None).await;
+                blob_done(bar, repo, digest, *size, outcome.as_ref().ok());
+                outcome
+            }
         })
         .buffer_unordered(opts.jobs)
         .try_collect()
@@ -245,7 +251,12 @@ pub async fn seed(
             let client = &client;
             let from = primary.get(digest).map(|(r, _)| *r);
             let path = path_of(digest);
-            async move { client.ensure_blob(repo, digest, &path, *size, from).await }
+            let bar = &bar;
+            async move {
+                let outcome = client.ensure_blob(repo, digest, &path, *size, from).await;
+                blob_done(bar, repo, digest, *size, outcome.as_ref().ok());
+                outcome
+            }
         })
         .buffer_unordered(opts.jobs)
         .try_collect()
@@ -258,6 +269,9 @@ pub async fn seed(
         }
     }
 
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
     // Manifests: children by digest, then the top under its tag.
     let pushed: Vec<usize> = stream::iter(plans.iter())
         .map(|p| push_manifests(&client, &blobs_dir, p))
@@ -269,6 +283,36 @@ pub async fn seed(
         tracing::info!(image = %format!("{}/{}:{}", opts.target.host, p.repo, p.tag), digest = %p.top_digest, "seeded");
     }
     Ok(report)
+}
+
+/// A blob progress bar when stderr is a terminal; JSON log lines are written either way.
+fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{spinner} blobs {pos}/{len} {wide_bar} {msg}")
+        {
+            bar.set_style(style);
+        }
+        bar
+    })
+}
+
+fn blob_done(
+    bar: &Option<indicatif::ProgressBar>,
+    repo: &str,
+    digest: &str,
+    size: u64,
+    outcome: Option<&BlobOutcome>,
+) {
+    if let Some(b) = bar {
+        b.inc(1);
+        b.set_message(repo.to_owned());
+    }
+    if let Some(o) = outcome {
+        tracing::info!(repo, digest, size, outcome = ?o, "blob");
+    }
 }
 
 async fn push_manifests(

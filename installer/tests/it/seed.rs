@@ -439,3 +439,165 @@ fn harbor_projects_are_created_once_with_clear_errors() {
         "{e}"
     );
 }
+
+/// Packs a tree into a real bundle (bundle.json, SHA256SUMS, images/ layout).
+fn pack_tree(tree: &Tree, out: &Path) {
+    use kubexm_bundles::pack::{pack, Entry, PackOptions, Source};
+    let blobs = tree.dir.join("images/blobs/sha256");
+    let index: Vec<serde_json::Value> = tree
+        .manifest
+        .images
+        .iter()
+        .map(|r| serde_json::json!({"mediaType": r.media_type, "digest": r.digest, "size": r.size, "annotations": {"org.opencontainers.image.ref.name": r.reference}}))
+        .collect();
+    let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": index}))
+        .expect("index");
+    let mut entries = vec![
+        Entry {
+            path: "images/oci-layout".into(),
+            source: Source::Bytes(br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
+            sha256: None,
+            mode: 0o644,
+        },
+        Entry {
+            path: "images/index.json".into(),
+            source: Source::Bytes(index),
+            sha256: None,
+            mode: 0o644,
+        },
+    ];
+    for e in std::fs::read_dir(&blobs).expect("blobs") {
+        let e = e.expect("entry");
+        let name = e.file_name().to_string_lossy().into_owned();
+        entries.push(Entry {
+            path: format!("images/blobs/sha256/{name}"),
+            source: Source::File(e.path()),
+            sha256: Some(name),
+            mode: 0o644,
+        });
+    }
+    pack(
+        out,
+        &tree.manifest,
+        entries,
+        &PackOptions {
+            level: 3,
+            threads: 0,
+            mtime: 0,
+        },
+    )
+    .expect("pack");
+}
+
+fn install_cli(work: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
+        .arg("--work-dir")
+        .arg(work)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubexm-install starts");
+    if let Some(s) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(s.as_bytes())
+            .expect("write stdin");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("kubexm-install finishes")
+}
+
+#[test]
+fn cli_seeds_a_bundle_and_refuses_a_tampered_one_before_pushing() {
+    let source = Registry::start(RegistryOptions::default());
+    let target =
+        Registry::start(RegistryOptions::default().with_basic_auth("seeder", "pw-from-stdin"));
+    let tree = tree(&source, 1);
+    let work = tempfile::tempdir().expect("tmp");
+    let bundle = work.path().join("b.tar.zst");
+    pack_tree(&tree, &bundle);
+
+    // Tampered: one byte flipped inside a blob; nothing may reach the registry.
+    let mut bytes =
+        zstd::decode_all(std::fs::read(&bundle).expect("read").as_slice()).expect("decompress");
+    let mut archive = tar::Archive::new(std::io::Cursor::new(bytes.clone()));
+    let (name, offset) = archive
+        .entries()
+        .expect("entries")
+        .filter_map(Result::ok)
+        .find(|e| e.path().is_ok_and(|p| p.starts_with("images/blobs")) && e.size() > 1000)
+        .map(|e| {
+            (
+                e.path().expect("path").to_string_lossy().into_owned(),
+                e.raw_file_position(),
+            )
+        })
+        .expect("a blob entry");
+    bytes[usize::try_from(offset).expect("offset") + 500] ^= 0x55;
+    let bad = work.path().join("bad.tar.zst");
+    std::fs::write(
+        &bad,
+        zstd::encode_all(bytes.as_slice(), 3).expect("compress"),
+    )
+    .expect("write");
+    let host = target.host();
+    let out = install_cli(
+        work.path(),
+        &[
+            "seed",
+            "--bundle",
+            &bad.display().to_string(),
+            "--registry",
+            &host,
+            "--plain-http",
+            "--username",
+            "seeder",
+            "--password-stdin",
+        ],
+        Some("pw-from-stdin\n"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&name), "the tampered entry is named: {err}");
+    assert_eq!(uploads(&target), 0, "nothing pushed from a bad bundle");
+
+    let out = install_cli(
+        work.path(),
+        &[
+            "seed",
+            "--bundle",
+            &bundle.display().to_string(),
+            "--registry",
+            &host,
+            "--plain-http",
+            "--project",
+            "kubexm",
+            "--username",
+            "seeder",
+            "--password-stdin",
+        ],
+        Some("pw-from-stdin\n"),
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(&format!("seeded 3 images into {host}")),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains("pw-from-stdin") && !stdout.contains("pw-from-stdin"),
+        "the password never shows"
+    );
+    let opts = SeedOptions {
+        project: Some("kubexm".into()),
+        ..options(&target, Some(("seeder", "pw-from-stdin")), None)
+    };
+    assert_seeded(&tree, &opts, Some(("seeder", "pw-from-stdin")), false);
+}
