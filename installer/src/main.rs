@@ -185,6 +185,7 @@ fn run_seed(args: &SeedArgs, work_dir: &std::path::Path) -> Result<()> {
         jobs: args.jobs.max(1),
         attempts: args.retries.max(1),
         retry_delay: std::time::Duration::from_millis(args.retry_delay_ms),
+        chunk_size: kubexm_install::seed::CHUNK,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(opts.jobs.clamp(2, 8))

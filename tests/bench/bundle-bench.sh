@@ -16,6 +16,8 @@
 #   LAYER_MB=16      unique layer of each bench image at SCALE=1
 #   N_IMAGES=24      bench images (each a two-platform OCI index, amd64 + arm64)
 #   MEM_POINT=1      also build at 2×SCALE for the memory-flatness point (0: skip)
+#   REPEAT=1         runs of each measurement; the table shows the fastest run (and the highest
+#                    max RSS over the runs); use 3+ on a machine that is not idle
 #   JOBS=            passed as --jobs to kubexm-build when set
 #   KUBEXM_BUILD=    the binary (default: $CARGO_TARGET_DIR or ./target, release)
 #   WORK=            work directory (default: a fresh mktemp -d under ${TMPDIR:-/tmp})
@@ -32,6 +34,7 @@ LAYER_MB=${LAYER_MB:-16}
 N_IMAGES=${N_IMAGES:-24}
 MEM_POINT=${MEM_POINT:-1}
 JOBS=${JOBS:-}
+REPEAT=${REPEAT:-1}
 KEEP=${KEEP:-0}
 KX=${KUBEXM_BUILD:-${CARGO_TARGET_DIR:-$REPO/target}/release/kubexm-build}
 
@@ -142,7 +145,29 @@ timed() {
   printf -v "T_$key" '%s' "$e"
   printf -v "R_$key" '%s' "$m"
   printf -v "C_$key" '%s' "$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')"
-  log "$key: ${e}s, max RSS ${m} KB, CPU $(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')s"
+  log "$key: ${e}s, max RSS ${m} KB, CPU $(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
+tcmd() { local key=$1; shift; timed "$key" "$WORK/$key.log" "$@"; } # tcmd KEY CMD...
+
+# best KEY PREP FN ARGS...: REPEAT times, evals PREP then runs FN KEY_N ARGS... (FN is tcmd or
+# kx_bundle); sets T_KEY and C_KEY from the fastest run, R_KEY to the highest max RSS.
+best() {
+  local key=$1 prep=$2 fn=$3 r k t_best="" c_best="" r_max=0
+  shift 3
+  for r in $(seq "$REPEAT"); do
+    k=${key}_$r
+    eval "$prep"
+    "$fn" "$k" "$@"
+    local -n t=T_$k c=C_$k m=R_$k
+    if [ -z "$t_best" ] || awk -v a="$t" -v b="$t_best" 'BEGIN { exit !(a < b) }'; then
+      t_best=$t c_best=$c
+    fi
+    [ "$m" -gt "$r_max" ] && r_max=$m
+    unset -n t c m
+  done
+  printf -v "T_$key" '%s' "$t_best"
+  printf -v "C_$key" '%s' "$c_best"
+  printf -v "R_$key" '%s' "$r_max"
 }
 
 # --- corpus ---------------------------------------------------------------------------------
@@ -360,8 +385,9 @@ HTTP1=http://127.0.0.1:$MIRROR_PORT_s1
 
 # a. cold kubexm-build bundle
 log "a. cold kubexm-build bundle"
-kx_bundle cold s1 "$S1/cache" "$S1/b1.tar.zst"
-grep '^wrote' "$WORK/cold.log" >&2 || true
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+best cold 'rm -rf "$S1/cache" "$S1/b1.tar.zst"' kx_bundle s1 "$S1/cache" "$S1/b1.tar.zst"
+grep '^wrote' "$WORK/cold_1.log" >&2 || true
 
 # b. reference: sequential curl per file, skopeo copy per image
 log "b. reference: curl + skopeo copy, sequential"
@@ -380,7 +406,7 @@ log "b. reference: curl + skopeo copy, sequential"
   done < <(resolve_list s1 images)
 } >"$WORK/ref-cold.sh"
 echo "bash $WORK/ref-cold.sh   # $(grep -c '^curl' "$WORK/ref-cold.sh") curl, $(grep -c '^skopeo' "$WORK/ref-cold.sh") skopeo copy --all" >>"$WORK/commands.txt"
-timed refcold "$WORK/refcold.log" bash "$WORK/ref-cold.sh"
+best refcold 'rm -rf "$S1/ref"' tcmd bash "$WORK/ref-cold.sh"
 
 # c. warm rebuild: same cache, new output; no request may reach either server
 log "c. warm rebuild (pack from cache)"
@@ -388,7 +414,7 @@ sync_log "$HTTP1" "$MIRROR_LOG_s1"
 sync_log "http://$REG" "$REG_LOG"
 http_before=$(count_reqs "$MIRROR_LOG_s1")
 reg_before=$(count_reqs "$REG_LOG")
-kx_bundle warm s1 "$S1/cache" "$S1/b2.tar.zst"
+best warm 'rm -f "$S1/b2.tar.zst"' kx_bundle s1 "$S1/cache" "$S1/b2.tar.zst"
 sync_log "$HTTP1" "$MIRROR_LOG_s1"
 sync_log "http://$REG" "$REG_LOG"
 WARM_HTTP=$(($(count_reqs "$MIRROR_LOG_s1") - http_before))
@@ -399,34 +425,36 @@ if cmp -s "$S1/b1.tar.zst" "$S1/b2.tar.zst"; then IDENTICAL=yes; else IDENTICAL=
 mkdir -p "$S1/tree"
 zstd -q -dc "$S1/b1.tar.zst" | tar -xf - -C "$S1/tree"
 echo "tar -cf - -C $S1/tree . | zstd -q -T0 -3 -o $S1/ref.tar.zst" >>"$WORK/commands.txt"
-timed refpack "$WORK/refpack.log" bash -c "tar -cf - -C '$S1/tree' . | zstd -q -T0 -3 -o '$S1/ref.tar.zst'"
+best refpack 'rm -f "$S1/ref.tar.zst"' tcmd bash -c "tar -cf - -C '$S1/tree' . | zstd -q -T0 -3 -o '$S1/ref.tar.zst'"
 
 # extra: verify vs zstd -dc | tar -tf -
 echo "$KX verify $S1/b1.tar.zst" >>"$WORK/commands.txt"
-timed verify "$WORK/verify.log" "$KX" verify "$S1/b1.tar.zst"
+best verify : tcmd "$KX" verify "$S1/b1.tar.zst"
 echo "zstd -dc $S1/b1.tar.zst | tar -tf - >/dev/null" >>"$WORK/commands.txt"
-timed reflist "$WORK/reflist.log" bash -c "zstd -q -dc '$S1/b1.tar.zst' | tar -tf - >/dev/null"
+best reflist : tcmd bash -c "zstd -q -dc '$S1/b1.tar.zst' | tar -tf - >/dev/null"
 
 BUNDLE1=$(stat -c %s "$S1/b1.tar.zst")
-BYTES_IN1=$(sed -n 's/.*entries, \([0-9]*\) → [0-9]* bytes.*/\1/p' "$WORK/cold.log")
+BYTES_IN1=$(sed -n 's/.*entries, \([0-9]*\) → [0-9]* bytes.*/\1/p' "$WORK/cold_1.log")
 REFPACK_SIZE=$(stat -c %s "$S1/ref.tar.zst")
-rm -rf "$S1/tree" "$S1/ref" "$S1/ref.tar.zst" "$S1/b2.tar.zst" "$S1/mirror"
+# Free disk for the 2x point (everything is kept with KEEP=1).
+[ "$KEEP" = 1 ] || rm -rf "$S1/tree" "$S1/ref" "$S1/ref.tar.zst" "$S1/b2.tar.zst" "$S1/mirror"
 
 # d. memory flatness: the same at 2×SCALE
 if [ "$MEM_POINT" = 1 ]; then
   log "d. memory point: corpus at 2×SCALE"
-  rm -rf "$S1/cache" "$S1/b1.tar.zst"
+  [ "$KEEP" = 1 ] || rm -rf "$S1/cache" "$S1/b1.tar.zst"
   make_corpus s2 2
   S2=$WORK/s2
-  kx_bundle cold2 s2 "$S2/cache" "$S2/b1.tar.zst"
-  kx_bundle warm2 s2 "$S2/cache" "$S2/b2.tar.zst"
+  best cold2 'rm -rf "$S2/cache" "$S2/b1.tar.zst"' kx_bundle s2 "$S2/cache" "$S2/b1.tar.zst"
+  best warm2 'rm -f "$S2/b2.tar.zst"' kx_bundle s2 "$S2/cache" "$S2/b2.tar.zst"
   BUNDLE2=$(stat -c %s "$S2/b1.tar.zst")
 fi
 
 # ==========================================================================================
 nproc_=$(nproc)
 echo
-echo "kubexm-build bundle benchmark — SCALE=$SCALE ($(mib "$CORPUS_s1") corpus: ${#FILES[@]} files × $(mib "$(mb_bytes "$FILE_MB" 1)"), $N_IMAGES two-platform images = $(mib "$(mb_bytes "$BASE_MB" 1)") shared base + $(mib "$(mb_bytes "$LAYER_MB" 1)") own layer, + 5 tiny images), $nproc_ CPUs, loopback"
+echo "kubexm-build bundle benchmark — REPEAT=$REPEAT (fastest run shown), load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "SCALE=$SCALE ($(mib "$CORPUS_s1") corpus: ${#FILES[@]} files × $(mib "$(mb_bytes "$FILE_MB" 1)"), $N_IMAGES two-platform images = $(mib "$(mb_bytes "$BASE_MB" 1)") shared base + $(mib "$(mb_bytes "$LAYER_MB" 1)") own layer, + 5 tiny images), $nproc_ CPUs, loopback"
 printf '%-44s %-30s %-30s %-8s %s\n' "measure" "kubexm" "reference" "ratio" "target"
 printf '%-44s %-30s %-30s %-8s %s\n' "a/b cold: bundle vs curl+skopeo (sequential)" \
   "${T_cold}s (cpu ${C_cold}s)" "${T_refcold}s (cpu ${C_refcold}s)" "$(ratio "$T_cold" "$T_refcold")" "<= 0.5"
@@ -453,4 +481,4 @@ printf '%-44s %-30s %-30s\n' "max RSS: cold / warm / verify (SCALE)" \
   "$((R_cold / 1024)) / $((R_warm / 1024)) / $((R_verify / 1024)) MiB" "curl+skopeo $((R_refcold / 1024)) MiB, tar|zstd $((R_refpack / 1024)) MiB"
 echo
 echo "commands:"
-sed 's/^/  /' "$WORK/commands.txt"
+awk '!seen[$0]++ { print "  " $0 }' "$WORK/commands.txt"

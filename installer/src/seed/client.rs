@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 
 use super::{RegistryTarget, SeedError};
 
-/// Blobs up to this size go up in one PUT; larger ones in chunks of this size.
+/// Default: blobs up to this size go up in one PUT; larger ones in chunks of this size.
 pub const CHUNK: u64 = 8 << 20;
 
 /// Outcome of making sure a blob is in a repository.
@@ -42,6 +42,7 @@ pub struct PushClient {
     basic_required: Mutex<bool>,
     attempts: u32,
     delay: Duration,
+    chunk: u64,
 }
 
 enum Body<'a> {
@@ -51,7 +52,12 @@ enum Body<'a> {
 
 impl PushClient {
     /// A client for `target`.
-    pub fn new(target: &RegistryTarget, attempts: u32, delay: Duration) -> Result<Self, SeedError> {
+    pub fn new(
+        target: &RegistryTarget,
+        attempts: u32,
+        delay: Duration,
+        chunk: u64,
+    ) -> Result<Self, SeedError> {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(20))
             .read_timeout(Duration::from_secs(300))
@@ -78,6 +84,7 @@ impl PushClient {
             basic_required: Mutex::new(false),
             attempts: attempts.max(1),
             delay,
+            chunk: chunk.max(1),
         })
     }
 
@@ -165,13 +172,14 @@ impl PushClient {
             source,
         };
         let mut file = tokio::fs::File::open(path).await.map_err(io)?;
-        let mut buf = Vec::with_capacity(CHUNK.min(size) as usize);
-        if size > CHUNK {
+        let chunk = self.chunk;
+        let mut buf = Vec::with_capacity(usize::try_from(chunk.min(size)).unwrap_or(0));
+        if size > chunk {
             let mut offset = 0u64;
             while offset < size {
                 buf.clear();
                 (&mut file)
-                    .take(CHUNK)
+                    .take(chunk)
                     .read_to_end(&mut buf)
                     .await
                     .map_err(io)?;

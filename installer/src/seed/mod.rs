@@ -53,6 +53,8 @@ pub struct SeedOptions {
     pub attempts: u32,
     /// First retry delay.
     pub retry_delay: Duration,
+    /// Blobs larger than this are uploaded in chunks of this size ([`CHUNK`] by default).
+    pub chunk_size: u64,
 }
 
 /// What a seed did.
@@ -194,7 +196,12 @@ pub async fn seed(
         .iter()
         .map(|r| plan(&blobs_dir, r, opts))
         .collect::<Result<Vec<_>, _>>()?;
-    let client = PushClient::new(&opts.target, opts.attempts, opts.retry_delay)?;
+    let client = PushClient::new(
+        &opts.target,
+        opts.attempts,
+        opts.retry_delay,
+        opts.chunk_size,
+    )?;
     let mut report = SeedReport {
         images: plans.len(),
         ..SeedReport::default()

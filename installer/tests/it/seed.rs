@@ -141,6 +141,7 @@ fn options(reg: &Registry, creds: Option<(&str, &str)>, ca: Option<Vec<u8>>) -> 
         jobs: 4,
         attempts: 3,
         retry_delay: Duration::from_millis(100),
+        chunk_size: kubexm_install::seed::CHUNK,
     }
 }
 
@@ -215,6 +216,27 @@ fn seeds_an_anonymous_registry_then_reseeds_nothing() {
         "{again:?}"
     );
     assert_eq!(uploads(&target), before, "a re-seed uploads nothing");
+}
+
+#[test]
+fn large_blobs_go_up_in_chunks() {
+    let source = Registry::start(RegistryOptions::default());
+    let target = Registry::start(RegistryOptions::default());
+    let tree = tree(&source, 0);
+    let mut opts = options(&target, None, None);
+    opts.chunk_size = 64 * 1024; // busybox layers (~1 MB) become many chunks
+    run(&tree, &opts).expect("chunked seed");
+    let patches = target.count_requests("PATCH", "/blobs/uploads/");
+    let log: Vec<String> = target
+        .access_log()
+        .iter()
+        .map(|e| format!("{} {} {}", e.method, e.uri, e.status))
+        .collect();
+    assert!(
+        patches > 4,
+        "uploads went up in PATCH chunks: {patches}; {log:#?}"
+    );
+    assert_seeded(&tree, &opts, None, false);
 }
 
 #[test]
