@@ -84,6 +84,11 @@ impl Cache {
     /// Moves a verified temp file into the store.
     pub fn commit(&self, tmp: &Path, hex: &str) -> Result<PathBuf, CacheError> {
         let dest = self.blob_path(hex);
+        if dest.is_file() {
+            // Another task stored the same content meanwhile; content-addressed, so identical.
+            let _ = std::fs::remove_file(tmp);
+            return Ok(dest);
+        }
         std::fs::rename(tmp, &dest).map_err(|source| CacheError {
             path: dest.clone(),
             action: "cannot move a verified download into place",

@@ -516,11 +516,14 @@ impl Puller {
         if self.cache.contains(&hex_digest) {
             return Ok(());
         }
+        // A temp name per download: two images may fetch the same blob (a shared config) at once.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self
             .cache
             .root()
             .join("tmp")
-            .join(format!("{hex_digest}.blob"));
+            .join(format!("{hex_digest}.{}.{seq}.blob", std::process::id()));
         let mut last = String::new();
         for attempt in 1..=self.retry.attempts {
             if attempt > 1 {

@@ -196,8 +196,8 @@ fn run_seed(args: &SeedArgs, work_dir: &std::path::Path) -> Result<()> {
         .block_on(seed(&unpacked.dir, &unpacked.manifest, &opts))
         .with_context(|| format!("Failed to seed `{}`", args.registry))?;
     println!(
-        "seeded {} images into {} ({} blobs uploaded, {} mounted, {} already present; {} manifests pushed)",
-        report.images, args.registry, report.blobs_uploaded, report.blobs_mounted, report.blobs_present, report.manifests_pushed
+        "seeded {} images into {} ({} already complete; {} blobs uploaded, {} mounted, {} already present; {} manifests pushed)",
+        report.images, args.registry, report.images_complete, report.blobs_uploaded, report.blobs_mounted, report.blobs_present, report.manifests_pushed
     );
     Ok(())
 }

@@ -21,6 +21,8 @@
 #   BASE_MB=30       shared base layer (random, so gzip cannot shrink it)
 #   LAYER_MB=10      each image's own layer
 #   FILE_MB=4        each of the 12 stand-in files (binaries are not what this bench is about)
+#   REPEAT=3         each measurement is repeated (fresh registries / work dirs each time) and
+#                    the median is reported; max RSS is the largest seen
 #   JOBS=            passed as --jobs to kubexm-install seed when set (default: its own, 8)
 #   KUBEXM_BUILD=    kubexm-build binary   (default: $CARGO_TARGET_DIR or ./target, release)
 #   KUBEXM_INSTALL=  kubexm-install binary (same default)
@@ -33,6 +35,7 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 N_IMAGES=${N_IMAGES:-20}
+REPEAT=${REPEAT:-3}
 BASE_MB=${BASE_MB:-30}
 LAYER_MB=${LAYER_MB:-10}
 FILE_MB=${FILE_MB:-4}
@@ -112,10 +115,18 @@ http:
 EOF
   docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
   PIDS+=($!)
+  printf -v "RPID_$name" '%s' "$!"
   wait_http "http://127.0.0.1:$port/v2/"
   printf -v "REG_$name" '%s' "127.0.0.1:$port"
   printf -v "REGLOG_$name" '%s' "$dir/registry.log"
   log "registry $name on 127.0.0.1:$port"
+}
+
+stop_registry() { # NAME: stops it and removes its storage
+  local pid_var=RPID_$1
+  kill "${!pid_var}" 2>/dev/null || true
+  wait "${!pid_var}" 2>/dev/null || true
+  rm -rf "$WORK/$1/storage"
 }
 
 SYNC_N=0
@@ -160,6 +171,22 @@ perf_wrap() { # KEY → prints nothing; sets PERF=(…) for the command line
     mkdir -p "$PERF_DIR"
     PERF=(perf record -q -F 999 -g -o "$PERF_DIR/$1.data" --)
   fi
+}
+# median KEY: the median of T_KEY_1..T_KEY_$REPEAT into T_KEY, the largest R_KEY_i into R_KEY,
+# the C_KEY_i of the median run into C_KEY, and all times into ALL_KEY ("a/b/c").
+median() {
+  local key=$1 i v lines="" all="" rmax=0 t r c
+  for i in $(seq "$REPEAT"); do
+    t=T_${key}_$i r=R_${key}_$i c=C_${key}_$i
+    lines+="${!t} ${!c}"$'\n'
+    all+="${all:+/}${!t}"
+    ((${!r} > rmax)) && rmax=${!r}
+  done
+  read -r t c < <(printf '%s' "$lines" | sort -n | sed -n "$(((REPEAT + 1) / 2))p")
+  printf -v "T_$key" '%s' "$t"
+  printf -v "C_$key" '%s' "$c"
+  printf -v "R_$key" '%s' "$rmax"
+  printf -v "ALL_$key" '%s' "$all"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
 passfail() { # VALUE OP LIMIT
@@ -268,7 +295,6 @@ umoci_image "$layout" - base $((BASE_MB * 1048576)) /base/base.bin
 for i in $(seq "$N_IMAGES"); do
   umoci_image "$layout" base "i$i" $((LAYER_MB * 1048576)) "/data/i$i.bin"
 done
-umoci_image "$layout" - tiny 4096 /tiny.bin
 log "pushing images to $REG_src"
 for i in $(seq "$N_IMAGES"); do
   skopeo copy -q --dest-tls-verify=false "oci:$layout:i$i" "docker://$REG_src/bench-src/img/i$i:v1"
@@ -280,9 +306,15 @@ resolve_json >"$C/resolve.json"
 python3 -c '
 import json, sys
 for i in json.load(open(sys.argv[1]))["images"]: print(i["source"])' "$C/resolve.json" >"$C/sources.txt"
+# Every other image the resolver asks for: a small image of its own each. (Not one image pushed
+# under five names: kubexm-build fetches single-platform configs concurrently while planning, and
+# five images with the same config digest race on one temp file in its cache — see README.md.)
+k=0
 while read -r src; do
   case $src in "$REG_src/bench-src/"*) continue ;; esac
-  skopeo copy -q --dest-tls-verify=false "oci:$layout:tiny" "docker://$src"
+  k=$((k + 1))
+  umoci_image "$layout" - "small$k" 65536 /small.bin
+  skopeo copy -q --dest-tls-verify=false "oci:$layout:small$k" "docker://$src"
 done <"$C/sources.txt"
 rm -rf "$layout"
 
@@ -293,42 +325,54 @@ env -u KMZONE SOURCE_DATE_EPOCH=1700000000 "$KX" bundle -f "$C/cluster.yaml" --z
   --catalog "$C/catalog.yaml" --cache-dir "$WORK/cache" -o "$B" --docker-config /nonexistent/config.json \
   >"$WORK/bundle.log" 2>&1 || { tail -n 30 "$WORK/bundle.log" >&2; die "kubexm-build bundle failed"; }
 rm -rf "$WORK/cache"
-kill "${PIDS[0]}" 2>/dev/null || true # the source registry is no longer needed
+stop_registry src # no longer needed
 BUNDLE_SIZE=$(stat -c %s "$B")
 N_ALL=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["images"]))' "$C/resolve.json")
 log "bundle: $BUNDLE_SIZE bytes, $N_ALL images"
 
 # ==========================================================================================
-# 3. unpack + verify vs zstd -dc | tar -x (reference first, then ours; both from a warm page cache)
-log "3. unpack"
-mkdir -p "$WORK/tar"
-echo "mkdir $WORK/tar && zstd -dc $B | tar -x -C $WORK/tar" >>"$WORK/commands.txt"
-timed reftar "$WORK/reftar.log" bash -c "zstd -q -dc '$B' | tar -x -C '$WORK/tar'"
-rm -rf "$WORK/tar"; mkdir -p "$WORK/tar"
-echo "mkdir $WORK/tar && zstd -dc $B | tar -x -C $WORK/tar && sync   # extra: with the durability unpack gives" >>"$WORK/commands.txt"
-timed reftarsync "$WORK/reftarsync.log" bash -c "zstd -q -dc '$B' | tar -x -C '$WORK/tar' && sync"
-rm -rf "$WORK/tar"
+# 3. unpack + verify vs zstd -dc | tar -x, from a warm page cache, each into a fresh directory
+log "3. unpack ($REPEAT×)"
+echo "mkdir D && zstd -dc $B | tar -x -C D" >>"$WORK/commands.txt"
+echo "mkdir D && zstd -dc $B | tar -x -C D && sync   # extra: with the durability unpack gives" >>"$WORK/commands.txt"
+echo "$KI --work-dir FRESH unpack --bundle $B" >>"$WORK/commands.txt"
 WD=$WORK/wd
-echo "$KI --work-dir $WD unpack --bundle $B" >>"$WORK/commands.txt"
-perf_wrap unpack
-timed unpack "$WORK/unpack.log" "${PERF[@]}" "$KI" --work-dir "$WD" unpack --bundle "$B"
+for k in $(seq "$REPEAT"); do
+  rm -rf "$WORK/tar" "$WD"; mkdir -p "$WORK/tar"
+  timed "reftar_$k" "$WORK/reftar.log" bash -c "zstd -q -dc '$B' | tar -x -C '$WORK/tar'"
+  rm -rf "$WORK/tar"; mkdir -p "$WORK/tar"
+  timed "reftarsync_$k" "$WORK/reftarsync.log" bash -c "zstd -q -dc '$B' | tar -x -C '$WORK/tar' && sync"
+  rm -rf "$WORK/tar"
+  perf_wrap unpack
+  timed "unpack_$k" "$WORK/unpack.log" "${PERF[@]}" "$KI" --work-dir "$WD" unpack --bundle "$B"
+done
+median reftar; median reftarsync; median unpack
 UNPACKED=$(ls -d "$WD"/bundles/[0-9a-f]*/ | head -n 1)
 UNPACKED=${UNPACKED%/}
 
-# 1. seed vs sequential skopeo copy
-SEED_ARGS=(--work-dir "$WD" seed --bundle "$B" --registry "$REG_seed" --plain-http --project bench)
-[ -n "$JOBS" ] && SEED_ARGS+=(--jobs "$JOBS")
-log "1. seed into $REG_seed"
-echo "$KI ${SEED_ARGS[*]}" >>"$WORK/commands.txt"
-perf_wrap seed
-timed seed "$WORK/seed.log" "${PERF[@]}" "$KI" "${SEED_ARGS[@]}"
-grep '^seeded' "$WORK/seed.log" >&2 || true
+# 1. seed vs sequential skopeo copy, each into a fresh registry (the seed reuses the unpack in $WD)
+seed_args() { # REGISTRY
+  SEED_ARGS=(--work-dir "$WD" seed --bundle "$B" --registry "$1" --plain-http --project bench)
+  [ -n "$JOBS" ] && SEED_ARGS+=(--jobs "$JOBS")
+  return 0
+}
+seed_args TARGET
+echo "$KI ${SEED_ARGS[*]}   # TARGET: a fresh docker-registry" >>"$WORK/commands.txt"
+for k in $(seq "$REPEAT"); do
+  start_registry "seed$k"
+  reg_var=REG_seed$k
+  seed_args "${!reg_var}"
+  log "1. seed $k/$REPEAT"
+  perf_wrap seed
+  timed "seed_$k" "$WORK/seed.log" "${PERF[@]}" "$KI" "${SEED_ARGS[@]}"
+  grep '^seeded' "$WORK/seed.log" >&2 || true
 
-# Reference: one skopeo copy per image, sequential, to the same repositories in another registry.
-# The targets come from the seed's own log ("seeded" lines, in bundle.json order).
-python3 - "$UNPACKED/bundle.json" "$WORK/seed.log" "$REG_seed" "$REG_ref" "$UNPACKED/images" >"$WORK/ref-seed.sh" <<'PY'
+  if [ "$k" = 1 ]; then
+    # Reference script: one skopeo copy per image, sequential, to the same repositories the seed
+    # used (taken from its "seeded" log lines, in bundle.json order), in registry TARGET2.
+    python3 - "$UNPACKED/bundle.json" "$WORK/seed.log" "${!reg_var}" "$UNPACKED/images" >"$WORK/ref-seed.sh" <<'PY'
 import json, sys
-manifest, log, seed_reg, ref_reg, layout = sys.argv[1:]
+manifest, log, seed_reg, layout = sys.argv[1:]
 refs = [i["reference"] for i in json.load(open(manifest))["images"]]
 targets = []
 for line in open(log):
@@ -339,28 +383,33 @@ for line in open(log):
     if d.get("fields", {}).get("message") == "seeded":
         targets.append(d["fields"]["image"])
 assert len(targets) == len(refs), (len(targets), len(refs))
-print("set -euo pipefail")
+print('set -euo pipefail\nTARGET2=$1')
 for ref, t in zip(refs, targets):
     assert t.startswith(seed_reg + "/"), t
-    print(f"skopeo copy -q --all --dest-tls-verify=false 'oci:{layout}:{ref}' 'docker://{ref_reg}{t[len(seed_reg):]}'")
+    print(f"skopeo copy -q --all --dest-tls-verify=false 'oci:{layout}:{ref}' \"docker://$TARGET2{t[len(seed_reg):]}\"")
 PY
-echo "bash $WORK/ref-seed.sh   # $(grep -c '^skopeo' "$WORK/ref-seed.sh") × skopeo copy --all --dest-tls-verify=false oci:$UNPACKED/images:REF docker://$REG_ref/bench/…, sequential" >>"$WORK/commands.txt"
-log "1. reference: sequential skopeo copy into $REG_ref"
-timed refseed "$WORK/refseed.log" bash "$WORK/ref-seed.sh"
+    echo "bash $WORK/ref-seed.sh TARGET2   # $(grep -c '^skopeo' "$WORK/ref-seed.sh") × skopeo copy --all --dest-tls-verify=false oci:$UNPACKED/images:REF docker://TARGET2/bench/…, sequential; TARGET2: a fresh docker-registry" >>"$WORK/commands.txt"
+  fi
 
-# Both registries must now serve the same digests under the same tags.
-python3 - "$WORK/ref-seed.sh" "$REG_seed" "$REG_ref" <<'PY' || die "seeded registries differ"
+  start_registry "ref$k"
+  ref_var=REG_ref$k
+  log "1. reference $k/$REPEAT: sequential skopeo copy"
+  timed "refseed_$k" "$WORK/refseed.log" bash "$WORK/ref-seed.sh" "${!ref_var}"
+
+  # Both registries must serve the same digests under the same tags.
+  python3 - "$WORK/ref-seed.sh" "${!reg_var}" "${!ref_var}" <<'PY' || die "seeded registries differ"
 import re, sys, urllib.request
 script, a, b = sys.argv[1:]
 accept = ", ".join(["application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
                     "application/vnd.docker.distribution.manifest.list.v2+json",
                     "application/vnd.docker.distribution.manifest.v2+json"])
-bad = 0
+bad = n = 0
 for line in open(script):
-    m = re.search(r"'docker://[^/]+/(.+):([^:']+)'", line)
+    m = re.search(r'TARGET2/(.+):([^:"]+)"', line)
     if not m:
         continue
     repo, tag = m.groups()
+    n += 1
     digests = []
     for reg in (a, b):
         req = urllib.request.Request(f"http://{reg}/v2/{repo}/manifests/{tag}", method="HEAD",
@@ -369,20 +418,30 @@ for line in open(script):
     if digests[0] != digests[1]:
         bad += 1
         print(f"{repo}:{tag}: seed {digests[0]} vs skopeo {digests[1]}", file=sys.stderr)
-sys.exit(1 if bad else 0)
+sys.exit(1 if bad or n == 0 else 0)
 PY
+  stop_registry "ref$k"
+  [ "$k" = "$REPEAT" ] || stop_registry "seed$k"
+done
+median seed; median refseed
+reg_var=REG_seed$REPEAT; SEED_REG=${!reg_var}
+log_var=REGLOG_seed$REPEAT; SEED_LOG=${!log_var}
 
-# 2. re-seed: same command again; count the registry's requests during it
-log "2. re-seed"
-sync_log "http://$REG_seed" "$REGLOG_seed"
-reqs_before=$(count_reqs "$REGLOG_seed")
-up_before=$(count_uploads "$REGLOG_seed")
-timed reseed "$WORK/reseed.log" "$KI" "${SEED_ARGS[@]}"
-grep '^seeded' "$WORK/reseed.log" >&2 || true
-sync_log "http://$REG_seed" "$REGLOG_seed"
-RESEED_REQS=$(($(count_reqs "$REGLOG_seed") - reqs_before))
-RESEED_UPLOADS=$(($(count_uploads "$REGLOG_seed") - up_before))
-SEED_UPLOADS=$up_before
+# 2. re-seed: the same command again (REPEAT times) into the last seeded registry; count the
+#    registry's requests meanwhile
+sync_log "http://$SEED_REG" "$SEED_LOG"
+SEED_UPLOADS=$(count_uploads "$SEED_LOG")
+reqs_before=$(count_reqs "$SEED_LOG")
+seed_args "$SEED_REG"
+for k in $(seq "$REPEAT"); do
+  log "2. re-seed $k/$REPEAT"
+  timed "reseed_$k" "$WORK/reseed.log" "$KI" "${SEED_ARGS[@]}"
+  grep '^seeded' "$WORK/reseed.log" >&2 || true
+done
+median reseed
+sync_log "http://$SEED_REG" "$SEED_LOG"
+RESEED_REQS=$((($(count_reqs "$SEED_LOG") - reqs_before) / REPEAT))
+RESEED_UPLOADS=$(($(count_uploads "$SEED_LOG") - SEED_UPLOADS))
 
 # ==========================================================================================
 R1=$(ratio "$T_seed" "$T_refseed")
@@ -391,20 +450,22 @@ R3=$(ratio "$T_unpack" "$T_reftar")
 echo
 echo "kubexm-install seed/unpack benchmark — bundle $((BUNDLE_SIZE / 1048576)) MiB: $N_IMAGES linux/amd64 images" \
   "(${BASE_MB} MiB shared base + ${LAYER_MB} MiB own layer) + $((N_ALL - N_IMAGES)) small ones, ${#FILES[@]} files × ${FILE_MB} MiB;" \
-  "$(nproc) CPUs, loopback, docker-registry filesystem storage"
+  "$(nproc) CPUs, loopback, docker-registry filesystem storage; median of $REPEAT"
 fmt='%-42s %-26s %-26s %-8s %-8s %s\n'
 printf "$fmt" measure kubexm reference ratio target result
 printf "$fmt" "1 seed vs skopeo copy --all (sequential)" "${T_seed}s (cpu ${C_seed}s)" "${T_refseed}s (cpu ${C_refseed}s)" \
   "$R1" "<= 0.5" "$(passfail "$R1" '<=' 0.5)"
 printf "$fmt" "2 re-seed vs first seed" "${T_reseed}s (cpu ${C_reseed}s)" "${T_seed}s" \
   "$R2" "<= 0.05" "$(passfail "$R2" '<=' 0.05)"
-printf "$fmt" "2 re-seed upload requests (all requests)" "$RESEED_UPLOADS ($RESEED_REQS)" "first seed: $SEED_UPLOADS uploads" \
+printf "$fmt" "2 re-seed uploads (all requests/run)" "$RESEED_UPLOADS ($RESEED_REQS)" "first seed: $SEED_UPLOADS uploads" \
   "-" "0" "$(passfail "$RESEED_UPLOADS" '==' 0)"
 printf "$fmt" "3 unpack+verify vs zstd -dc | tar -x" "${T_unpack}s (cpu ${C_unpack}s)" "${T_reftar}s (cpu ${C_reftar}s)" \
   "$R3" "<= 1.2" "$(passfail "$R3" '<=' 1.2)"
 printf "$fmt" "3 max RSS of unpack" "$((R_unpack / 1024)) MiB" "zstd|tar: $((R_reftar / 1024)) MiB" "-" "-" "-"
 printf "$fmt" "extra: unpack vs zstd|tar -x && sync" "${T_unpack}s" "${T_reftarsync}s" "$(ratio "$T_unpack" "$T_reftarsync")" "-" "-"
 printf "$fmt" "extra: max RSS seed / re-seed / skopeo" "$((R_seed / 1024)) / $((R_reseed / 1024)) MiB" "$((R_refseed / 1024)) MiB" "-" "-" "-"
+echo
+echo "all runs (s): seed $ALL_seed; skopeo $ALL_refseed; re-seed $ALL_reseed; unpack $ALL_unpack; zstd|tar $ALL_reftar; zstd|tar+sync $ALL_reftarsync"
 echo
 echo "commands:"
 sed 's/^/  /' "$WORK/commands.txt"

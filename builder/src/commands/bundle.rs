@@ -58,18 +58,35 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     let (files, images) = runtime.block_on(async {
         let fetcher = Fetcher::new(cache.clone(), retry, progress.clone())
             .context("Failed to set up the HTTP client")?;
-        let files: Vec<PathBuf> = stream::iter(&lists.binaries)
+        // One download per distinct sha256 (identical files share one cache entry), each on
+        // its own task so hashing spreads over the cores.
+        let mut seen = BTreeSet::new();
+        let unique: Vec<_> = lists
+            .binaries
+            .iter()
+            .filter(|b| seen.insert(b.sha256.clone()))
+            .collect();
+        stream::iter(unique)
             .map(|b| {
                 let fetcher = fetcher.clone();
+                let (url, sum) = (b.url.clone(), b.sha256.clone());
+                let label = format!("{} {} {}", b.name, b.version, b.arch);
                 async move {
-                    let label = format!("{} {} {}", b.name, b.version, b.arch);
-                    fetcher.fetch(&b.url, &b.sha256, &label).await
+                    tokio::spawn(async move { fetcher.fetch(&url, &sum, &label).await })
+                        .await
+                        .map_err(|e| anyhow::anyhow!("download task failed: {e}"))?
+                        .map_err(anyhow::Error::from)
                 }
             })
-            .buffered(jobs)
-            .try_collect()
+            .buffer_unordered(jobs)
+            .try_collect::<Vec<PathBuf>>()
             .await
             .context("Failed to download the files")?;
+        let files: Vec<PathBuf> = lists
+            .binaries
+            .iter()
+            .map(|b| cache.blob_path(&b.sha256))
+            .collect();
         let puller = Puller::new(
             cache.clone(),
             retry,

@@ -45,9 +45,9 @@ pub struct PushClient {
     chunk: u64,
 }
 
-enum Body<'a> {
+enum Body {
     Empty,
-    Bytes(&'a [u8]),
+    Bytes(bytes::Bytes),
 }
 
 impl PushClient {
@@ -201,7 +201,13 @@ impl PushClient {
                         .map_err(|_| SeedError::Setup("header".into()))?,
                 );
                 let resp = self
-                    .send(repo, Method::PATCH, &location, &h, Body::Bytes(&buf))
+                    .send(
+                        repo,
+                        Method::PATCH,
+                        &location,
+                        &h,
+                        Body::Bytes(bytes::Bytes::copy_from_slice(&buf)),
+                    )
                     .await?;
                 if resp.status() != StatusCode::ACCEPTED {
                     let s = resp.status();
@@ -224,7 +230,13 @@ impl PushClient {
                 .map_err(|_| SeedError::Setup("header".into()))?,
         );
         let resp = self
-            .send(repo, Method::PUT, &url, &h, Body::Bytes(&buf))
+            .send(
+                repo,
+                Method::PUT,
+                &url,
+                &h,
+                Body::Bytes(bytes::Bytes::from(std::mem::take(&mut buf))),
+            )
             .await?;
         if resp.status() != StatusCode::CREATED {
             let s = resp.status();
@@ -287,7 +299,7 @@ impl PushClient {
                 Method::PUT,
                 &format!("/v2/{repo}/manifests/{reference}"),
                 &h,
-                Body::Bytes(bytes),
+                Body::Bytes(bytes::Bytes::copy_from_slice(bytes)),
             )
             .await?;
         if resp.status() != StatusCode::CREATED {
@@ -339,7 +351,7 @@ impl PushClient {
         method: Method,
         path_or_url: &str,
         headers: &HeaderMap,
-        body: Body<'_>,
+        body: Body,
     ) -> Result<reqwest::Response, SeedError> {
         let url = if path_or_url.starts_with("http") {
             path_or_url.to_owned()
@@ -360,7 +372,7 @@ impl PushClient {
                 .headers(headers.clone());
             req = match &body {
                 Body::Empty => req.header(CONTENT_LENGTH, 0),
-                Body::Bytes(b) => req.body(b.to_vec()),
+                Body::Bytes(b) => req.body(b.clone()),
             };
             if let Some(auth) = self.authorization(repo) {
                 req = req.header(AUTHORIZATION, auth);

@@ -60,8 +60,10 @@ pub struct SeedOptions {
 /// What a seed did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SeedReport {
-    /// Images seeded.
+    /// Images in the bundle.
     pub images: usize,
+    /// Images the registry already had complete (skipped).
+    pub images_complete: usize,
     /// Blobs uploaded.
     pub blobs_uploaded: usize,
     /// Blobs mounted from another repository.
@@ -221,6 +223,29 @@ pub async fn seed(
         )
         .await?;
     }
+
+    // An image whose tag already resolves to its top digest is complete (a registry refuses a
+    // manifest whose blobs are missing): skip it without touching its blobs.
+    let complete: Vec<bool> = stream::iter(plans.iter())
+        .map(|p| {
+            let client = &client;
+            async move {
+                let have = client
+                    .manifest_digest(&p.repo, &p.tag, &p.top_media_type)
+                    .await?;
+                Ok::<bool, SeedError>(have.as_deref() == Some(p.top_digest.as_str()))
+            }
+        })
+        .buffered(opts.jobs)
+        .try_collect()
+        .await?;
+    report.images_complete = complete.iter().filter(|c| **c).count();
+    let plans: Vec<Plan> = plans
+        .into_iter()
+        .zip(complete)
+        .filter(|(_, done)| !done)
+        .map(|(p, _)| p)
+        .collect();
 
     // Each distinct blob goes up once to the first repository that needs it…
     let mut primary: BTreeMap<&str, (&str, u64)> = BTreeMap::new();

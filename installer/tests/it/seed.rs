@@ -207,6 +207,10 @@ fn seeds_an_anonymous_registry_then_reseeds_nothing() {
     let before = uploads(&target);
     let again = run(&tree, &opts).expect("re-seed");
     assert_eq!(
+        again.images_complete, 2,
+        "complete images are recognised by their tag: {again:?}"
+    );
+    assert_eq!(
         (
             again.blobs_uploaded,
             again.blobs_mounted,
