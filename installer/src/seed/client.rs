@@ -188,18 +188,8 @@ impl PushClient {
                 }
                 let end = offset + buf.len() as u64 - 1;
                 let mut h = HeaderMap::new();
-                h.insert(
-                    CONTENT_TYPE,
-                    "application/octet-stream"
-                        .parse()
-                        .map_err(|_| SeedError::Setup("header".into()))?,
-                );
-                h.insert(
-                    CONTENT_RANGE,
-                    format!("{offset}-{end}")
-                        .parse()
-                        .map_err(|_| SeedError::Setup("header".into()))?,
-                );
+                h.insert(CONTENT_TYPE, header_value("application/octet-stream")?);
+                h.insert(CONTENT_RANGE, header_value(&format!("{offset}-{end}"))?);
                 let resp = self
                     .send(
                         repo,
@@ -223,12 +213,7 @@ impl PushClient {
         let sep = if location.contains('?') { '&' } else { '?' };
         let url = format!("{location}{sep}digest={digest}");
         let mut h = HeaderMap::new();
-        h.insert(
-            CONTENT_TYPE,
-            "application/octet-stream"
-                .parse()
-                .map_err(|_| SeedError::Setup("header".into()))?,
-        );
+        h.insert(CONTENT_TYPE, header_value("application/octet-stream")?);
         let resp = self
             .send(
                 repo,
@@ -253,12 +238,7 @@ impl PushClient {
         accept: &str,
     ) -> Result<Option<String>, SeedError> {
         let mut h = HeaderMap::new();
-        h.insert(
-            reqwest::header::ACCEPT,
-            accept
-                .parse()
-                .map_err(|_| SeedError::Setup("accept header".into()))?,
-        );
+        h.insert(reqwest::header::ACCEPT, header_value(accept)?);
         let resp = self
             .send(
                 repo,
@@ -287,12 +267,7 @@ impl PushClient {
         bytes: &[u8],
     ) -> Result<(), SeedError> {
         let mut h = HeaderMap::new();
-        h.insert(
-            CONTENT_TYPE,
-            media_type
-                .parse()
-                .map_err(|_| SeedError::Setup(format!("media type `{media_type}`")))?,
-        );
+        h.insert(CONTENT_TYPE, header_value(media_type)?);
         let resp = self
             .send(
                 repo,
@@ -498,6 +473,13 @@ impl PushClient {
         }
         Ok(())
     }
+}
+
+/// A header value, or a setup error naming it.
+fn header_value(value: &str) -> Result<reqwest::header::HeaderValue, SeedError> {
+    value
+        .parse()
+        .map_err(|_| SeedError::Setup(format!("`{value}` is not a valid HTTP header value")))
 }
 
 /// An error with its causes, `a: b: c`.
