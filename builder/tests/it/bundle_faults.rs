@@ -132,3 +132,37 @@ fn registry_faults_fail_clearly_or_recover() {
         text(&restarter.stderr)
     );
 }
+
+#[test]
+fn images_sharing_a_config_blob_are_fetched_once_without_racing() {
+    // Regression: two single-platform images with the same config were downloaded concurrently
+    // into one temp file. The same Docker schema2 image pushed under two names, both needed by
+    // amd64-only hosts, must bundle cleanly.
+    let lab = setup();
+    let work = lab.path("same");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let amd = kubexm_testkit::images::busybox_layout(&work, "same", "amd64");
+    for name in ["ghcr.io/x/a:v1", "ghcr.io/x/b:v1"] {
+        kubexm_testkit::images::push_docker_schema2(
+            &amd,
+            kubexm_testkit::images::LAYOUT_TAG,
+            &lab.open,
+            None,
+            name,
+        );
+    }
+    let cluster = std::fs::read_to_string(lab.path("cluster.yaml"))
+        .expect("cluster")
+        .replace("{name: w1, address: 10.0.0.21, arch: arm64}", "{name: w1, address: 10.0.0.21}")
+        .replace(
+            "  registry:\n",
+            "  addons:\n    - {name: twins, type: yaml, source: {path: twins.yaml}, images: [\"ghcr.io/x/a:v1\", \"ghcr.io/x/b:v1\"]}\n  registry:\n",
+        );
+    std::fs::write(lab.path("cluster.yaml"), cluster).expect("write");
+    let out = bundle(&lab, "twins.tar.zst", "c-twins", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tmp_left = std::fs::read_dir(lab.path("c-twins/tmp"))
+        .expect("tmp")
+        .count();
+    assert_eq!(tmp_left, 0, "no temp files left in the cache");
+}
