@@ -143,7 +143,7 @@ fn images_sharing_a_config_blob_are_fetched_once_without_racing() {
     std::fs::create_dir_all(&work).expect("mkdir");
     let amd = kubexm_testkit::images::busybox_layout(&work, "same", "amd64");
     for name in ["ghcr.io/x/a:v1", "ghcr.io/x/b:v1"] {
-        kubexm_testkit::images::push_docker_schema2(
+        let _digest = kubexm_testkit::images::push_docker_schema2(
             &amd,
             kubexm_testkit::images::LAYOUT_TAG,
             &lab.open,
