@@ -38,8 +38,9 @@ REPEAT=${REPEAT:-1}
 KEEP=${KEEP:-0}
 KX=${KUBEXM_BUILD:-${CARGO_TARGET_DIR:-$REPO/target}/release/kubexm-build}
 
-log() { printf '== %s %s\n' "$(date +%T)" "$*" >&2; }
 die() { printf 'bundle-bench: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 
 # --- dependencies ---------------------------------------------------------------------------
 need_pkgs=()
@@ -70,59 +71,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_http() { # URL: until it answers at all (any status)
-  for _ in $(seq 200); do
-    curl -s -o /dev/null "$1" && return 0
-    sleep 0.05
-  done
-  die "$1 did not answer"
-}
 mb_bytes() { awk -v s="$SCALE" -v f="$2" -v m="$1" 'BEGIN { printf "%d", m * s * f * 1048576 }'; }
 
 # Request lines of an access log (registry: combined format; http.server: same prefix), without
 # the sentinel requests sync_log makes. Call sync_log first so every finished request is in.
-count_reqs() {
-  { grep -E '\] "(GET|HEAD|POST|PUT|PATCH|DELETE) /' "$1" || true; } | { grep -vc '/bench-sync/' || true; }
-}
-SYNC_N=0
-sync_log() { # BASE_URL LOG: sends GET /bench-sync/N and waits for its log line
-  SYNC_N=$((SYNC_N + 1))
-  curl -s -o /dev/null "$1/bench-sync/$SYNC_N" || true
-  for _ in $(seq 200); do
-    grep -q "GET /bench-sync/$SYNC_N " "$2" && return 0
-    sleep 0.05
-  done
-  die "log $2 did not show the sync request"
-}
 
-REG_PORT=$(free_port)
-REG=127.0.0.1:$REG_PORT
-REG_LOG=$WORK/registry/registry.log
-mkdir -p "$WORK/registry/storage"
-cat >"$WORK/registry/config.yml" <<EOF
-version: 0.1
-log:
-  level: info
-  formatter: text
-  accesslog:
-    disabled: false
-storage:
-  filesystem:
-    rootdirectory: $WORK/registry/storage
-  maintenance:
-    uploadpurging:
-      enabled: false
-http:
-  addr: $REG
-  secret: kubexm-bench-not-a-secret
-EOF
-docker-registry serve "$WORK/registry/config.yml" >"$REG_LOG" 2>&1 &
-PIDS+=($!)
-wait_http "http://$REG/v2/"
-log "registry on $REG"
+start_registry registry
+REG=$REG_registry
+REG_LOG=$REGLOG_registry
 
 start_mirror() { # ROOT LOG → sets MIRROR_PORT
   MIRROR_PORT=$(free_port)
