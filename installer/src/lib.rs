@@ -2,5 +2,6 @@
 //! pipeline. `main.rs` only parses flags and maps results to exit codes.
 #![warn(missing_docs)]
 
+pub mod runner;
 pub mod seed;
 pub mod unpack;
