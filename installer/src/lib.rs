@@ -2,6 +2,8 @@
 //! pipeline. `main.rs` only parses flags and maps results to exit codes.
 #![warn(missing_docs)]
 
+pub mod pipeline;
 pub mod runner;
 pub mod seed;
+pub mod templates;
 pub mod unpack;

@@ -1,0 +1,151 @@
+//! Run a command; install OS packages.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{run_ok, run_test, GenericStep, OpPlan};
+use crate::pipeline::StepError;
+use crate::runner::{shell, Runner};
+
+/// Runs a shell command as root.
+#[derive(Debug, Clone)]
+pub struct RunCommand {
+    /// The command.
+    pub command: String,
+    /// A check: when it exits 0 the command is not run (idempotence).
+    pub unless: Option<String>,
+    /// A check after running (defaults to `unless`; none means the exit status is enough).
+    pub verify: Option<String>,
+    /// Shell that undoes the command.
+    pub undo: Option<String>,
+    /// Time limit.
+    pub timeout: Duration,
+}
+
+impl RunCommand {
+    /// A command with no check, no undo and a 5-minute limit.
+    pub fn new(command: impl Into<String>) -> Self {
+        Self {
+            command: command.into(),
+            unless: None,
+            verify: None,
+            undo: None,
+            timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// Skip when `check` exits 0.
+    #[must_use]
+    pub fn unless(mut self, check: impl Into<String>) -> Self {
+        self.unless = Some(check.into());
+        self
+    }
+
+    /// After running, `check` must exit 0.
+    #[must_use]
+    pub fn verify(mut self, check: impl Into<String>) -> Self {
+        self.verify = Some(check.into());
+        self
+    }
+
+    /// Rollback shell.
+    #[must_use]
+    pub fn undo(mut self, undo: impl Into<String>) -> Self {
+        self.undo = Some(undo.into());
+        self
+    }
+
+    /// Another time limit.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+#[async_trait]
+impl GenericStep for RunCommand {
+    fn plan(&self) -> OpPlan {
+        OpPlan {
+            kind: "run",
+            detail: self.command.clone(),
+            input: self.unless.as_ref().map(|u| format!("unless: {u}")),
+        }
+    }
+
+    async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError> {
+        match &self.unless {
+            Some(check) => run_test(runner, check).await,
+            None => Ok(false),
+        }
+    }
+
+    async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        run_ok(runner, &self.command, self.timeout).await.map(drop)
+    }
+
+    async fn verify(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        let Some(check) = self.verify.as_ref().or(self.unless.as_ref()) else {
+            return Ok(());
+        };
+        if run_test(runner, check).await? {
+            Ok(())
+        } else {
+            Err(StepError::Verify(format!(
+                "after `{}`, the check `{check}` still fails",
+                self.command
+            )))
+        }
+    }
+
+    fn revert(&self) -> Option<String> {
+        self.undo.clone()
+    }
+}
+
+/// Installs OS packages with the node's package manager (apt or yum/dnf), skipping installed ones.
+/// Never reverted: removing OS packages could break what the operator had before.
+#[derive(Debug, Clone)]
+pub struct Package {
+    /// Package names.
+    pub names: Vec<String>,
+}
+
+impl Package {
+    fn missing_script(&self) -> String {
+        let names: Vec<String> = self.names.iter().map(|n| shell::quote(n)).collect();
+        format!(
+            "missing=''\nfor p in {}; do\n  if command -v dpkg-query >/dev/null 2>&1; then\n    dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null | grep -q 'install ok installed' || missing=\"$missing $p\"\n  else\n    rpm -q \"$p\" >/dev/null 2>&1 || missing=\"$missing $p\"\n  fi\ndone\necho $missing",
+            names.join(" ")
+        )
+    }
+}
+
+#[async_trait]
+impl GenericStep for Package {
+    fn plan(&self) -> OpPlan {
+        OpPlan {
+            kind: "package",
+            detail: format!("install {}", self.names.join(" ")),
+            input: None,
+        }
+    }
+
+    async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError> {
+        let out = run_ok(runner, &self.missing_script(), Duration::from_secs(60)).await?;
+        Ok(out.trim().is_empty())
+    }
+
+    async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        let script = format!(
+            "set -e\nmissing=$({})\n[ -z \"$missing\" ] && exit 0\nif command -v apt-get >/dev/null 2>&1; then\n  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing\nelif command -v dnf >/dev/null 2>&1; then\n  dnf install -y $missing\nelse\n  yum install -y $missing\nfi",
+            self.missing_script()
+        );
+        run_ok(runner, &script, Duration::from_secs(900)).await.map(drop)
+    }
+
+    fn revert(&self) -> Option<String> {
+        None
+    }
+}

@@ -1,0 +1,138 @@
+//! Generic steps: the small, typed actions every specific step is made of.
+//!
+//! A generic step knows how to tell whether it is already done, how to do it, how to check it
+//! worked, and the shell that undoes it. It never appears in a task on its own: specific steps
+//! (see [`super::Step`]) return a list of them from `ops()`, so a task cannot hold one directly.
+
+mod command;
+mod files;
+mod systemd;
+mod wait;
+
+pub use command::{Package, RunCommand};
+pub use files::{CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile};
+pub use systemd::{Systemd, SystemdAction};
+pub use wait::WaitFor;
+
+use async_trait::async_trait;
+
+use super::StepError;
+use crate::runner::Runner;
+
+/// One line of the plan: what a generic step will do, exactly.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OpPlan {
+    /// Kind, e.g. `run`, `upload`, `systemd`.
+    pub kind: &'static str,
+    /// The exact command or `source -> destination (mode)`.
+    pub detail: String,
+    /// Content digest or other input that changes what the op does but is not in `detail`.
+    pub input: Option<String>,
+}
+
+/// Behaviour shared by every generic step.
+#[async_trait]
+pub trait GenericStep: Send + Sync {
+    /// The plan line (no connection needed).
+    fn plan(&self) -> OpPlan;
+    /// Already done? Then the op is skipped.
+    async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError>;
+    /// Does it.
+    async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError>;
+    /// Checks it worked (defaults to `is_done`).
+    async fn verify(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        if self.is_done(runner).await? {
+            Ok(())
+        } else {
+            Err(StepError::Verify(format!(
+                "`{}` did not take effect",
+                self.plan().detail
+            )))
+        }
+    }
+    /// Shell that undoes `apply`, safe to run whether or not `apply` ran; `None` when there is
+    /// nothing to undo (checks, waits).
+    fn revert(&self) -> Option<String>;
+    /// Whether applying it changes the node (false for checks and waits).
+    fn mutates(&self) -> bool {
+        true
+    }
+    /// Shell run once the task succeeded on the node (drops backups kept for the revert).
+    fn commit(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A generic step (closed set: the engine's vocabulary).
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Run a command.
+    Run(RunCommand),
+    /// Install OS packages.
+    Package(Package),
+    /// Upload a file.
+    Upload(UploadFile),
+    /// Render a template to a file.
+    Template(RenderTemplate),
+    /// Create a directory.
+    Mkdir(CreateDir),
+    /// Set mode/owner.
+    Chmod(SetPermission),
+    /// Copy a file already on the node.
+    Copy(CopyFile),
+    /// Extract a tarball on the node.
+    Extract(ExtractTarball),
+    /// Keep a `# BEGIN KubeXM Managed Block` in a file.
+    Block(ManagedBlock),
+    /// daemon-reload / enable --now / restart / is-active.
+    Systemd(Systemd),
+    /// Poll until a condition holds.
+    Wait(WaitFor),
+}
+
+impl Op {
+    /// The generic step behind the variant.
+    pub fn generic(&self) -> &dyn GenericStep {
+        match self {
+            Op::Run(o) => o,
+            Op::Package(o) => o,
+            Op::Upload(o) => o,
+            Op::Template(o) => o,
+            Op::Mkdir(o) => o,
+            Op::Chmod(o) => o,
+            Op::Copy(o) => o,
+            Op::Extract(o) => o,
+            Op::Block(o) => o,
+            Op::Systemd(o) => o,
+            Op::Wait(o) => o,
+        }
+    }
+}
+
+/// Runs a script as root and fails with its stderr when it exits non-zero.
+pub(crate) async fn run_ok(
+    runner: &dyn Runner,
+    script: &str,
+    timeout: std::time::Duration,
+) -> Result<String, StepError> {
+    let out = runner
+        .exec(&crate::runner::Exec::root(script).with_timeout(timeout))
+        .await?;
+    if out.success() {
+        Ok(out.stdout)
+    } else {
+        Err(StepError::Command {
+            command: crate::runner::summary(script),
+            code: out.code,
+            stderr: out.stderr.trim().to_string(),
+        })
+    }
+}
+
+/// Runs a script as root and reports whether it exited 0 (a check).
+pub(crate) async fn run_test(runner: &dyn Runner, script: &str) -> Result<bool, StepError> {
+    let out = runner
+        .exec(&crate::runner::Exec::root(script).with_timeout(std::time::Duration::from_secs(60)))
+        .await?;
+    Ok(out.success())
+}

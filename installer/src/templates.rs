@@ -1,0 +1,79 @@
+//! Every file KubeXM writes on a host, as tera templates from the repository's `templates/`
+//! directory, embedded at build time.
+
+use crate::pipeline::StepError;
+
+/// (name, source) of every embedded template.
+pub const TEMPLATES: &[(&str, &str)] = &[
+    (
+        "hosts/managed-block.tera",
+        include_str!("../../templates/hosts/managed-block.tera"),
+    ),
+];
+
+/// Renders one embedded template.
+pub fn render(name: &str, context: &tera::Context) -> Result<String, StepError> {
+    let Some((_, source)) = TEMPLATES.iter().find(|(n, _)| *n == name) else {
+        return Err(StepError::Template {
+            name: name.to_string(),
+            message: "no such template is embedded".to_string(),
+        });
+    };
+    let mut tera = tera::Tera::default();
+    tera.autoescape_on(Vec::<&str>::new());
+    tera.add_raw_template(name, source)
+        .and_then(|()| tera.render(name, context))
+        .map_err(|e| StepError::Template {
+            name: name.to_string(),
+            message: error_chain(&e),
+        })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_template_file_is_embedded_and_parses() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+        let mut on_disk = Vec::new();
+        let mut stack = vec![dir.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).expect("templates dir") {
+                let p = e.expect("entry").path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "tera") {
+                    let rel = p.strip_prefix(&dir).expect("prefix");
+                    on_disk.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+        on_disk.sort();
+        let mut embedded: Vec<String> = TEMPLATES.iter().map(|(n, _)| n.to_string()).collect();
+        embedded.sort();
+        assert_eq!(on_disk, embedded, "templates/ and TEMPLATES differ");
+        for (name, source) in TEMPLATES {
+            let mut t = tera::Tera::default();
+            t.add_raw_template(name, source)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn unknown_template_is_named() {
+        let err = render("nope.tera", &tera::Context::new()).unwrap_err();
+        assert!(err.to_string().contains("nope.tera"), "{err}");
+    }
+}
