@@ -4,12 +4,10 @@
 use crate::pipeline::StepError;
 
 /// (name, source) of every embedded template.
-pub const TEMPLATES: &[(&str, &str)] = &[
-    (
-        "hosts/managed-block.tera",
-        include_str!("../../templates/hosts/managed-block.tera"),
-    ),
-];
+pub const TEMPLATES: &[(&str, &str)] = &[(
+    "hosts/managed-block.tera",
+    include_str!("../../templates/hosts/managed-block.tera"),
+)];
 
 /// Renders one embedded template.
 pub fn render(name: &str, context: &tera::Context) -> Result<String, StepError> {
@@ -73,7 +71,7 @@ mod tests {
 
     #[test]
     fn unknown_template_is_named() {
-        let err = render("nope.tera", &tera::Context::new()).unwrap_err();
+        let err = render("nope.tera", &tera::Context::new()).expect_err("unknown");
         assert!(err.to_string().contains("nope.tera"), "{err}");
     }
 }

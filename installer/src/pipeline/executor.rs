@@ -308,8 +308,12 @@ impl Executor {
                 hosts: task.hosts.len(),
                 failures,
             };
-            self.journal
-                .record(Event::TaskFailed, &at, &err.to_string(), Some(started.elapsed()));
+            self.journal.record(
+                Event::TaskFailed,
+                &at,
+                &err.to_string(),
+                Some(started.elapsed()),
+            );
             Err(err)
         }
     }
@@ -362,8 +366,12 @@ impl Executor {
                 .map(|s| s.is_done(key, host, &inputs))
                 .unwrap_or(false)
         {
-            self.journal
-                .record(Event::TaskSkipped, &at, "done in an earlier run (--resume)", None);
+            self.journal.record(
+                Event::TaskSkipped,
+                &at,
+                "done in an earlier run (--resume)",
+                None,
+            );
             return Ok(HostRun::Resumed);
         }
 
@@ -376,7 +384,14 @@ impl Executor {
                 ..at.clone()
             };
             match self
-                .run_step(runner.as_ref(), step.as_ref(), ops, &step_at, &mut stack, &mut commits)
+                .run_step(
+                    runner.as_ref(),
+                    step.as_ref(),
+                    ops,
+                    &step_at,
+                    &mut stack,
+                    &mut commits,
+                )
                 .await
             {
                 Ok(StepOutcome::Changed) => changed += 1,
@@ -399,7 +414,8 @@ impl Executor {
             }
         }
         if let Ok(mut s) = state.lock() {
-            s.record(key, host, &inputs).map_err(|e| fail("-", e.to_string()))?;
+            s.record(key, host, &inputs)
+                .map_err(|e| fail("-", e.to_string()))?;
         }
         Ok(HostRun::Ran { changed, unchanged })
     }
@@ -432,8 +448,12 @@ impl Executor {
             };
             match result {
                 Ok(true) => {
-                    self.journal
-                        .record(Event::StepSucceeded, at, "changed", Some(started.elapsed()));
+                    self.journal.record(
+                        Event::StepSucceeded,
+                        at,
+                        "changed",
+                        Some(started.elapsed()),
+                    );
                     return Ok(StepOutcome::Changed);
                 }
                 Ok(false) => {
@@ -449,15 +469,22 @@ impl Executor {
                     self.journal.record(
                         Event::StepRetried,
                         at,
-                        &format!("attempt {attempt}/{attempts} failed: {e}; retrying in {:?}", policy.retry_delay),
+                        &format!(
+                            "attempt {attempt}/{attempts} failed: {e}; retrying in {:?}",
+                            policy.retry_delay
+                        ),
                         None,
                     );
                     attempt += 1;
                     tokio::time::sleep(policy.retry_delay).await;
                 }
                 Err(e) => {
-                    self.journal
-                        .record(Event::StepFailed, at, &e.to_string(), Some(started.elapsed()));
+                    self.journal.record(
+                        Event::StepFailed,
+                        at,
+                        &e.to_string(),
+                        Some(started.elapsed()),
+                    );
                     return Err(e);
                 }
             }
@@ -489,8 +516,12 @@ impl Executor {
             match runner.exec(&exec).await {
                 Ok(out) if out.success() => {
                     failure.reverted += 1;
-                    self.journal
-                        .record(Event::StepReverted, &step_at, &format!("reverted {}", r.op), None);
+                    self.journal.record(
+                        Event::StepReverted,
+                        &step_at,
+                        &format!("reverted {}", r.op),
+                        None,
+                    );
                 }
                 Ok(out) => {
                     let msg = self.journal.redact(&format!(
@@ -500,14 +531,16 @@ impl Executor {
                         out.code,
                         out.stderr.trim()
                     ));
-                    self.journal.record(Event::RevertFailed, &step_at, &msg, None);
+                    self.journal
+                        .record(Event::RevertFailed, &step_at, &msg, None);
                     failure.revert_errors.push(msg);
                 }
                 Err(e) => {
                     let msg = self
                         .journal
                         .redact(&format!("{}: revert of {}: {e}", r.step, r.op));
-                    self.journal.record(Event::RevertFailed, &step_at, &msg, None);
+                    self.journal
+                        .record(Event::RevertFailed, &step_at, &msg, None);
                     failure.revert_errors.push(msg);
                 }
             }

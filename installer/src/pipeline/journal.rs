@@ -106,11 +106,7 @@ pub struct Journal {
 impl Journal {
     /// Opens `WORK/runs/<pipeline_id>/{log,events}.jsonl`; metrics go to `WORK/metrics/kubexm.prom`.
     /// `secrets` are replaced by `***` wherever they appear in a message.
-    pub fn create(
-        work_dir: &Path,
-        pipeline: &str,
-        secrets: Vec<String>,
-    ) -> std::io::Result<Self> {
+    pub fn create(work_dir: &Path, pipeline: &str, secrets: Vec<String>) -> std::io::Result<Self> {
         let pipeline_id = new_pipeline_id();
         let dir = work_dir.join("runs").join(&pipeline_id);
         std::fs::create_dir_all(&dir)?;
@@ -178,7 +174,8 @@ impl Journal {
             if let Ok(mut f) = self.log.lock() {
                 let _ = writeln!(f, "{json}");
             }
-            if event.level() != "DEBUG" || matches!(event, Event::StepSkipped | Event::StepReverted) {
+            if event.level() != "DEBUG" || matches!(event, Event::StepSkipped | Event::StepReverted)
+            {
                 if let Ok(mut f) = self.events.lock() {
                     let _ = writeln!(f, "{json}");
                 }
@@ -202,7 +199,9 @@ impl Journal {
             Event::ModuleSkipped | Event::TaskSkipped | Event::StepSkipped => "·",
             Event::StepSucceeded | Event::TaskSucceeded | Event::PipelineSucceeded => "✓",
             Event::StepRetried | Event::RollbackStarted | Event::StepReverted => "↺",
-            Event::StepFailed | Event::TaskFailed | Event::PipelineFailed | Event::RevertFailed => "✗",
+            Event::StepFailed | Event::TaskFailed | Event::PipelineFailed | Event::RevertFailed => {
+                "✗"
+            }
             Event::StepStarted => return,
         };
         let place = [at.module, at.task, at.step]
@@ -215,7 +214,14 @@ impl Journal {
         let took = duration
             .map(|d| format!(" ({:.1}s)", d.as_secs_f64()))
             .unwrap_or_default();
-        eprintln!("{mark} {node}{place}{}{took}", if message.is_empty() { String::new() } else { format!(": {message}") });
+        eprintln!(
+            "{mark} {node}{place}{}{took}",
+            if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {message}")
+            }
+        );
     }
 
     /// Writes the Prometheus text file: run counters accumulate across runs (kept in
@@ -237,7 +243,10 @@ impl Journal {
         *counters
             .entry(format!("{}\t{status}", self.pipeline))
             .or_default() += 1;
-        write_atomic(&counters_path, &serde_json::to_vec(&counters).unwrap_or_default())?;
+        write_atomic(
+            &counters_path,
+            &serde_json::to_vec(&counters).unwrap_or_default(),
+        )?;
 
         let mut text = String::new();
         text.push_str("# HELP kubexm_pipeline_total Pipeline runs by result.\n# TYPE kubexm_pipeline_total counter\n");
@@ -269,7 +278,9 @@ impl Journal {
 }
 
 fn escape_label(v: &str) -> String {
-    v.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n")
+    v.replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -286,7 +297,13 @@ fn new_pipeline_id() -> String {
         .unwrap_or_default();
     format!(
         "{}-{:x}{:05x}",
-        rfc3339(SystemTime::now()).replace([':', '-'], "").trim_end_matches('Z').replace('T', "-").split('.').next().unwrap_or(""),
+        rfc3339(SystemTime::now())
+            .replace([':', '-'], "")
+            .trim_end_matches('Z')
+            .replace('T', "-")
+            .split('.')
+            .next()
+            .unwrap_or(""),
         std::process::id(),
         now.subsec_micros()
     )
@@ -329,7 +346,7 @@ mod tests {
     fn formats_utc_timestamps() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_millis(1_795_000_000_123);
-        assert_eq!(rfc3339(t), "2026-11-18T09:46:40.123Z");
+        assert_eq!(rfc3339(t), "2026-11-18T11:06:40.123Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
     }

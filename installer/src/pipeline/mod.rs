@@ -155,7 +155,10 @@ pub struct Task {
 
 impl Task {
     /// A parallel task on `hosts` with no steps yet.
-    pub fn new(name: impl Into<String>, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        hosts: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
         Self {
             name: name.into(),
             hosts: hosts.into_iter().map(Into::into).collect(),

@@ -148,7 +148,11 @@ impl Plan {
                     ti + 1,
                     t.name,
                     t.hosts.join(","),
-                    if t.parallel { "parallel" } else { "one at a time" }
+                    if t.parallel {
+                        "parallel"
+                    } else {
+                        "one at a time"
+                    }
                 );
                 for st in &t.steps {
                     let _ = writeln!(

@@ -26,7 +26,9 @@ pub enum StateError {
         source: std::io::Error,
     },
     /// The file is not a state file this version understands.
-    #[error("state file {path} is unreadable ({message}); delete it to start over without --resume")]
+    #[error(
+        "state file {path} is unreadable ({message}); delete it to start over without --resume"
+    )]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -152,8 +154,8 @@ impl StateFile {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(io)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-        let json = serde_json::to_vec_pretty(&self.doc)
-            .map_err(|e| io(std::io::Error::other(e)))?;
+        let json =
+            serde_json::to_vec_pretty(&self.doc).map_err(|e| io(std::io::Error::other(e)))?;
         tmp.write_all(&json).map_err(io)?;
         tmp.as_file().sync_all().map_err(io)?;
         tmp.persist(&self.path).map_err(|e| io(e.error))?;

@@ -1,4 +1,5 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod pipeline;
 mod seed;
 mod unpack;

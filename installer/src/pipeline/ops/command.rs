@@ -142,7 +142,9 @@ impl GenericStep for Package {
             "set -e\nmissing=$({})\n[ -z \"$missing\" ] && exit 0\nif command -v apt-get >/dev/null 2>&1; then\n  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing\nelif command -v dnf >/dev/null 2>&1; then\n  dnf install -y $missing\nelse\n  yum install -y $missing\nfi",
             self.missing_script()
         );
-        run_ok(runner, &script, Duration::from_secs(900)).await.map(drop)
+        run_ok(runner, &script, Duration::from_secs(900))
+            .await
+            .map(drop)
     }
 
     fn revert(&self) -> Option<String> {

@@ -29,7 +29,12 @@ fn drop_backup_script(dest: &str) -> String {
 }
 
 async fn has_sha256(runner: &dyn Runner, dest: &str, sha256: &str) -> Result<bool, StepError> {
-    let out = run_ok(runner, &shell::remote_sha256(dest), Duration::from_secs(120)).await?;
+    let out = run_ok(
+        runner,
+        &shell::remote_sha256(dest),
+        Duration::from_secs(120),
+    )
+    .await?;
     Ok(out.trim() == sha256)
 }
 
@@ -141,7 +146,10 @@ impl GenericStep for RenderTemplate {
     fn plan(&self) -> OpPlan {
         OpPlan {
             kind: "template",
-            detail: format!("{} -> {} ({:o})", self.template, self.file.dest, self.file.mode),
+            detail: format!(
+                "{} -> {} ({:o})",
+                self.template, self.file.dest, self.file.mode
+            ),
             input: Some(format!("sha256:{}", self.file.sha256)),
         }
     }
@@ -198,7 +206,9 @@ impl GenericStep for CopyFile {
             d = shell::quote(&self.dest),
             m = self.mode,
         );
-        run_ok(runner, &script, Duration::from_secs(300)).await.map(drop)
+        run_ok(runner, &script, Duration::from_secs(300))
+            .await
+            .map(drop)
     }
     fn revert(&self) -> Option<String> {
         Some(restore_script(&self.dest))
@@ -230,7 +240,10 @@ impl GenericStep for CreateDir {
         let p = shell::quote(&self.path);
         run_test(
             runner,
-            &format!("[ -d {p} ] && [ \"$(stat -c %a -- {p})\" = {:o} ]", self.mode),
+            &format!(
+                "[ -d {p} ] && [ \"$(stat -c %a -- {p})\" = {:o} ]",
+                self.mode
+            ),
         )
         .await
     }
@@ -241,7 +254,9 @@ impl GenericStep for CreateDir {
             "set -e\nif [ ! -d {p} ]; then mkdir -p -- {p}; : > {p}/.kubexm-created; fi\nchmod {:o} {p}",
             self.mode
         );
-        run_ok(runner, &script, Duration::from_secs(60)).await.map(drop)
+        run_ok(runner, &script, Duration::from_secs(60))
+            .await
+            .map(drop)
     }
     fn revert(&self) -> Option<String> {
         let p = shell::quote(&self.path);
@@ -250,7 +265,10 @@ impl GenericStep for CreateDir {
         ))
     }
     fn commit(&self) -> Option<String> {
-        Some(format!("rm -f -- {}/.kubexm-created", shell::quote(&self.path)))
+        Some(format!(
+            "rm -f -- {}/.kubexm-created",
+            shell::quote(&self.path)
+        ))
     }
 }
 
@@ -274,7 +292,10 @@ impl GenericStep for SetPermission {
                 "{} {:o}{}",
                 self.path,
                 self.mode,
-                self.owner.as_deref().map(|o| format!(" {o}")).unwrap_or_default()
+                self.owner
+                    .as_deref()
+                    .map(|o| format!(" {o}"))
+                    .unwrap_or_default()
             ),
             input: None,
         }
@@ -300,7 +321,9 @@ impl GenericStep for SetPermission {
         if let Some(owner) = &self.owner {
             script.push_str(&format!("\nchown {} -- {p}", shell::quote(owner)));
         }
-        run_ok(runner, &script, Duration::from_secs(60)).await.map(drop)
+        run_ok(runner, &script, Duration::from_secs(60))
+            .await
+            .map(drop)
     }
     fn revert(&self) -> Option<String> {
         let p = shell::quote(&self.path);
@@ -364,7 +387,9 @@ impl GenericStep for ExtractTarball {
             s = self.sha256,
             stamp = shell::quote(&self.stamp()),
         );
-        run_ok(runner, &script, Duration::from_secs(600)).await.map(drop)
+        run_ok(runner, &script, Duration::from_secs(600))
+            .await
+            .map(drop)
     }
     fn revert(&self) -> Option<String> {
         Some(format!("rm -rf -- {}", shell::quote(&self.dest)))
@@ -451,7 +476,9 @@ impl GenericStep for ManagedBlock {
             strip = self.strip_block(),
             block = self.block_text()
         );
-        run_ok(runner, &self.rewrite(&body), Duration::from_secs(60)).await.map(drop)
+        run_ok(runner, &self.rewrite(&body), Duration::from_secs(60))
+            .await
+            .map(drop)
     }
     fn revert(&self) -> Option<String> {
         let p = shell::quote(&self.path);

@@ -10,7 +10,9 @@ mod systemd;
 mod wait;
 
 pub use command::{Package, RunCommand};
-pub use files::{CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile};
+pub use files::{
+    CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile,
+};
 pub use systemd::{Systemd, SystemdAction};
 pub use wait::WaitFor;
 

@@ -77,7 +77,10 @@ impl GenericStep for Systemd {
             SystemdAction::DaemonReload => "systemctl daemon-reload".to_string(),
             SystemdAction::EnableNow(u) => format!("systemctl enable --now {u}"),
             SystemdAction::Restart { unit, always: true } => format!("systemctl restart {unit}"),
-            SystemdAction::Restart { unit, always: false } => {
+            SystemdAction::Restart {
+                unit,
+                always: false,
+            } => {
                 format!("systemctl restart {unit} (when changed)")
             }
             SystemdAction::IsActive(u) => format!("systemctl is-active {u}"),
@@ -107,7 +110,9 @@ impl GenericStep for Systemd {
                 let u = shell::quote(u);
                 run_test(
                     runner,
-                    &format!("! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}"),
+                    &format!(
+                        "! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}"
+                    ),
                 )
                 .await
             }
