@@ -439,7 +439,7 @@ impl Executor {
         loop {
             let result = match tokio::time::timeout(
                 policy.timeout,
-                apply_ops(runner, step.name(), ops, stack, commits, &mut changed),
+                apply_ops(&self.journal, at, runner, step.name(), ops, stack, commits, &mut changed),
             )
             .await
             {
@@ -556,6 +556,8 @@ enum HostRun {
 /// Applies a step's generic steps in order: each is checked first (skipped when done), its
 /// revert is pushed before it runs, and it is verified after. Returns whether anything changed.
 async fn apply_ops(
+    journal: &Journal,
+    at: &At<'_>,
     runner: &dyn Runner,
     step: &str,
     ops: &[Op],
@@ -580,7 +582,9 @@ async fn apply_ops(
                 script,
             });
         }
-        g.apply(runner).await?;
+        for note in g.apply_noted(runner).await? {
+            journal.record(Event::Warning, at, &note, None);
+        }
         g.verify(runner).await?;
         if let Some(c) = g.commit() {
             commits.push(c);

@@ -29,6 +29,7 @@ pub enum Event {
     StepSucceeded,
     StepRetried,
     StepFailed,
+    Warning,
     RollbackStarted,
     StepReverted,
     RevertFailed,
@@ -40,7 +41,7 @@ impl Event {
             Event::PipelineFailed | Event::TaskFailed | Event::StepFailed | Event::RevertFailed => {
                 "ERROR"
             }
-            Event::StepRetried | Event::RollbackStarted => "WARN",
+            Event::StepRetried | Event::RollbackStarted | Event::Warning => "WARN",
             Event::StepStarted | Event::StepSkipped | Event::StepReverted => "DEBUG",
             _ => "INFO",
         }
@@ -199,6 +200,7 @@ impl Journal {
             Event::ModuleSkipped | Event::TaskSkipped | Event::StepSkipped => "·",
             Event::StepSucceeded | Event::TaskSucceeded | Event::PipelineSucceeded => "✓",
             Event::StepRetried | Event::RollbackStarted | Event::StepReverted => "↺",
+            Event::Warning => "!",
             Event::StepFailed | Event::TaskFailed | Event::PipelineFailed | Event::RevertFailed => {
                 "✗"
             }

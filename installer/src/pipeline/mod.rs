@@ -38,6 +38,14 @@ pub enum StepError {
         /// Its stderr.
         stderr: String,
     },
+    /// A check on the node failed (the message says what is wrong and what to do).
+    #[error("{what}: {message}")]
+    Check {
+        /// What was checked.
+        what: String,
+        /// The check's message.
+        message: String,
+    },
     /// The action ran but its verification failed.
     #[error("verification failed: {0}")]
     Verify(String),
@@ -64,6 +72,7 @@ impl StepError {
             self,
             StepError::Template { .. }
                 | StepError::Invalid(_)
+                | StepError::Check { .. }
                 | StepError::Run(RunError::Auth { .. })
                 | StepError::Run(RunError::HostKey { .. })
         )

@@ -371,10 +371,10 @@ impl Step for Block {
         "hosts-block"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        Ok(vec![Op::Block(ManagedBlock {
-            path: self.path.display().to_string(),
-            lines: vec!["10.0.0.1 node1".to_string(), "10.0.0.2 node2".to_string()],
-        })])
+        Ok(vec![Op::Block(ManagedBlock::new(
+            self.path.display().to_string(),
+            vec!["10.0.0.1 node1".to_string(), "10.0.0.2 node2".to_string()],
+        ))])
     }
 }
 
@@ -402,10 +402,7 @@ async fn managed_block_is_added_once_updated_in_place_and_removed_by_revert() {
         text,
         "127.0.0.1 localhost\n# keep me\n# BEGIN KubeXM Managed Block\n10.0.0.1 node1\n10.0.0.2 node2\n# END KubeXM Managed Block\n"
     );
-    let op = ManagedBlock {
-        path: hosts.display().to_string(),
-        lines: vec![],
-    };
+    let op = ManagedBlock::new(hosts.display().to_string(), vec![]);
     let revert = kubexm_install::pipeline::ops::GenericStep::revert(&op).expect("revert");
     let out = LocalRunner::new("node1")
         .exec(&kubexm_install::runner::Exec::root(revert))

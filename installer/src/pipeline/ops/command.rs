@@ -108,16 +108,19 @@ impl GenericStep for RunCommand {
 /// Never reverted: removing OS packages could break what the operator had before.
 #[derive(Debug, Clone)]
 pub struct Package {
-    /// Package names.
-    pub names: Vec<String>,
+    /// Names on Debian-family systems.
+    pub debs: Vec<String>,
+    /// Names on RPM-family systems.
+    pub rpms: Vec<String>,
 }
 
 impl Package {
     fn missing_script(&self) -> String {
-        let names: Vec<String> = self.names.iter().map(|n| shell::quote(n)).collect();
+        let q = |v: &[String]| v.iter().map(|n| shell::quote(n)).collect::<Vec<_>>().join(" ");
         format!(
-            "missing=''\nfor p in {}; do\n  if command -v dpkg-query >/dev/null 2>&1; then\n    dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null | grep -q 'install ok installed' || missing=\"$missing $p\"\n  else\n    rpm -q \"$p\" >/dev/null 2>&1 || missing=\"$missing $p\"\n  fi\ndone\necho $missing",
-            names.join(" ")
+            "if command -v dpkg-query >/dev/null 2>&1; then want=\"{}\"; else want=\"{}\"; fi\nmissing=''\nfor p in $want; do\n  if command -v dpkg-query >/dev/null 2>&1; then\n    dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null | grep -q 'install ok installed' || missing=\"$missing $p\"\n  else\n    rpm -q \"$p\" >/dev/null 2>&1 || missing=\"$missing $p\"\n  fi\ndone\necho $missing",
+            q(&self.debs),
+            q(&self.rpms)
         )
     }
 }
@@ -127,7 +130,11 @@ impl GenericStep for Package {
     fn plan(&self) -> OpPlan {
         OpPlan {
             kind: "package",
-            detail: format!("install {}", self.names.join(" ")),
+            detail: format!(
+                "install deb: {} | rpm: {}",
+                self.debs.join(" "),
+                self.rpms.join(" ")
+            ),
             input: None,
         }
     }
@@ -149,5 +156,92 @@ impl GenericStep for Package {
 
     fn revert(&self) -> Option<String> {
         None
+    }
+}
+
+/// A check on the node: exit 0 passes (lines printed as `WARNING: …` become warnings for the
+/// operator); any other status fails the step with what the script printed on stderr, which
+/// must say what is wrong and what to do.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// What is checked, e.g. "operating system".
+    pub what: String,
+    /// The script.
+    pub script: String,
+    /// Export `KUBEXM_CONTROL_TIME` (the control host's clock, Unix seconds with fraction) to the
+    /// script when it runs, for clock-skew checks.
+    pub control_time: bool,
+}
+
+impl Check {
+    /// A check.
+    pub fn new(what: impl Into<String>, script: impl Into<String>) -> Self {
+        Self {
+            what: what.into(),
+            script: script.into(),
+            control_time: false,
+        }
+    }
+}
+
+#[async_trait]
+impl GenericStep for Check {
+    fn plan(&self) -> OpPlan {
+        OpPlan {
+            kind: "check",
+            detail: format!("{}: {}", self.what, self.script),
+            input: None,
+        }
+    }
+    async fn is_done(&self, _runner: &dyn Runner) -> Result<bool, StepError> {
+        Ok(false)
+    }
+    async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        self.apply_noted(runner).await.map(drop)
+    }
+    async fn apply_noted(&self, runner: &dyn Runner) -> Result<Vec<String>, StepError> {
+        let script = if self.control_time {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            format!(
+                "KUBEXM_CONTROL_TIME={}.{:03}\n{}",
+                now.as_secs(),
+                now.subsec_millis(),
+                self.script
+            )
+        } else {
+            self.script.clone()
+        };
+        let out = runner
+            .exec(&crate::runner::Exec::root(script).with_timeout(Duration::from_secs(120)))
+            .await?;
+        if out.success() {
+            Ok(out
+                .stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("WARNING: "))
+                .map(|w| format!("{}: {w}", self.what))
+                .collect())
+        } else {
+            let msg = if out.stderr.trim().is_empty() {
+                out.stdout.trim()
+            } else {
+                out.stderr.trim()
+            };
+            Err(StepError::Check {
+                what: self.what.clone(),
+                message: msg.to_string(),
+            })
+        }
+    }
+    async fn verify(&self, _runner: &dyn Runner) -> Result<(), StepError> {
+        Ok(())
+    }
+    fn revert(&self) -> Option<String> {
+        None
+    }
+    fn mutates(&self) -> bool {
+        false
     }
 }

@@ -407,17 +407,40 @@ pub const BLOCK_END: &str = "# END KubeXM Managed Block";
 pub struct ManagedBlock {
     /// The file.
     pub path: String,
+    /// Used instead of `path` when `path` does not exist but this does (e.g.
+    /// `/etc/chrony/chrony.conf` on Debian, `/etc/chrony.conf` on RHEL).
+    pub fallback: Option<String>,
     /// Lines between the markers.
     pub lines: Vec<String>,
 }
 
 impl ManagedBlock {
-    fn strip_block(&self) -> String {
+    /// A block in `path`.
+    pub fn new(path: impl Into<String>, lines: Vec<String>) -> Self {
+        Self {
+            path: path.into(),
+            fallback: None,
+            lines,
+        }
+    }
+
+    /// Sets `p` to the file to edit.
+    fn pick(&self) -> String {
+        let p = shell::quote(&self.path);
+        match &self.fallback {
+            Some(f) => format!(
+                "p={p}; if [ ! -e \"$p\" ] && [ -e {f} ]; then p={f}; fi",
+                f = shell::quote(f)
+            ),
+            None => format!("p={p}"),
+        }
+    }
+
+    fn strip_block() -> String {
         format!(
-            "awk -v b={b} -v e={e} '$0==b{{skip=1;next}} $0==e{{skip=0;next}} !skip' {p}",
+            "awk -v b={b} -v e={e} '$0==b{{skip=1;next}} $0==e{{skip=0;next}} !skip' \"$p\"",
             b = shell::quote(BLOCK_BEGIN),
             e = shell::quote(BLOCK_END),
-            p = shell::quote(&self.path)
         )
     }
 
@@ -432,34 +455,43 @@ impl ManagedBlock {
         text
     }
 
-    /// Writes `body` (a shell snippet printing the new content) over the file atomically, keeping
+    /// Writes `body` (a shell snippet printing the new content) over "$p" atomically, keeping
     /// its mode and owner (or 0644 for a new file).
     fn rewrite(&self, body: &str) -> String {
-        let p = shell::quote(&self.path);
         format!(
-            "set -e\nt={p}.kubexm-part\n{{\n{body}\n}} > \"$t\"\nif [ -e {p} ]; then chmod --reference={p} \"$t\"; chown --reference={p} \"$t\"; else chmod 644 \"$t\"; fi\nmv -f -- \"$t\" {p}"
+            "set -e\n{}\nt=\"$p.kubexm-part\"\n{{\n{body}\n}} > \"$t\"\nif [ -e \"$p\" ]; then chmod --reference=\"$p\" \"$t\"; chown --reference=\"$p\" \"$t\"; else chmod 644 \"$t\"; fi\nmv -f -- \"$t\" \"$p\"",
+            self.pick()
         )
+    }
+
+    fn display_path(&self) -> String {
+        match &self.fallback {
+            Some(f) => format!("{} (or {f})", self.path),
+            None => self.path.clone(),
+        }
     }
 }
 
 #[async_trait]
 impl GenericStep for ManagedBlock {
     fn plan(&self) -> OpPlan {
+        let mut detail = format!("{}:", self.display_path());
+        for l in &self.lines {
+            detail.push_str("\n  ");
+            detail.push_str(l);
+        }
         OpPlan {
             kind: "block",
-            detail: format!("{} ({} lines)", self.path, self.lines.len()),
-            input: Some(format!(
-                "sha256:{}",
-                kubexm_bundles::hash::sha256_hex(self.block_text().as_bytes())
-            )),
+            detail,
+            input: None,
         }
     }
     async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError> {
         let current = run_ok(
             runner,
             &format!(
-                "[ -e {p} ] || exit 0\nawk -v b={b} -v e={e} '$0==b{{on=1}} on{{print}} $0==e{{on=0}}' {p}",
-                p = shell::quote(&self.path),
+                "{}\n[ -e \"$p\" ] || exit 0\nawk -v b={b} -v e={e} '$0==b{{on=1}} on{{print}} $0==e{{on=0}}' \"$p\"",
+                self.pick(),
                 b = shell::quote(BLOCK_BEGIN),
                 e = shell::quote(BLOCK_END)
             ),
@@ -471,9 +503,8 @@ impl GenericStep for ManagedBlock {
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
         // Heredoc with a quoted delimiter: the block is written literally.
         let body = format!(
-            "if [ -e {p} ]; then {strip}; fi; cat <<'KUBEXM_BLOCK_EOF'\n{block}KUBEXM_BLOCK_EOF\n",
-            p = shell::quote(&self.path),
-            strip = self.strip_block(),
+            "if [ -e \"$p\" ]; then {strip}; fi\ncat <<'KUBEXM_BLOCK_EOF'\n{block}KUBEXM_BLOCK_EOF",
+            strip = Self::strip_block(),
             block = self.block_text()
         );
         run_ok(runner, &self.rewrite(&body), Duration::from_secs(60))
@@ -481,10 +512,10 @@ impl GenericStep for ManagedBlock {
             .map(drop)
     }
     fn revert(&self) -> Option<String> {
-        let p = shell::quote(&self.path);
         Some(format!(
-            "if [ -e {p} ]; then\n{}\nfi",
-            self.rewrite(&self.strip_block())
+            "{}\nif [ -e \"$p\" ]; then\n{}\nfi",
+            self.pick(),
+            self.rewrite(&Self::strip_block())
         ))
     }
 }

@@ -9,7 +9,7 @@ mod files;
 mod systemd;
 mod wait;
 
-pub use command::{Package, RunCommand};
+pub use command::{Check, Package, RunCommand};
 pub use files::{
     CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile,
 };
@@ -41,6 +41,10 @@ pub trait GenericStep: Send + Sync {
     async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError>;
     /// Does it.
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError>;
+    /// Does it and returns notes for the operator (warnings from checks). Defaults to `apply`.
+    async fn apply_noted(&self, runner: &dyn Runner) -> Result<Vec<String>, StepError> {
+        self.apply(runner).await.map(|()| Vec::new())
+    }
     /// Checks it worked (defaults to `is_done`).
     async fn verify(&self, runner: &dyn Runner) -> Result<(), StepError> {
         if self.is_done(runner).await? {
@@ -70,6 +74,8 @@ pub trait GenericStep: Send + Sync {
 pub enum Op {
     /// Run a command.
     Run(RunCommand),
+    /// A check that fails the step with its own message.
+    Check(Check),
     /// Install OS packages.
     Package(Package),
     /// Upload a file.
@@ -97,6 +103,7 @@ impl Op {
     pub fn generic(&self) -> &dyn GenericStep {
         match self {
             Op::Run(o) => o,
+            Op::Check(o) => o,
             Op::Package(o) => o,
             Op::Upload(o) => o,
             Op::Template(o) => o,
