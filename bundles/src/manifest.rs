@@ -11,6 +11,9 @@ pub const MANIFEST_PATH: &str = "bundle.json";
 pub const SUMS_PATH: &str = "SHA256SUMS";
 /// The cluster description the bundle was built from.
 pub const CLUSTER_PATH: &str = "cluster.yaml";
+/// The catalog override the bundle was built with (`--catalog`), when there was one; the
+/// installer validates cluster.yaml against the built-in catalog merged with it.
+pub const CATALOG_PATH: &str = "catalog.yaml";
 /// Root of the OCI image layout.
 pub const IMAGES_DIR: &str = "images";
 

@@ -79,11 +79,12 @@ pub fn host_password(host: &Host, base: &Path) -> Result<Option<Secret>, Invento
     }
     if let Some(file) = &host.password_file {
         let path = base.join(file);
-        let text = std::fs::read_to_string(&path).map_err(|source| InventoryError::PasswordFile {
-            host: host.name.clone(),
-            path: path.clone(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| InventoryError::PasswordFile {
+                host: host.name.clone(),
+                path: path.clone(),
+                source,
+            })?;
         let first = text.lines().next().unwrap_or("").to_string();
         return Ok(Some(Secret::new(first)));
     }

@@ -2,6 +2,7 @@
 //! pipeline. `main.rs` only parses flags and maps results to exit codes.
 #![warn(missing_docs)]
 
+pub mod install;
 pub mod inventory;
 pub mod pipeline;
 pub mod runner;

@@ -61,6 +61,36 @@ enum Command {
     },
     /// Push every image of a bundle into a registry.
     Seed(SeedArgs),
+    /// Print the full ordered install plan (modules, tasks, steps, nodes, exact commands and
+    /// file destinations) without connecting anywhere.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    /// The cluster description (default: the one inside --bundle).
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "CLUSTER_YAML",
+        required_unless_present = "bundle"
+    )]
+    file: Option<PathBuf>,
+    /// The bundle whose cluster.yaml (and catalog override) to plan.
+    #[arg(long, value_name = "FILE.tar.zst")]
+    bundle: Option<PathBuf>,
+    /// A catalog file merged over the built-in catalog.
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+    output: PlanFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum PlanFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +163,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         (Some(Command::Seed(args)), _) => run_seed(&args, &cli.work_dir),
+        (Some(Command::Plan(args)), _) => run_plan(&args, &cli.work_dir),
         (None, Some(bundle)) => {
             let u = unpack(&bundle, &cli.work_dir)
                 .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
@@ -146,6 +177,53 @@ fn run(cli: Cli) -> Result<()> {
             anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)")
         }
     }
+}
+
+/// The cluster description and catalog override to use: `-f`/`--catalog` when given, else the
+/// bundle's own.
+fn cluster_source(
+    file: Option<&std::path::Path>,
+    catalog: Option<&std::path::Path>,
+    bundle: Option<&std::path::Path>,
+    work_dir: &std::path::Path,
+) -> Result<(PathBuf, Option<PathBuf>)> {
+    match (file, bundle) {
+        (Some(f), _) => Ok((f.to_path_buf(), catalog.map(PathBuf::from))),
+        (None, Some(b)) => {
+            let u = unpack(b, work_dir)
+                .with_context(|| format!("Failed to unpack `{}`", b.display()))?;
+            let bundled = u.dir.join(kubexm_bundles::manifest::CATALOG_PATH);
+            let catalog = catalog
+                .map(PathBuf::from)
+                .or_else(|| bundled.exists().then_some(bundled));
+            Ok((u.dir.join(kubexm_bundles::manifest::CLUSTER_PATH), catalog))
+        }
+        (None, None) => anyhow::bail!("pass -f CLUSTER_YAML or --bundle FILE"),
+    }
+}
+
+fn run_plan(args: &PlanArgs, work_dir: &std::path::Path) -> Result<()> {
+    let (file, catalog) = cluster_source(
+        args.file.as_deref(),
+        args.catalog.as_deref(),
+        args.bundle.as_deref(),
+        work_dir,
+    )?;
+    let ctx = std::sync::Arc::new(kubexm_install::install::load_context(
+        &file,
+        catalog.as_deref(),
+    )?);
+    let pipeline = kubexm_install::install::install_pipeline(&ctx);
+    let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())
+        .context("Failed to build the plan")?;
+    match args.output {
+        PlanFormat::Text => print!("{}", plan.to_text()),
+        PlanFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).context("Failed to encode the plan")?
+        ),
+    }
+    Ok(())
 }
 
 fn run_seed(args: &SeedArgs, work_dir: &std::path::Path) -> Result<()> {

@@ -3,11 +3,19 @@
 
 use crate::pipeline::StepError;
 
-/// (name, source) of every embedded template.
-pub const TEMPLATES: &[(&str, &str)] = &[(
+macro_rules! embed {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../../templates/", $name)))),*]
+    };
+}
+
+/// (name, source) of every embedded template; a unit test keeps it equal to `templates/`.
+pub const TEMPLATES: &[(&str, &str)] = embed![
+    "chrony/managed-block.tera",
     "hosts/managed-block.tera",
-    include_str!("../../templates/hosts/managed-block.tera"),
-)];
+    "os/modules-load.conf.tera",
+    "os/sysctl.conf.tera",
+];
 
 /// Renders one embedded template.
 pub fn render(name: &str, context: &tera::Context) -> Result<String, StepError> {

@@ -708,6 +708,52 @@ pub struct System {
     /// Scripts run on every node after installing.
     #[serde(default)]
     pub post_install: Vec<String>,
+    /// Preflight thresholds.
+    #[serde(default)]
+    pub preflight: Preflight,
+}
+
+/// `spec.system.preflight`: the limits preflight enforces. The memory defaults accept machines
+/// sold as 4 GB (masters) and 2 GB (workers): `MemTotal` excludes memory the kernel reserves.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Preflight {
+    /// Minimum CPUs on every node.
+    #[serde(default = "default_min_cpus")]
+    pub min_cpus: u32,
+    /// Minimum `MemTotal` on masters, MiB.
+    #[serde(default = "default_master_mem", rename = "minMasterMemoryMiB")]
+    pub min_master_memory_mib: u64,
+    /// Minimum `MemTotal` on other nodes, MiB.
+    #[serde(default = "default_worker_mem", rename = "minWorkerMemoryMiB")]
+    pub min_worker_memory_mib: u64,
+    /// Largest clock difference to the control host, seconds.
+    #[serde(default = "default_skew")]
+    pub max_clock_skew_seconds: u32,
+}
+
+impl Default for Preflight {
+    fn default() -> Self {
+        Self {
+            min_cpus: default_min_cpus(),
+            min_master_memory_mib: default_master_mem(),
+            min_worker_memory_mib: default_worker_mem(),
+            max_clock_skew_seconds: default_skew(),
+        }
+    }
+}
+
+fn default_min_cpus() -> u32 {
+    2
+}
+fn default_master_mem() -> u64 {
+    3500
+}
+fn default_worker_mem() -> u64 {
+    1700
+}
+fn default_skew() -> u32 {
+    5
 }
 
 /// `spec.extra.hosts[]`.

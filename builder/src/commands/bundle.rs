@@ -114,7 +114,13 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
     let mtime = source_date_epoch()?;
     let manifest = bundle_manifest(&lists, &files, &images, mtime);
-    let entries = bundle_entries(&cache, &lists, &images, cluster_yaml)?;
+    let catalog_yaml = match &args.source.catalog {
+        Some(p) => {
+            Some(std::fs::read(p).with_context(|| format!("Failed to read `{}`", p.display()))?)
+        }
+        None => None,
+    };
+    let entries = bundle_entries(&cache, &lists, &images, cluster_yaml, catalog_yaml)?;
     let output = args.output.clone().unwrap_or_else(|| {
         PathBuf::from(format!(
             "kubexm-{}-{}.tar.zst",
@@ -209,6 +215,7 @@ fn bundle_entries(
     lists: &Resolution,
     images: &[PulledImage],
     cluster_yaml: Vec<u8>,
+    catalog_yaml: Option<Vec<u8>>,
 ) -> Result<Vec<Entry>> {
     let mut entries = vec![Entry {
         path: CLUSTER_PATH.to_owned(),
@@ -216,6 +223,14 @@ fn bundle_entries(
         sha256: None,
         mode: 0o644,
     }];
+    if let Some(catalog) = catalog_yaml {
+        entries.push(Entry {
+            path: kubexm_bundles::manifest::CATALOG_PATH.to_owned(),
+            source: Source::Bytes(catalog),
+            sha256: None,
+            mode: 0o644,
+        });
+    }
     for b in &lists.binaries {
         let exec = matches!(b.archive, kubexm_manifests::catalog::Archive::Binary);
         entries.push(Entry {

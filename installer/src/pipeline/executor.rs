@@ -129,6 +129,14 @@ struct Revert {
     script: String,
 }
 
+/// What a task has done on one node so far: the rollback stack and the clean-ups to run once
+/// the task succeeded.
+#[derive(Default)]
+struct Ledger {
+    stack: Vec<Revert>,
+    commits: Vec<String>,
+}
+
 enum StepOutcome {
     Changed,
     Unchanged,
@@ -375,8 +383,7 @@ impl Executor {
             return Ok(HostRun::Resumed);
         }
 
-        let mut stack: Vec<Revert> = Vec::new();
-        let mut commits: Vec<String> = Vec::new();
+        let mut ledger = Ledger::default();
         let (mut changed, mut unchanged) = (0, 0);
         for (step, ops) in &built {
             let step_at = At {
@@ -384,21 +391,14 @@ impl Executor {
                 ..at.clone()
             };
             match self
-                .run_step(
-                    runner.as_ref(),
-                    step.as_ref(),
-                    ops,
-                    &step_at,
-                    &mut stack,
-                    &mut commits,
-                )
+                .run_step(runner.as_ref(), step.as_ref(), ops, &step_at, &mut ledger)
                 .await
             {
                 Ok(StepOutcome::Changed) => changed += 1,
                 Ok(StepOutcome::Unchanged) => unchanged += 1,
                 Err(e) => {
                     let mut failure = fail(step.name(), e.to_string());
-                    self.rollback(runner.as_ref(), &at, &mut stack, &mut failure)
+                    self.rollback(runner.as_ref(), &at, &mut ledger.stack, &mut failure)
                         .await;
                     if let Ok(mut s) = state.lock() {
                         let _ = s.forget(key, host);
@@ -407,8 +407,8 @@ impl Executor {
                 }
             }
         }
-        if !commits.is_empty() {
-            let script = commits.join("\n");
+        if !ledger.commits.is_empty() {
+            let script = ledger.commits.join("\n");
             if let Err(e) = runner.exec(&Exec::root(script)).await {
                 tracing::warn!("{host}: dropping rollback backups failed: {e}");
             }
@@ -426,8 +426,7 @@ impl Executor {
         step: &dyn Step,
         ops: &[Op],
         at: &At<'_>,
-        stack: &mut Vec<Revert>,
-        commits: &mut Vec<String>,
+        ledger: &mut Ledger,
     ) -> Result<StepOutcome, StepError> {
         let policy = step.policy();
         let attempts = policy.attempts.max(1);
@@ -439,7 +438,15 @@ impl Executor {
         loop {
             let result = match tokio::time::timeout(
                 policy.timeout,
-                apply_ops(&self.journal, at, runner, step.name(), ops, stack, commits, &mut changed),
+                apply_ops(
+                    &self.journal,
+                    at,
+                    runner,
+                    step.name(),
+                    ops,
+                    ledger,
+                    &mut changed,
+                ),
             )
             .await
             {
@@ -561,22 +568,19 @@ async fn apply_ops(
     runner: &dyn Runner,
     step: &str,
     ops: &[Op],
-    stack: &mut Vec<Revert>,
-    commits: &mut Vec<String>,
+    ledger: &mut Ledger,
     changed: &mut bool,
 ) -> Result<(), StepError> {
     for op in ops {
         let g = op.generic();
-        if let Op::Systemd(s) = op {
-            if s.only_when_changed() && !*changed {
-                continue;
-            }
+        if g.only_when_changed() && !*changed {
+            continue;
         }
         if g.is_done(runner).await? {
             continue;
         }
         if let Some(script) = g.revert() {
-            stack.push(Revert {
+            ledger.stack.push(Revert {
                 step: step.to_string(),
                 op: g.plan().detail,
                 script,
@@ -587,7 +591,7 @@ async fn apply_ops(
         }
         g.verify(runner).await?;
         if let Some(c) = g.commit() {
-            commits.push(c);
+            ledger.commits.push(c);
         }
         if g.mutates() {
             *changed = true;

@@ -21,6 +21,8 @@ pub struct RunCommand {
     pub undo: Option<String>,
     /// Time limit.
     pub timeout: Duration,
+    /// Run only when an earlier generic step of the same step changed something.
+    pub when_changed: bool,
 }
 
 impl RunCommand {
@@ -32,7 +34,15 @@ impl RunCommand {
             verify: None,
             undo: None,
             timeout: Duration::from_secs(300),
+            when_changed: false,
         }
+    }
+
+    /// Run only when an earlier generic step of the same step changed something.
+    #[must_use]
+    pub fn when_changed(mut self) -> Self {
+        self.when_changed = true;
+        self
     }
 
     /// Skip when `check` exits 0.
@@ -69,7 +79,11 @@ impl GenericStep for RunCommand {
     fn plan(&self) -> OpPlan {
         OpPlan {
             kind: "run",
-            detail: self.command.clone(),
+            detail: if self.when_changed {
+                format!("{} (when changed)", self.command)
+            } else {
+                self.command.clone()
+            },
             input: self.unless.as_ref().map(|u| format!("unless: {u}")),
         }
     }
@@ -102,6 +116,10 @@ impl GenericStep for RunCommand {
     fn revert(&self) -> Option<String> {
         self.undo.clone()
     }
+
+    fn only_when_changed(&self) -> bool {
+        self.when_changed
+    }
 }
 
 /// Installs OS packages with the node's package manager (apt or yum/dnf), skipping installed ones.
@@ -116,7 +134,12 @@ pub struct Package {
 
 impl Package {
     fn missing_script(&self) -> String {
-        let q = |v: &[String]| v.iter().map(|n| shell::quote(n)).collect::<Vec<_>>().join(" ");
+        let q = |v: &[String]| {
+            v.iter()
+                .map(|n| shell::quote(n))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         format!(
             "if command -v dpkg-query >/dev/null 2>&1; then want=\"{}\"; else want=\"{}\"; fi\nmissing=''\nfor p in $want; do\n  if command -v dpkg-query >/dev/null 2>&1; then\n    dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null | grep -q 'install ok installed' || missing=\"$missing $p\"\n  else\n    rpm -q \"$p\" >/dev/null 2>&1 || missing=\"$missing $p\"\n  fi\ndone\necho $missing",
             q(&self.debs),

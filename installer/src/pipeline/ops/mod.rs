@@ -59,6 +59,11 @@ pub trait GenericStep: Send + Sync {
     /// Shell that undoes `apply`, safe to run whether or not `apply` ran; `None` when there is
     /// nothing to undo (checks, waits).
     fn revert(&self) -> Option<String>;
+    /// Runs only when an earlier generic step of the same step changed something (restart
+    /// handlers such as "reload sysctl when its file changed").
+    fn only_when_changed(&self) -> bool {
+        false
+    }
     /// Whether applying it changes the node (false for checks and waits).
     fn mutates(&self) -> bool {
         true

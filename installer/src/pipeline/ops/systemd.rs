@@ -181,11 +181,8 @@ impl GenericStep for Systemd {
     fn mutates(&self) -> bool {
         !matches!(self.action, SystemdAction::IsActive(_))
     }
-}
 
-impl Systemd {
-    /// A restart that runs only when an earlier op of the step changed something.
-    pub fn only_when_changed(&self) -> bool {
+    fn only_when_changed(&self) -> bool {
         matches!(self.action, SystemdAction::Restart { always: false, .. })
     }
 }
