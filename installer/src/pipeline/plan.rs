@@ -171,16 +171,22 @@ impl Plan {
                             let mut lines = op.detail.lines();
                             let first = lines.next().unwrap_or("");
                             let _ = write!(s, "        {:<8} {first}", op.kind);
-                            if let Some(input) = &op.input {
-                                if input.starts_with("sha256:") && input.len() > 19 {
-                                    let _ = write!(s, "  [{}]", &input[..19]);
-                                } else {
-                                    let _ = write!(s, "  [{input}]");
+                            let mut extra = None;
+                            match op.input.as_deref() {
+                                Some(i) if i.starts_with("sha256:") && i.len() > 19 => {
+                                    let _ = write!(s, "  [{}]", &i[..19]);
                                 }
+                                Some(i) => extra = Some(i),
+                                None => {}
                             }
                             s.push('\n');
                             for l in lines {
                                 let _ = writeln!(s, "        {:<8} {l}", "");
+                            }
+                            if let Some(i) = extra {
+                                for l in i.lines() {
+                                    let _ = writeln!(s, "        {:<8}   {l}", "");
+                                }
                             }
                         }
                     }

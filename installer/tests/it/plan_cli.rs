@@ -1,0 +1,89 @@
+//! `kubexm-install plan`: the full ordered plan of the install pipeline, printed without
+//! connecting anywhere (the example's hosts do not exist).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples/cluster.yaml")
+}
+
+fn plan(args: &[&str]) -> std::process::Output {
+    let work = tempfile::tempdir().expect("tempdir");
+    Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
+        .arg("--work-dir")
+        .arg(work.path())
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run kubexm-install")
+}
+
+#[test]
+fn plan_of_the_example_cluster() {
+    let out = plan(&["-f", example().to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    // The in-cluster time server (ntpServers: [master1]) serves, the others follow it.
+    assert!(text.contains("allow"), "{text}");
+    assert!(
+        text.contains("server 192.168.10.11 iburst prefer"),
+        "{text}"
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn plan_as_json_lists_modules_tasks_steps_and_ops() {
+    let out = plan(&["-f", example().to_str().expect("utf-8"), "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["pipeline"], "install");
+    let modules: Vec<&str> = v["modules"]
+        .as_array()
+        .expect("modules")
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(modules[..2], ["preflight", "node-prep"]);
+    let hosts_block = &v["modules"][1]["tasks"][0]["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["name"] == "hosts-block")
+        .expect("hosts-block step")["groups"][0]["ops"][0];
+    assert_eq!(hosts_block["kind"], "block");
+    let detail = hosts_block["detail"].as_str().expect("detail");
+    for line in [
+        "192.168.10.11 master1.cluster.local master1",
+        "192.168.10.30 dockerhub.kubexm.local",
+        "192.168.10.11 lb.kubexm.internal",
+        "192.168.10.5 ldap.corp.example",
+    ] {
+        assert!(detail.contains(line), "{line} missing from {detail}");
+    }
+}
+
+#[test]
+fn plan_of_an_invalid_cluster_names_the_file_and_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec: {hosts: []}\n",
+    )
+    .expect("write");
+    let out = plan(&["-f", bad.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing printed on failure");
+}
