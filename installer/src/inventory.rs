@@ -58,6 +58,7 @@ pub fn nodes(cluster: &ValidCluster) -> Vec<Node> {
                 address: h.address.clone(),
                 internal_address: h.internal().to_string(),
                 roles,
+                arch: h.arch.to_string(),
             }
         })
         .collect()

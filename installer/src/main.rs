@@ -179,39 +179,49 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// The cluster description and catalog override to use: `-f`/`--catalog` when given, else the
-/// bundle's own.
-fn cluster_source(
+/// Loads the install context: cluster.yaml and catalog override from `-f`/`--catalog` when
+/// given, else the bundle's own; the bundle (when given) is verified and unpacked first.
+fn install_context(
     file: Option<&std::path::Path>,
     catalog: Option<&std::path::Path>,
     bundle: Option<&std::path::Path>,
     work_dir: &std::path::Path,
-) -> Result<(PathBuf, Option<PathBuf>)> {
-    match (file, bundle) {
-        (Some(f), _) => Ok((f.to_path_buf(), catalog.map(PathBuf::from))),
-        (None, Some(b)) => {
-            let u = unpack(b, work_dir)
-                .with_context(|| format!("Failed to unpack `{}`", b.display()))?;
+) -> Result<kubexm_install::install::InstallContext> {
+    let unpacked = match bundle {
+        Some(b) => Some(
+            unpack(b, work_dir).with_context(|| format!("Failed to unpack `{}`", b.display()))?,
+        ),
+        None => None,
+    };
+    let (file, catalog) = match (file, &unpacked) {
+        (Some(f), _) => (f.to_path_buf(), catalog.map(PathBuf::from)),
+        (None, Some(u)) => {
             let bundled = u.dir.join(kubexm_bundles::manifest::CATALOG_PATH);
             let catalog = catalog
                 .map(PathBuf::from)
                 .or_else(|| bundled.exists().then_some(bundled));
-            Ok((u.dir.join(kubexm_bundles::manifest::CLUSTER_PATH), catalog))
+            (u.dir.join(kubexm_bundles::manifest::CLUSTER_PATH), catalog)
         }
         (None, None) => anyhow::bail!("pass -f CLUSTER_YAML or --bundle FILE"),
-    }
+    };
+    let bundle = unpacked.map(|u| kubexm_install::install::BundleRef {
+        dir: u.dir,
+        manifest: u.manifest,
+    });
+    Ok(kubexm_install::install::load_context(
+        &file,
+        catalog.as_deref(),
+        bundle,
+        work_dir,
+    )?)
 }
 
 fn run_plan(args: &PlanArgs, work_dir: &std::path::Path) -> Result<()> {
-    let (file, catalog) = cluster_source(
+    let ctx = std::sync::Arc::new(install_context(
         args.file.as_deref(),
         args.catalog.as_deref(),
         args.bundle.as_deref(),
         work_dir,
-    )?;
-    let ctx = std::sync::Arc::new(kubexm_install::install::load_context(
-        &file,
-        catalog.as_deref(),
     )?);
     let pipeline = kubexm_install::install::install_pipeline(&ctx);
     let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())

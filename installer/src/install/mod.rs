@@ -3,13 +3,17 @@
 pub mod os;
 pub mod preflight;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use kubexm_bundles::manifest::{BundleManifest, FileRecord};
 use kubexm_manifests::catalog::Catalog;
+use kubexm_manifests::image_ref::ImageRef;
 use kubexm_manifests::load::load_cluster;
+use kubexm_manifests::model::RegistryType;
 use kubexm_manifests::validate::ValidCluster;
 
-use crate::pipeline::{Node, Pipeline};
+use crate::pipeline::{Node, Pipeline, StepError};
 
 /// Everything the install modules read.
 #[derive(Debug)]
@@ -18,9 +22,72 @@ pub struct InstallContext {
     pub cluster: ValidCluster,
     /// Its nodes.
     pub nodes: Vec<Node>,
+    /// The unpacked bundle (absent for `plan -f` without a bundle: uploads of bundle files are
+    /// then planned from the resolver's paths).
+    pub bundle: Option<BundleRef>,
+    /// Control-host directory for the cluster's generated keys and certificates
+    /// (`WORK/pki/<cluster>`), kept so re-runs reuse the same CAs.
+    pub pki_dir: PathBuf,
 }
 
+/// An unpacked bundle.
+#[derive(Debug, Clone)]
+pub struct BundleRef {
+    /// Its directory (`bundle.json`, `files/`, `images/`).
+    pub dir: PathBuf,
+    /// Its `bundle.json`.
+    pub manifest: BundleManifest,
+}
+
+/// Port the bundled registry listens on when `privateRegistry` does not name one.
+pub const REGISTRY_PORT: u16 = 5000;
+
 impl InstallContext {
+    /// `HOST[:PORT]` nodes pull images from: `registry.privateRegistry`, else the registry host
+    /// KubeXM deploys (`<address>:5000`, or `:443` for Harbor); `None` when registry.type is none.
+    pub fn registry_endpoint(&self) -> Option<String> {
+        let r = &self.cluster.file.spec.registry;
+        if let Some(p) = &r.private_registry {
+            return Some(p.clone());
+        }
+        let host = self.with_role("registry").into_iter().next()?;
+        let node = self.node(&host)?;
+        match r.kind {
+            RegistryType::Registry => Some(format!("{}:{REGISTRY_PORT}", node.internal_address)),
+            RegistryType::Harbor => Some(node.internal_address.clone()),
+            RegistryType::External | RegistryType::None => None,
+        }
+    }
+
+    /// Where nodes pull `reference` (as written in bundle.json) from: rewritten into the
+    /// private registry, or unchanged without one.
+    pub fn pull_reference(&self, reference: &str) -> Result<String, StepError> {
+        let Some(endpoint) = self.registry_endpoint() else {
+            return Ok(reference.to_string());
+        };
+        let r = &self.cluster.file.spec.registry;
+        let parsed: ImageRef = reference
+            .parse()
+            .map_err(|e| StepError::Invalid(format!("image reference {reference}: {e}")))?;
+        Ok(parsed
+            .in_private_registry(&endpoint, r.namespace.as_deref(), r.rewrite)
+            .to_string())
+    }
+
+    /// The bundle files for `component` on `node`'s architecture (path on the control host,
+    /// record). Without a bundle, the resolver's record is used with a path under `files/`.
+    pub fn files_for(&self, component: &str, node: &Node) -> Vec<(PathBuf, FileRecord)> {
+        let Some(b) = &self.bundle else {
+            return Vec::new();
+        };
+        b.manifest
+            .files
+            .iter()
+            .filter(|f| f.name == component && f.arch == node.arch)
+            .map(|f| (b.dir.join(&f.path), f.clone()))
+            .collect()
+    }
+
     /// Names of the nodes with `role`.
     pub fn with_role(&self, role: &str) -> Vec<String> {
         self.nodes
@@ -45,11 +112,19 @@ impl InstallContext {
 pub fn load_context(
     file: &std::path::Path,
     catalog: Option<&std::path::Path>,
+    bundle: Option<BundleRef>,
+    work_dir: &std::path::Path,
 ) -> Result<InstallContext, LoadError> {
     let catalog = Catalog::builtin_with_override(catalog).map_err(LoadError::Catalog)?;
     let cluster = load_cluster(file, &catalog).map_err(LoadError::Cluster)?;
     let nodes = crate::inventory::nodes(&cluster);
-    Ok(InstallContext { cluster, nodes })
+    let pki_dir = work_dir.join("pki").join(cluster.cluster_name());
+    Ok(InstallContext {
+        cluster,
+        nodes,
+        bundle,
+        pki_dir,
+    })
 }
 
 /// cluster.yaml or the catalog could not be loaded.

@@ -111,6 +111,8 @@ pub struct Node {
     pub internal_address: String,
     /// Role names (`master`, `worker`, `etcd`, `registry`, `loadbalancer`…).
     pub roles: Vec<String>,
+    /// CPU architecture as the bundle names it (`amd64`, `arm64`).
+    pub arch: String,
 }
 
 impl Node {

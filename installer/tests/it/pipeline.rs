@@ -120,6 +120,7 @@ fn nodes(n: usize) -> Vec<Node> {
             address: format!("10.0.0.{i}"),
             internal_address: format!("10.0.0.{i}"),
             roles: vec!["worker".to_string()],
+            arch: "amd64".to_string(),
         })
         .collect()
 }
