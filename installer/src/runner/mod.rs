@@ -1,11 +1,12 @@
 //! Where steps run: a [`Runner`] executes shell scripts and places files on one node.
 //!
-//! Two implementations: [`local::LocalRunner`] for the control host and `ssh::SshRunner` for
+//! Two implementations: [`local::LocalRunner`] for the control host and [`ssh::SshRunner`] for
 //! remote nodes (one SSH connection per host for the whole run). Steps never talk to a transport
 //! directly; they build [`Exec`] and [`Upload`] values and hand them to the node's runner.
 
 pub mod local;
 pub mod shell;
+pub mod ssh;
 
 use std::path::PathBuf;
 use std::time::Duration;

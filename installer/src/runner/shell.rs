@@ -28,6 +28,24 @@ pub fn with_sudo_stdin(command: &str) -> String {
     format!("sudo -S -p '' {command}")
 }
 
+/// The prompt [`with_sudo_prompt`] makes `sudo` print (on stderr) when it wants the password.
+pub const SUDO_PROMPT: &str = "[kubexm-sudo-password]";
+
+/// Printed on stderr by [`with_sudo_prompt`] once `sudo` has let the command start.
+pub const SUDO_READY: &str = "[kubexm-sudo-ready]";
+
+/// The command line for `sudo` asking for its password with a recognisable prompt on stderr
+/// ([`SUDO_PROMPT`]) and announcing, with [`SUDO_READY`] on stderr, that authentication is over
+/// and the command starts.
+///
+/// Unlike [`with_sudo_stdin`], the caller writes the password only when `sudo` asks for it and
+/// the command's stdin only after [`SUDO_READY`]: with `NOPASSWD` rules or cached credentials
+/// `sudo` does not read a password line, which would otherwise reach the command's stdin.
+pub fn with_sudo_prompt(command: &str) -> String {
+    let inner = format!("printf '%s' {} >&2; exec {command}", quote(SUDO_READY));
+    format!("sudo -S -p {} sh -c {}", quote(SUDO_PROMPT), quote(&inner))
+}
+
 /// The command line for `sudo` that never prompts (NOPASSWD or the control host).
 pub fn with_sudo_nopasswd(command: &str) -> String {
     format!("sudo -n {command}")
