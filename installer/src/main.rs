@@ -40,6 +40,33 @@ struct Cli {
     /// Steps other than a full install.
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    install: InstallArgs,
+}
+
+/// Flags of a full install (`--bundle` without a subcommand).
+#[derive(Debug, Args)]
+struct InstallArgs {
+    /// Use this cluster.yaml instead of the one inside the bundle.
+    #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
+    file: Option<PathBuf>,
+    /// Print the full ordered plan and exit without connecting anywhere.
+    #[arg(long)]
+    dry_run: bool,
+    /// Skip tasks an earlier run completed with the same inputs (state file in the work dir).
+    #[arg(long)]
+    resume: bool,
+    /// Record host keys of nodes not yet in the known_hosts file (changed keys are always
+    /// refused).
+    #[arg(long)]
+    accept_new_host_keys: bool,
+    /// OpenSSH known_hosts file the nodes' host keys are checked against
+    /// (default: WORK_DIR/known_hosts).
+    #[arg(long, value_name = "FILE")]
+    known_hosts: Option<PathBuf>,
+    /// Most nodes worked on at the same time.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    concurrency: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -164,15 +191,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         (Some(Command::Seed(args)), _) => run_seed(&args, &cli.work_dir),
         (Some(Command::Plan(args)), _) => run_plan(&args, &cli.work_dir),
-        (None, Some(bundle)) => {
-            let u = unpack(&bundle, &cli.work_dir)
-                .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
-            anyhow::bail!(
-                "`{}` is verified and unpacked in {}, but this build has no install pipeline yet; seed a registry with `kubexm-install seed`",
-                bundle.display(),
-                u.dir.display()
-            )
-        }
+        (None, Some(bundle)) => run_install(&bundle, &cli.install, &cli.work_dir),
         (None, None) => {
             anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)")
         }
@@ -214,6 +233,67 @@ fn install_context(
         bundle,
         work_dir,
     )?)
+}
+
+fn run_install(
+    bundle: &std::path::Path,
+    args: &InstallArgs,
+    work_dir: &std::path::Path,
+) -> Result<()> {
+    use kubexm_install::install::run::{connect_all, run_pipeline, RunOptions};
+    let ctx = std::sync::Arc::new(install_context(
+        args.file.as_deref(),
+        None,
+        Some(bundle),
+        work_dir,
+    )?);
+    let pipeline = kubexm_install::install::install_pipeline(&ctx);
+    if args.dry_run {
+        let mut nodes = ctx.nodes.clone();
+        nodes.push(kubexm_install::install::run::control_node());
+        let plan = kubexm_install::pipeline::plan::build(&pipeline, &nodes, &Default::default())
+            .context("Failed to build the plan")?;
+        print!("{}", plan.to_text());
+        return Ok(());
+    }
+    let base_dir = match &args.file {
+        Some(f) => f.parent().map(PathBuf::from).unwrap_or_default(),
+        None => std::env::current_dir().context("Failed to read the current directory")?,
+    };
+    let opts = RunOptions {
+        work_dir: work_dir.to_path_buf(),
+        base_dir,
+        known_hosts: args
+            .known_hosts
+            .clone()
+            .unwrap_or_else(|| work_dir.join("known_hosts")),
+        accept_new_host_keys: args.accept_new_host_keys,
+        resume: args.resume,
+        concurrency: args.concurrency,
+        connect_timeout: std::time::Duration::from_secs(15),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("Failed to start the async runtime")?;
+    let started = std::time::Instant::now();
+    let (report, journal) = runtime
+        .block_on(async {
+            let runners = connect_all(&ctx, &opts).await?;
+            run_pipeline(&ctx, &pipeline, runners, &opts).await
+        })
+        .context("Install failed")?;
+    println!(
+        "installed cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} already done; journal in {}",
+        ctx.cluster.cluster_name(),
+        started.elapsed().as_secs_f64(),
+        report.tasks_run,
+        report.tasks_resumed,
+        report.steps_changed,
+        report.steps_unchanged,
+        journal.paths().log.parent().map(|p| p.display().to_string()).unwrap_or_default()
+    );
+    Ok(())
 }
 
 fn run_plan(args: &PlanArgs, work_dir: &std::path::Path) -> Result<()> {

@@ -2,6 +2,7 @@
 
 pub mod os;
 pub mod preflight;
+pub mod run;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -144,9 +144,11 @@ impl HostKeyCheck {
         let name = known_hosts::host_pattern(&o.host, o.port);
         let key = match presented {
             PublicKeyOrCertificate::PublicKey { key, .. } => key,
-            PublicKeyOrCertificate::Certificate(_) => return self.reject(format!(
+            PublicKeyOrCertificate::Certificate(_) => {
+                return self.reject(format!(
                 "{name} presented a host certificate; only plain host keys in {file} are supported"
-            )),
+            ))
+            }
         };
         let what = format!(
             "{} {}",
