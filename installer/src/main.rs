@@ -212,8 +212,15 @@ fn install_context(
         ),
         None => None,
     };
+    let bundled_catalog = unpacked
+        .as_ref()
+        .map(|u| u.dir.join(kubexm_bundles::manifest::CATALOG_PATH))
+        .filter(|p| p.exists());
     let (file, catalog) = match (file, &unpacked) {
-        (Some(f), _) => (f.to_path_buf(), catalog.map(PathBuf::from)),
+        (Some(f), _) => (
+            f.to_path_buf(),
+            catalog.map(PathBuf::from).or(bundled_catalog),
+        ),
         (None, Some(u)) => {
             let bundled = u.dir.join(kubexm_bundles::manifest::CATALOG_PATH);
             let catalog = catalog
@@ -284,12 +291,13 @@ fn run_install(
         })
         .context("Install failed")?;
     println!(
-        "installed cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} already done; journal in {}",
+        "installed cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} checked, {} already done; journal in {}",
         ctx.cluster.cluster_name(),
         started.elapsed().as_secs_f64(),
         report.tasks_run,
         report.tasks_resumed,
         report.steps_changed,
+        report.steps_checked,
         report.steps_unchanged,
         journal.paths().log.parent().map(|p| p.display().to_string()).unwrap_or_default()
     );

@@ -730,6 +730,11 @@ pub struct Preflight {
     /// Largest clock difference to the control host, seconds.
     #[serde(default = "default_skew")]
     pub max_clock_skew_seconds: u32,
+    /// Kernel modules that must be loaded or loadable (default: br_netfilter, overlay, and
+    /// ip_vs when kubernetes.proxyMode is ipvs). Set it only for kernels that build these in or
+    /// hosts that cannot load modules (containers).
+    #[serde(default)]
+    pub kernel_modules: Option<Vec<String>>,
 }
 
 impl Default for Preflight {
@@ -739,6 +744,7 @@ impl Default for Preflight {
             min_master_memory_mib: default_master_mem(),
             min_worker_memory_mib: default_worker_mem(),
             max_clock_skew_seconds: default_skew(),
+            kernel_modules: None,
         }
     }
 }

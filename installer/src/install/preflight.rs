@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use kubexm_manifests::model::ProxyMode;
+
 use super::{InstallContext, NODE_MARKER};
 use crate::pipeline::ops::{Check, Op};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
@@ -28,7 +30,15 @@ impl Module for PreflightModule {
                 master_mib: limits.min_master_memory_mib,
                 worker_mib: limits.min_worker_memory_mib,
             })
-            .step(CheckKernel)
+            .step(CheckKernel {
+                modules: limits.kernel_modules.clone().unwrap_or_else(|| {
+                    let mut m = vec!["br_netfilter".to_string(), "overlay".to_string()];
+                    if matches!(ctx.cluster.file.spec.kubernetes.proxy_mode, ProxyMode::Ipvs) {
+                        m.push("ip_vs".to_string());
+                    }
+                    m
+                }),
+            })
             .step(CheckHostname)
             .step(CheckClock {
                 max_skew: limits.max_clock_skew_seconds,
@@ -132,18 +142,23 @@ impl CheckResources {
 }
 
 /// Kernel version and the modules Kubernetes needs.
-pub struct CheckKernel;
+pub struct CheckKernel {
+    modules: Vec<String>,
+}
 check_step!(CheckKernel, "check-kernel");
 
 impl CheckKernel {
     fn check(&self, _: &Node) -> Check {
+        let modules: Vec<String> = self.modules.iter().map(|m| shell::quote(m)).collect();
         Check::new(
             "kernel",
-            "v=$(uname -r)\nmaj=${v%%.*}; rest=${v#*.}; min=${rest%%.*}\n\
-             if [ \"$maj\" -lt 3 ] || { [ \"$maj\" -eq 3 ] && [ \"$min\" -lt 10 ]; }; then echo \"kernel $v is too old: Kubernetes needs 3.10 or newer (4.19+ recommended)\" >&2; exit 1; fi\n\
-             if [ \"$maj\" -lt 4 ] || { [ \"$maj\" -eq 4 ] && [ \"$min\" -lt 19 ]; }; then echo \"WARNING: kernel $v is older than 4.19; upgrade the kernel for IPVS and cgroup v2\"; fi\n\
-             missing=''\nfor m in br_netfilter overlay ip_vs; do\n  [ -d /sys/module/$m ] || modprobe $m 2>/dev/null || missing=\"$missing $m\"\ndone\n\
-             if [ -n \"$missing\" ]; then echo \"kernel modules not available:$missing (modprobe failed); install the kernel's module package or load them\" >&2; exit 1; fi",
+            format!("v=$(uname -r)\nmaj=${{v%%.*}}; rest=${{v#*.}}; min=${{rest%%.*}}\n\
+             if [ \"$maj\" -lt 3 ] || {{ [ \"$maj\" -eq 3 ] && [ \"$min\" -lt 10 ]; }}; then echo \"kernel $v is too old: Kubernetes needs 3.10 or newer (4.19+ recommended)\" >&2; exit 1; fi\n\
+             if [ \"$maj\" -lt 4 ] || {{ [ \"$maj\" -eq 4 ] && [ \"$min\" -lt 19 ]; }}; then echo \"WARNING: kernel $v is older than 4.19; upgrade the kernel for IPVS and cgroup v2\"; fi\n\
+             have() {{ [ -d /sys/module/$1 ] || grep -q \"^$1 \" /proc/modules 2>/dev/null || case $1 in overlay) grep -qw overlay /proc/filesystems;; br_netfilter) [ -d /proc/sys/net/bridge ];; ip_vs) [ -e /proc/net/ip_vs ];; *) false;; esac; }}\n\
+             missing=''\nfor m in {}; do\n  have $m || modprobe $m 2>/dev/null || missing=\"$missing $m\"\ndone\n\
+             if [ -n \"$missing\" ]; then echo \"kernel modules not available:$missing (modprobe failed); install the kernel's module package or load them (spec.system.preflight.kernelModules lists what is required)\" >&2; exit 1; fi",
+            modules.join(" ")),
         )
     }
 }
@@ -158,7 +173,7 @@ impl CheckHostname {
             "hostname",
             format!(
                 "h=$(hostname)\nif [ \"$h\" != {n} ]; then echo \"WARNING: hostname is $h; node preparation renames it to {n}\"; fi\n\
-                 if ! getent hosts {n} >/dev/null 2>&1 && [ \"$h\" = {n} ]; then echo \"WARNING: {n} does not resolve yet; node preparation adds it to /etc/hosts\"; fi",
+                 if ! getent ahostsv4 {n} >/dev/null 2>&1 && [ \"$h\" = {n} ]; then echo \"WARNING: {n} does not resolve yet; node preparation adds it to /etc/hosts\"; fi",
                 n = shell::quote(&node.name)
             ),
         )

@@ -119,6 +119,8 @@ pub struct RunReport {
     pub modules_skipped: usize,
     /// Steps that changed something.
     pub steps_changed: usize,
+    /// Steps that only checked something (preflight, waits).
+    pub steps_checked: usize,
     /// Steps already done.
     pub steps_unchanged: usize,
 }
@@ -139,7 +141,16 @@ struct Ledger {
 
 enum StepOutcome {
     Changed,
+    Checked,
     Unchanged,
+}
+
+/// What one step's attempts did so far (kept across retries: a change made by a failed attempt
+/// still counts for restart handlers).
+#[derive(Default)]
+struct StepProgress {
+    changed: bool,
+    checked: bool,
 }
 
 /// Runs pipelines over a fixed set of nodes.
@@ -297,9 +308,14 @@ impl Executor {
         for (_, r) in outcomes {
             match r {
                 Ok(HostRun::Resumed) => report.tasks_resumed += 1,
-                Ok(HostRun::Ran { changed, unchanged }) => {
+                Ok(HostRun::Ran {
+                    changed,
+                    checked,
+                    unchanged,
+                }) => {
                     report.tasks_run += 1;
                     report.steps_changed += changed;
+                    report.steps_checked += checked;
                     report.steps_unchanged += unchanged;
                 }
                 Err(f) => failures.push(f),
@@ -384,7 +400,7 @@ impl Executor {
         }
 
         let mut ledger = Ledger::default();
-        let (mut changed, mut unchanged) = (0, 0);
+        let (mut changed, mut checked, mut unchanged) = (0, 0, 0);
         for (step, ops) in &built {
             let step_at = At {
                 step: Some(step.name()),
@@ -395,6 +411,7 @@ impl Executor {
                 .await
             {
                 Ok(StepOutcome::Changed) => changed += 1,
+                Ok(StepOutcome::Checked) => checked += 1,
                 Ok(StepOutcome::Unchanged) => unchanged += 1,
                 Err(e) => {
                     let mut failure = fail(step.name(), e.to_string());
@@ -417,7 +434,11 @@ impl Executor {
             s.record(key, host, &inputs)
                 .map_err(|e| fail("-", e.to_string()))?;
         }
-        Ok(HostRun::Ran { changed, unchanged })
+        Ok(HostRun::Ran {
+            changed,
+            checked,
+            unchanged,
+        })
     }
 
     async fn run_step(
@@ -433,8 +454,7 @@ impl Executor {
         let started = Instant::now();
         self.journal.record(Event::StepStarted, at, "", None);
         let mut attempt = 1;
-        // Survives retries: a change made by a failed attempt still counts (restart handlers).
-        let mut changed = false;
+        let mut progress = StepProgress::default();
         loop {
             let result = match tokio::time::timeout(
                 policy.timeout,
@@ -445,16 +465,33 @@ impl Executor {
                     step.name(),
                     ops,
                     ledger,
-                    &mut changed,
+                    &mut progress,
                 ),
             )
             .await
             {
-                Ok(r) => r.map(|()| changed),
+                Ok(r) => r.map(|()| {
+                    if progress.changed {
+                        StepOutcome::Changed
+                    } else if progress.checked {
+                        StepOutcome::Checked
+                    } else {
+                        StepOutcome::Unchanged
+                    }
+                }),
                 Err(_) => Err(StepError::Timeout(policy.timeout)),
             };
             match result {
-                Ok(true) => {
+                Ok(StepOutcome::Checked) => {
+                    self.journal.record(
+                        Event::StepSucceeded,
+                        at,
+                        "checked",
+                        Some(started.elapsed()),
+                    );
+                    return Ok(StepOutcome::Checked);
+                }
+                Ok(StepOutcome::Changed) => {
                     self.journal.record(
                         Event::StepSucceeded,
                         at,
@@ -463,7 +500,7 @@ impl Executor {
                     );
                     return Ok(StepOutcome::Changed);
                 }
-                Ok(false) => {
+                Ok(StepOutcome::Unchanged) => {
                     self.journal.record(
                         Event::StepSkipped,
                         at,
@@ -557,7 +594,11 @@ impl Executor {
 
 enum HostRun {
     Resumed,
-    Ran { changed: usize, unchanged: usize },
+    Ran {
+        changed: usize,
+        checked: usize,
+        unchanged: usize,
+    },
 }
 
 /// Applies a step's generic steps in order: each is checked first (skipped when done), its
@@ -569,11 +610,11 @@ async fn apply_ops(
     step: &str,
     ops: &[Op],
     ledger: &mut Ledger,
-    changed: &mut bool,
+    progress: &mut StepProgress,
 ) -> Result<(), StepError> {
     for op in ops {
         let g = op.generic();
-        if g.only_when_changed() && !*changed {
+        if g.only_when_changed() && !progress.changed {
             continue;
         }
         if g.is_done(runner).await? {
@@ -594,7 +635,9 @@ async fn apply_ops(
             ledger.commits.push(c);
         }
         if g.mutates() {
-            *changed = true;
+            progress.changed = true;
+        } else {
+            progress.checked = true;
         }
     }
     Ok(())

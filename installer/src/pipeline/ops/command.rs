@@ -107,8 +107,9 @@ impl GenericStep for RunCommand {
             Ok(())
         } else {
             Err(StepError::Verify(format!(
-                "after `{}`, the check `{check}` still fails",
-                self.command
+                "after `{}`, the check `{}` still fails",
+                crate::runner::summary(&self.command),
+                crate::runner::summary(check)
             )))
         }
     }
