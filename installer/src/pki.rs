@@ -194,7 +194,15 @@ fn write_atomic(path: &Path, content: &[u8], mode: u32) -> Result<(), PkiError> 
         source,
     };
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io)?;
+    if !dir.exists() {
+        // Private: it holds keys.
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io)?;
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".kubexm-pki")
         .tempfile_in(dir)
