@@ -5,6 +5,7 @@
 pub mod install;
 pub mod inventory;
 pub mod pipeline;
+pub mod pki;
 pub mod runner;
 pub mod seed;
 pub mod templates;

@@ -12,6 +12,8 @@ macro_rules! embed {
 /// (name, source) of every embedded template; a unit test keeps it equal to `templates/`.
 pub const TEMPLATES: &[(&str, &str)] = embed![
     "chrony/managed-block.tera",
+    "etcd/etcd.conf.yml.tera",
+    "etcd/etcd.service.tera",
     "hosts/managed-block.tera",
     "os/modules-load.conf.tera",
     "os/sysctl.conf.tera",

@@ -1,5 +1,6 @@
 //! The install pipeline: modules built from a validated cluster description.
 
+pub mod etcd;
 pub mod os;
 pub mod preflight;
 pub mod run;
@@ -146,6 +147,8 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         modules: vec![
             Box::new(preflight::PreflightModule(ctx.clone())),
             Box::new(os::NodePrepModule(ctx.clone())),
+            // (artifacts / registry / runtime / load-balancer modules go here)
+            Box::new(etcd::EtcdModule(ctx.clone())),
         ],
     }
 }

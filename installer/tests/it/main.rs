@@ -1,5 +1,6 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod etcd;
 mod pipeline;
 mod plan_cli;
 mod seed;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{run_test, GenericStep, OpPlan};
+use super::{GenericStep, OpPlan};
 use crate::pipeline::StepError;
 use crate::runner::Runner;
 
@@ -36,12 +36,27 @@ impl GenericStep for WaitFor {
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
-            if run_test(runner, &self.check).await? {
+            let out = runner
+                .exec(&crate::runner::Exec::root(&self.check).with_timeout(Duration::from_secs(60)))
+                .await?;
+            if out.success() {
                 return Ok(());
             }
             if tokio::time::Instant::now() + self.interval > deadline {
+                // The last attempt's output says what is still wrong (e.g. which endpoints).
+                let said = [out.stdout.trim(), out.stderr.trim()]
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let said = if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(":\n{said}")
+                };
                 return Err(StepError::Verify(format!(
-                    "waited {:?} for {}; `{}` still fails",
+                    "waited {:?} for {}; `{}` still fails{said}",
                     self.timeout, self.what, self.check
                 )));
             }

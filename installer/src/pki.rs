@@ -1,0 +1,685 @@
+//! A small typed PKI for the certificates KubeXM makes on the control host (etcd, and later the
+//! Kubernetes components of `kubernetes.type: kubexm`).
+//!
+//! * [`Ca::load_or_create`] keeps a CA as `<dir>/<name>-ca.crt` + `<dir>/<name>-ca.key` so
+//!   re-runs reuse it (10 years, ECDSA P-256).
+//! * [`Ca::issue`] signs a leaf from a [`CertSpec`] (CN, O, SANs, usage, validity).
+//! * [`Ca::load_or_issue`] keeps leaves as `<dir>/<stem>.crt` + `<dir>/<stem>.key` and issues a
+//!   new one only when the stored one no longer matches the spec (CN, O, SANs, usages), was not
+//!   signed by this CA, does not match its key, or expires within [`RENEW_BEFORE_DAYS`] days.
+//!   So a re-run uploads byte-identical files and the upload steps are skipped.
+//!
+//! Keys are written 0600 and every file atomically (temporary file + rename in the same
+//! directory).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use time::{Duration, OffsetDateTime};
+
+/// CA lifetime.
+pub const CA_VALIDITY_DAYS: u32 = 3650;
+/// Default leaf lifetime.
+pub const LEAF_VALIDITY_DAYS: u32 = 365;
+/// A stored leaf expiring within this many days is re-issued.
+pub const RENEW_BEFORE_DAYS: i64 = 30;
+
+/// A PKI operation failed; names the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A stored key or certificate could not be parsed.
+    #[error("{}: {message} (delete it to have KubeXM make a new one)", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Only one of a CA's certificate and key exists.
+    #[error("{} exists but {} does not: restore it, or delete both to make a new CA (every certificate it signed must then be re-issued)", present.display(), missing.display())]
+    Incomplete {
+        /// The file found.
+        present: PathBuf,
+        /// The file missing.
+        missing: PathBuf,
+    },
+    /// rcgen refused the parameters (a bad SAN, for example).
+    #[error("certificate {name}: {source}")]
+    Generate {
+        /// Common name or file stem.
+        name: String,
+        /// rcgen's error.
+        source: rcgen::Error,
+    },
+}
+
+/// A subject alternative name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum San {
+    /// A DNS name.
+    Dns(String),
+    /// An IP address.
+    Ip(IpAddr),
+}
+
+impl San {
+    /// An IP when `s` parses as one, else a DNS name.
+    pub fn parse(s: &str) -> Self {
+        s.parse::<IpAddr>()
+            .map_or_else(|_| San::Dns(s.to_string()), San::Ip)
+    }
+}
+
+/// Extended key usages of a leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// serverAuth.
+    Server,
+    /// clientAuth.
+    Client,
+    /// serverAuth and clientAuth (etcd peers and members).
+    Peer,
+}
+
+impl Usage {
+    fn server(self) -> bool {
+        matches!(self, Usage::Server | Usage::Peer)
+    }
+    fn client(self) -> bool {
+        matches!(self, Usage::Client | Usage::Peer)
+    }
+}
+
+/// What a leaf certificate says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertSpec {
+    /// Subject CN.
+    pub common_name: String,
+    /// Subject O (Kubernetes reads it as the group).
+    pub organization: Option<String>,
+    /// Subject alternative names.
+    pub sans: Vec<San>,
+    /// Extended key usages.
+    pub usage: Usage,
+    /// Lifetime in days.
+    pub validity_days: u32,
+}
+
+impl CertSpec {
+    /// A spec with no O, no SANs and the default lifetime.
+    pub fn new(common_name: impl Into<String>, usage: Usage) -> Self {
+        Self {
+            common_name: common_name.into(),
+            organization: None,
+            sans: Vec::new(),
+            usage,
+            validity_days: LEAF_VALIDITY_DAYS,
+        }
+    }
+
+    /// Adds SANs.
+    #[must_use]
+    pub fn sans(mut self, sans: impl IntoIterator<Item = San>) -> Self {
+        for s in sans {
+            if !self.sans.contains(&s) {
+                self.sans.push(s);
+            }
+        }
+        self
+    }
+
+    /// Sets O.
+    #[must_use]
+    pub fn organization(mut self, o: impl Into<String>) -> Self {
+        self.organization = Some(o.into());
+        self
+    }
+}
+
+/// A certificate and its private key, PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedCert {
+    /// The certificate.
+    pub cert_pem: String,
+    /// Its PKCS#8 private key.
+    pub key_pem: String,
+}
+
+/// A certificate authority loaded from (or created in) a directory.
+pub struct Ca {
+    cert_pem: String,
+    cert_der: Vec<u8>,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").finish_non_exhaustive()
+    }
+}
+
+fn gen_err(name: &str) -> impl FnOnce(rcgen::Error) -> PkiError + '_ {
+    move |source| PkiError::Generate {
+        name: name.to_string(),
+        source,
+    }
+}
+
+fn read(path: &Path) -> Result<String, PkiError> {
+    std::fs::read_to_string(path).map_err(|source| PkiError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes `content` to `path` atomically with `mode`.
+fn write_atomic(path: &Path, content: &[u8], mode: u32) -> Result<(), PkiError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let io = |source| PkiError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    if !dir.exists() {
+        // Private: it holds keys.
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io)?;
+    }
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kubexm-pki")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io)?;
+    tmp.write_all(content).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+fn parse_pem_der(path: &Path, pem: &str) -> Result<Vec<u8>, PkiError> {
+    let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| PkiError::Parse {
+        path: path.to_path_buf(),
+        message: format!("not a PEM certificate: {e}"),
+    })?;
+    Ok(p.contents)
+}
+
+impl Ca {
+    /// Loads `<dir>/<name>-ca.crt` and `-ca.key`, or creates them (CN `common_name`, 10 years).
+    pub fn load_or_create(dir: &Path, name: &str, common_name: &str) -> Result<Self, PkiError> {
+        let crt = dir.join(format!("{name}-ca.crt"));
+        let key = dir.join(format!("{name}-ca.key"));
+        match (crt.exists(), key.exists()) {
+            (true, true) => Self::load(&crt, &key),
+            (true, false) => Err(PkiError::Incomplete {
+                present: crt,
+                missing: key,
+            }),
+            (false, true) => Err(PkiError::Incomplete {
+                present: key,
+                missing: crt,
+            }),
+            (false, false) => {
+                let ca = Self::create(common_name)?;
+                // Key first: a crash in between leaves an Incomplete error, never a cert
+                // without its key being silently replaced.
+                write_atomic(&key, ca.issuer.key().serialize_pem().as_bytes(), 0o600)?;
+                write_atomic(&crt, ca.cert_pem.as_bytes(), 0o644)?;
+                Ok(ca)
+            }
+        }
+    }
+
+    fn create(common_name: &str) -> Result<Self, PkiError> {
+        let key = KeyPair::generate().map_err(gen_err(common_name))?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, common_name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::hours(1);
+        params.not_after = now + Duration::days(i64::from(CA_VALIDITY_DAYS));
+        let cert = params.self_signed(&key).map_err(gen_err(common_name))?;
+        Ok(Self {
+            cert_pem: cert.pem(),
+            cert_der: cert.der().to_vec(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    fn load(crt: &Path, key: &Path) -> Result<Self, PkiError> {
+        let cert_pem = read(crt)?;
+        let key_pem = read(key)?;
+        let key_pair = KeyPair::from_pem(&key_pem).map_err(|e| PkiError::Parse {
+            path: key.to_path_buf(),
+            message: format!("not a private key: {e}"),
+        })?;
+        let cert_der = parse_pem_der(crt, &cert_pem)?;
+        let issuer =
+            Issuer::from_ca_cert_der(&cert_der.as_slice().into(), key_pair).map_err(|e| {
+                PkiError::Parse {
+                    path: crt.to_path_buf(),
+                    message: format!("not a CA certificate: {e}"),
+                }
+            })?;
+        let (_, x509) =
+            x509_parser::parse_x509_certificate(&cert_der).map_err(|e| PkiError::Parse {
+                path: crt.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        if x509.public_key().subject_public_key.data.as_ref() != issuer.key().public_key_raw() {
+            return Err(PkiError::Parse {
+                path: key.to_path_buf(),
+                message: format!("does not match {}", crt.display()),
+            });
+        }
+        Ok(Self {
+            cert_pem,
+            cert_der,
+            issuer,
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// Issues a new leaf (new key) for `spec`.
+    pub fn issue(&self, spec: &CertSpec) -> Result<IssuedCert, PkiError> {
+        let name = spec.common_name.as_str();
+        let key = KeyPair::generate().map_err(gen_err(name))?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        if let Some(o) = &spec.organization {
+            dn.push(DnType::OrganizationName, o.as_str());
+        }
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.subject_alt_names = spec
+            .sans
+            .iter()
+            .map(|s| match s {
+                San::Dns(d) => d
+                    .clone()
+                    .try_into()
+                    .map(SanType::DnsName)
+                    .map_err(gen_err(name)),
+                San::Ip(ip) => Ok(SanType::IpAddress(*ip)),
+            })
+            .collect::<Result<_, _>>()?;
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        if spec.usage.server() {
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ServerAuth);
+        }
+        if spec.usage.client() {
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ClientAuth);
+        }
+        params.use_authority_key_identifier_extension = true;
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::hours(1);
+        params.not_after = now + Duration::days(i64::from(spec.validity_days));
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(gen_err(name))?;
+        Ok(IssuedCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// The leaf stored as `<dir>/<stem>.crt` + `.key` when it still matches `spec` (and this
+    /// CA, and is not about to expire); otherwise a new one, stored there.
+    pub fn load_or_issue(
+        &self,
+        dir: &Path,
+        stem: &str,
+        spec: &CertSpec,
+    ) -> Result<IssuedCert, PkiError> {
+        let crt = dir.join(format!("{stem}.crt"));
+        let key = dir.join(format!("{stem}.key"));
+        if crt.exists() && key.exists() {
+            let stored = IssuedCert {
+                cert_pem: read(&crt)?,
+                key_pem: read(&key)?,
+            };
+            if self.still_valid(&stored, spec) {
+                return Ok(stored);
+            }
+        }
+        let issued = self.issue(spec)?;
+        write_atomic(&key, issued.key_pem.as_bytes(), 0o600)?;
+        write_atomic(&crt, issued.cert_pem.as_bytes(), 0o644)?;
+        Ok(issued)
+    }
+
+    /// Whether a stored leaf can be kept for `spec`. Anything unreadable means "no".
+    fn still_valid(&self, stored: &IssuedCert, spec: &CertSpec) -> bool {
+        let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(stored.cert_pem.as_bytes()) else {
+            return false;
+        };
+        let Ok(cert) = pem.parse_x509() else {
+            return false;
+        };
+        let Ok((_, ca)) = x509_parser::parse_x509_certificate(&self.cert_der) else {
+            return false;
+        };
+        if cert.verify_signature(Some(ca.public_key())).is_err() {
+            return false;
+        }
+        let Ok(key) = KeyPair::from_pem(&stored.key_pem) else {
+            return false;
+        };
+        if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+            return false;
+        }
+        let renew_at = OffsetDateTime::now_utc() + Duration::days(RENEW_BEFORE_DAYS);
+        if cert.validity().not_after.timestamp() <= renew_at.unix_timestamp() {
+            return false;
+        }
+        let attr = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue>| {
+            it.map(|a| a.as_str().map(str::to_string))
+                .collect::<Result<Vec<_>, _>>()
+                .ok()
+        };
+        let cn = attr(&mut cert.subject().iter_common_name());
+        if cn != Some(vec![spec.common_name.clone()]) {
+            return false;
+        }
+        let o = attr(&mut cert.subject().iter_organization());
+        if o != Some(spec.organization.iter().cloned().collect()) {
+            return false;
+        }
+        let sans: Option<BTreeSet<San>> = match cert.subject_alternative_name() {
+            Ok(None) => Some(BTreeSet::new()),
+            Ok(Some(ext)) => ext
+                .value
+                .general_names
+                .iter()
+                .map(|g| match g {
+                    x509_parser::extensions::GeneralName::DNSName(d) => {
+                        Some(San::Dns(d.to_string()))
+                    }
+                    x509_parser::extensions::GeneralName::IPAddress(b) => match b.len() {
+                        4 => <[u8; 4]>::try_from(*b).ok().map(|a| San::Ip(a.into())),
+                        16 => <[u8; 16]>::try_from(*b).ok().map(|a| San::Ip(a.into())),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect(),
+            Err(_) => None,
+        };
+        if sans != Some(spec.sans.iter().cloned().collect()) {
+            return false;
+        }
+        match cert.extended_key_usage() {
+            Ok(Some(eku)) => {
+                eku.value.server_auth == spec.usage.server()
+                    && eku.value.client_auth == spec.usage.client()
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn openssl(args: &[&str]) -> (bool, String) {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl is installed");
+        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+        s.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), s)
+    }
+
+    fn member_spec() -> CertSpec {
+        CertSpec::new("etcd-node1", Usage::Peer).sans([
+            San::parse("node1"),
+            San::parse("10.0.0.11"),
+            San::parse("127.0.0.1"),
+            San::parse("localhost"),
+        ])
+    }
+
+    #[test]
+    fn issued_certs_verify_and_carry_sans_and_usages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect("ca");
+        let cases = [
+            (
+                member_spec(),
+                "TLS Web Server Authentication, TLS Web Client Authentication",
+            ),
+            (
+                CertSpec::new("kube-apiserver-etcd-client", Usage::Client)
+                    .organization("system:masters"),
+                "TLS Web Client Authentication",
+            ),
+            (
+                CertSpec::new("srv", Usage::Server).sans([San::parse("srv.example")]),
+                "TLS Web Server Authentication",
+            ),
+        ];
+        for (i, (spec, eku)) in cases.iter().enumerate() {
+            let leaf = ca
+                .load_or_issue(dir.path(), &format!("leaf{i}"), spec)
+                .expect("issue");
+            let crt = dir.path().join(format!("leaf{i}.crt"));
+            assert_eq!(std::fs::read_to_string(&crt).expect("crt"), leaf.cert_pem);
+            let ca_crt = dir.path().join("etcd-ca.crt");
+            let (ok, out) = openssl(&[
+                "verify",
+                "-CAfile",
+                ca_crt.to_str().expect("utf-8"),
+                crt.to_str().expect("utf-8"),
+            ]);
+            assert!(ok, "{out}");
+            let (ok, text) = openssl(&[
+                "x509",
+                "-noout",
+                "-text",
+                "-in",
+                crt.to_str().expect("utf-8"),
+            ]);
+            assert!(ok, "{text}");
+            let usage_line = text
+                .lines()
+                .skip_while(|l| !l.contains("X509v3 Extended Key Usage"))
+                .nth(1)
+                .expect("extended key usage")
+                .trim()
+                .to_string();
+            assert_eq!(usage_line, *eku, "{text}");
+            assert!(
+                text.contains(&format!("CN = {}", spec.common_name))
+                    || text.contains(&format!("CN={}", spec.common_name)),
+                "{text}"
+            );
+            if let Some(o) = &spec.organization {
+                assert!(text.contains(&format!("O = {o}")), "{text}");
+            }
+        }
+        let text = openssl(&[
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName",
+            "-in",
+            dir.path().join("leaf0.crt").to_str().expect("utf-8"),
+        ])
+        .1;
+        assert!(
+            text.contains("DNS:node1, IP Address:10.0.0.11, IP Address:127.0.0.1, DNS:localhost"),
+            "{text}"
+        );
+        // The key matches the certificate.
+        let (ok, modulus) = openssl(&[
+            "pkey",
+            "-pubout",
+            "-in",
+            dir.path().join("leaf0.key").to_str().expect("utf-8"),
+        ]);
+        assert!(ok, "{modulus}");
+        let (ok, from_cert) = openssl(&[
+            "x509",
+            "-noout",
+            "-pubkey",
+            "-in",
+            dir.path().join("leaf0.crt").to_str().expect("utf-8"),
+        ]);
+        assert!(ok);
+        assert_eq!(modulus, from_cert);
+    }
+
+    #[test]
+    fn ca_and_leaves_are_reused_and_keys_are_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect("ca");
+        let first = std::fs::read(dir.path().join("etcd-ca.crt")).expect("crt");
+        let key_first = std::fs::read(dir.path().join("etcd-ca.key")).expect("key");
+        let leaf = ca
+            .load_or_issue(dir.path(), "member-node1", &member_spec())
+            .expect("leaf");
+
+        let again = Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect("ca again");
+        assert_eq!(again.cert_pem().as_bytes(), first.as_slice());
+        assert_eq!(
+            std::fs::read(dir.path().join("etcd-ca.key")).expect("key"),
+            key_first
+        );
+        let leaf_again = again
+            .load_or_issue(dir.path(), "member-node1", &member_spec())
+            .expect("leaf again");
+        assert_eq!(leaf, leaf_again, "unchanged spec re-uses the stored cert");
+
+        for f in ["etcd-ca.key", "member-node1.key"] {
+            let mode = std::fs::metadata(dir.path().join(f))
+                .expect("meta")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".kubexm-pki"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left behind");
+    }
+
+    #[test]
+    fn leaves_are_reissued_when_the_spec_or_ca_changes_or_they_expire_soon() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect("ca");
+        let base = ca
+            .load_or_issue(dir.path(), "m", &member_spec())
+            .expect("leaf");
+
+        let more_sans = member_spec().sans([San::parse("10.0.0.99")]);
+        let changed = ca.load_or_issue(dir.path(), "m", &more_sans).expect("sans");
+        assert_ne!(base, changed, "a new SAN re-issues");
+        let text = openssl(&[
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName",
+            "-in",
+            dir.path().join("m.crt").to_str().expect("utf-8"),
+        ])
+        .1;
+        assert!(text.contains("10.0.0.99"), "{text}");
+        assert_eq!(
+            ca.load_or_issue(dir.path(), "m", &more_sans).expect("same"),
+            changed
+        );
+
+        let mut client = more_sans.clone();
+        client.usage = Usage::Client;
+        let c = ca.load_or_issue(dir.path(), "m", &client).expect("usage");
+        assert_ne!(c, changed, "a usage change re-issues");
+
+        let mut renamed = client.clone();
+        renamed.common_name = "other".into();
+        let r = ca.load_or_issue(dir.path(), "m", &renamed).expect("cn");
+        assert_ne!(r, c, "a CN change re-issues");
+
+        let mut short = renamed.clone();
+        short.validity_days = 200;
+        let kept = ca.load_or_issue(dir.path(), "m", &short).expect("short");
+        assert_eq!(kept, r, "the lifetime alone does not re-issue");
+
+        // A stored cert expiring within 30 days is re-issued.
+        short.validity_days = 10;
+        let expiring = ca.issue(&short).expect("issue");
+        std::fs::write(dir.path().join("m.crt"), &expiring.cert_pem).expect("crt");
+        std::fs::write(dir.path().join("m.key"), &expiring.key_pem).expect("key");
+        let renewed = ca.load_or_issue(dir.path(), "m", &renamed).expect("renew");
+        assert_ne!(renewed, expiring, "an expiring cert is re-issued");
+
+        let other_dir = tempfile::tempdir().expect("tempdir");
+        let other_ca = Ca::load_or_create(other_dir.path(), "etcd", "etcd-ca").expect("ca2");
+        let mine = ca.load_or_issue(dir.path(), "m", &renamed).expect("mine");
+        assert_eq!(mine, renewed);
+        let theirs = other_ca
+            .load_or_issue(dir.path(), "m", &renamed)
+            .expect("theirs");
+        assert_ne!(mine, theirs, "a cert of another CA is re-issued");
+    }
+
+    #[test]
+    fn half_a_ca_is_an_error_naming_the_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect("ca");
+        std::fs::remove_file(dir.path().join("etcd-ca.key")).expect("rm");
+        let err = Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect_err("incomplete");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("etcd-ca.crt") && msg.contains("etcd-ca.key"),
+            "{msg}"
+        );
+
+        std::fs::write(dir.path().join("etcd-ca.key"), "garbage").expect("write");
+        let err = Ca::load_or_create(dir.path(), "etcd", "etcd-ca").expect_err("garbage");
+        assert!(err.to_string().contains("etcd-ca.key"), "{err}");
+    }
+}
