@@ -1,6 +1,8 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod lb;
 mod pipeline;
 mod plan_cli;
+mod runtime;
 mod seed;
 mod unpack;
