@@ -12,9 +12,18 @@ macro_rules! embed {
 /// (name, source) of every embedded template; a unit test keeps it equal to `templates/`.
 pub const TEMPLATES: &[(&str, &str)] = embed![
     "chrony/managed-block.tera",
+    "containerd/config-v2.toml.tera",
+    "containerd/config-v3.toml.tera",
+    "containerd/containerd.service.tera",
+    "containerd/crictl.yaml.tera",
+    "containerd/hosts.toml.tera",
     "etcd/etcd.conf.yml.tera",
     "etcd/etcd.service.tera",
     "hosts/managed-block.tera",
+    "lb/haproxy.cfg.tera",
+    "lb/keepalived.conf.tera",
+    "lb/nginx.conf.tera",
+    "lb/sysctl.conf.tera",
     "os/modules-load.conf.tera",
     "os/sysctl.conf.tera",
 ];

@@ -1,9 +1,11 @@
 //! The install pipeline: modules built from a validated cluster description.
 
 pub mod etcd;
+pub mod loadbalancer;
 pub mod os;
 pub mod preflight;
 pub mod run;
+pub mod runtime;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use kubexm_manifests::catalog::Catalog;
 use kubexm_manifests::image_ref::ImageRef;
 use kubexm_manifests::load::load_cluster;
 use kubexm_manifests::model::RegistryType;
+use kubexm_manifests::resolve::Resolution;
 use kubexm_manifests::validate::ValidCluster;
 
 use crate::pipeline::{Node, Pipeline, StepError};
@@ -30,6 +33,9 @@ pub struct InstallContext {
     /// Control-host directory for the cluster's generated keys and certificates
     /// (`WORK/pki/<cluster>`), kept so re-runs reuse the same CAs.
     pub pki_dir: PathBuf,
+    /// What the cluster needs per the catalog (upstream zone), used for the plan's file and
+    /// image records when there is no bundle; `None` when it cannot be resolved.
+    pub resolution: Option<Resolution>,
 }
 
 /// An unpacked bundle.
@@ -80,7 +86,29 @@ impl InstallContext {
     /// record). Without a bundle, the resolver's record is used with a path under `files/`.
     pub fn files_for(&self, component: &str, node: &Node) -> Vec<(PathBuf, FileRecord)> {
         let Some(b) = &self.bundle else {
-            return Vec::new();
+            let Some(r) = &self.resolution else {
+                return Vec::new();
+            };
+            return r
+                .binaries
+                .iter()
+                .filter(|f| f.name == component && f.arch.as_str() == node.arch)
+                .map(|f| {
+                    (
+                        PathBuf::from(&f.path),
+                        FileRecord {
+                            name: f.name.clone(),
+                            version: f.version.clone(),
+                            arch: f.arch.as_str().to_string(),
+                            path: f.path.clone(),
+                            sha256: f.sha256.clone(),
+                            size: 0,
+                            url: f.url.clone(),
+                            roles: f.roles.iter().map(|r| r.as_str().to_string()).collect(),
+                        },
+                    )
+                })
+                .collect();
         };
         b.manifest
             .files
@@ -88,6 +116,20 @@ impl InstallContext {
             .filter(|f| f.name == component && f.arch == node.arch)
             .map(|f| (b.dir.join(&f.path), f.clone()))
             .collect()
+    }
+
+    /// Canonical references of the cluster's images (bundle.json, else the resolution).
+    pub fn image_references(&self) -> Vec<String> {
+        match (&self.bundle, &self.resolution) {
+            (Some(b), _) => b
+                .manifest
+                .images
+                .iter()
+                .map(|i| i.reference.clone())
+                .collect(),
+            (None, Some(r)) => r.images.iter().map(|i| i.reference.clone()).collect(),
+            (None, None) => Vec::new(),
+        }
     }
 
     /// Names of the nodes with `role`.
@@ -121,11 +163,18 @@ pub fn load_context(
     let cluster = load_cluster(file, &catalog).map_err(LoadError::Cluster)?;
     let nodes = crate::inventory::nodes(&cluster);
     let pki_dir = work_dir.join("pki").join(cluster.cluster_name());
+    let resolution = kubexm_manifests::resolve::resolve(
+        &cluster,
+        &catalog,
+        &kubexm_manifests::zone::Zone::upstream(),
+    )
+    .ok();
     Ok(InstallContext {
         cluster,
         nodes,
         bundle,
         pki_dir,
+        resolution,
     })
 }
 
@@ -147,8 +196,9 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         modules: vec![
             Box::new(preflight::PreflightModule(ctx.clone())),
             Box::new(os::NodePrepModule(ctx.clone())),
-            // (artifacts / registry / runtime / load-balancer modules go here)
             Box::new(etcd::EtcdModule(ctx.clone())),
+            Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
+            Box::new(runtime::RuntimeModule(ctx.clone())),
         ],
     }
 }

@@ -1,7 +1,9 @@
 //! Integration tests of kubexm-install (one test binary).
 
 mod etcd;
+mod lb;
 mod pipeline;
 mod plan_cli;
+mod runtime;
 mod seed;
 mod unpack;
