@@ -289,3 +289,44 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
     );
     drop(running);
 }
+
+#[test]
+fn the_delete_module_stops_etcd_and_removes_its_files_and_data() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = Arc::new(
+        load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
+    );
+    let pipeline = kubexm_install::pipeline::Pipeline {
+        name: "delete".to_string(),
+        modules: vec![Box::new(kubexm_install::install::etcd::delete_module(&ctx))],
+    };
+    let text = plan::build(&pipeline, &ctx.nodes, &Default::default())
+        .expect("plan")
+        .to_text();
+    for want in [
+        "task delete-etcd on node1,node2,node3",
+        "systemctl disable --now etcd",
+        "rm -rf -- /etc/ssl/etcd/ssl /var/lib/etcd",
+        "/usr/local/bin/etcdctl",
+    ] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_wait_reports_what_its_check_said() {
+    use kubexm_install::pipeline::ops::{GenericStep, WaitFor};
+    let runner = kubexm_install::runner::local::LocalRunner::new("node1");
+    let wait = WaitFor {
+        what: "etcd cluster healthy".into(),
+        check: "echo 'https://127.0.0.2:2379 is unhealthy: connection refused' >&2; exit 1".into(),
+        timeout: Duration::from_millis(600),
+        interval: Duration::from_millis(200),
+    };
+    let err = wait.apply(&runner).await.expect_err("never healthy");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("https://127.0.0.2:2379 is unhealthy: connection refused"),
+        "{msg}"
+    );
+}
