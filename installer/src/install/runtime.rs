@@ -449,3 +449,22 @@ impl Step for PullPause {
         Ok(ops)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_str("plain"), "\"plain\"");
+        assert_eq!(toml_str(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(toml_str("x\ny\u{1}"), "\"x\\ny\\u0001\"");
+    }
+
+    #[test]
+    fn containerd_major_versions() {
+        assert_eq!(major("1.6.20"), Some(1));
+        assert_eq!(major("v2.0.5"), Some(2));
+        assert_eq!(major("nightly"), None);
+    }
+}
