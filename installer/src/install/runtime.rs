@@ -75,6 +75,7 @@ impl Module for RuntimeModule {
         let pull = PullPause {
             sandbox_image: config.sandbox_image.clone(),
             auth: config.pull_auth.clone(),
+            plain_http: config.plain_http,
         };
         Ok(vec![Task::new("install-containerd", hosts)
             .step(ContainerdBinaries { ctx: ctx.clone() })
@@ -248,6 +249,8 @@ pub struct ContainerdConfig {
     pub sandbox_image: String,
     /// `user:password` for the private registry, when `registry.auths` has one.
     pull_auth: Option<String>,
+    /// The private registry speaks plain HTTP (`registry.auths.<endpoint>.plainHTTP`).
+    plain_http: bool,
     files: Vec<RenderTemplate>,
 }
 
@@ -335,6 +338,7 @@ impl ContainerdConfig {
         Ok(Self {
             sandbox_image,
             pull_auth,
+            plain_http: auth.is_some_and(|a| a.plain_http),
             files,
         })
     }
@@ -405,6 +409,8 @@ pub struct PullPause {
     /// `user:password` for the registry (kept in a root-only file on the node, never in the
     /// command line or the plan).
     auth: Option<String>,
+    /// Add `--plain-http`.
+    plain_http: bool,
 }
 
 /// Root-only file with `user:password` for `ctr images pull --user`.
@@ -428,9 +434,10 @@ impl Step for PullPause {
             }
             None => String::new(),
         };
+        let plain = if self.plain_http { " --plain-http" } else { "" };
         ops.push(Op::Run(
             RunCommand::new(format!(
-                "{BIN_DIR}/ctr -n k8s.io images pull --hosts-dir {CERTS_DIR}{user} {i} >/dev/null"
+                "{BIN_DIR}/ctr -n k8s.io images pull --hosts-dir {CERTS_DIR}{plain}{user} {i} >/dev/null"
             ))
             .unless(format!(
                 "{BIN_DIR}/ctr -n k8s.io images ls -q | grep -qxF {i}"
@@ -440,5 +447,24 @@ impl Step for PullPause {
             )),
         ));
         Ok(ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_str("plain"), "\"plain\"");
+        assert_eq!(toml_str(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(toml_str("x\ny\u{1}"), "\"x\\ny\\u0001\"");
+    }
+
+    #[test]
+    fn containerd_major_versions() {
+        assert_eq!(major("1.6.20"), Some(1));
+        assert_eq!(major("v2.0.5"), Some(2));
+        assert_eq!(major("nightly"), None);
     }
 }

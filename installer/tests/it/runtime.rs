@@ -159,3 +159,108 @@ fn other_runtimes_are_skipped_with_a_reason() {
         assert!(reason.contains("not implemented"), "{reason}");
     }
 }
+
+#[test]
+fn plain_http_registry_gets_an_http_host_and_a_plain_http_pull() {
+    let ctx = lab_context(|t| {
+        t.replace(
+            "    type: registry\n",
+            "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {plainHTTP: true}\n",
+        )
+    });
+    let module = RuntimeModule(ctx.clone());
+    let files = rendered(&ctx, &module);
+    let hosts = file_of(
+        &files,
+        "node1",
+        "/etc/containerd/certs.d/10.88.10.11:5000/hosts.toml",
+    );
+    assert!(
+        hosts.contains("server = \"http://10.88.10.11:5000\""),
+        "{hosts}"
+    );
+    assert!(!hosts.contains("ca = "), "{hosts}");
+    let plan = plan_lines(&module, &ctx).join("\n");
+    assert!(
+        plan.contains("images pull --hosts-dir /etc/containerd/certs.d --plain-http 10.88.10.11:5000/pause:3.10"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
+    use kubexm_bundles::manifest::{BundleManifest, FileRecord, ImageRecord};
+    use kubexm_install::install::{load_context, BundleRef};
+
+    let plain = lab_context(|t| t);
+    let resolution = plain.resolution.as_ref().expect("lab resolves");
+    let bundle_dir = tempfile::tempdir().expect("tempdir");
+    let manifest = BundleManifest {
+        format_version: 1,
+        tool_version: "test".to_string(),
+        cluster: "lab".to_string(),
+        kubernetes_version: resolution.kubernetes_version.clone(),
+        zone: "default".to_string(),
+        arches: ["amd64".to_string()].into(),
+        created: 0,
+        files: resolution
+            .binaries
+            .iter()
+            .map(|b| FileRecord {
+                name: b.name.clone(),
+                version: b.version.clone(),
+                arch: b.arch.as_str().to_string(),
+                path: b.path.clone(),
+                sha256: b.sha256.clone(),
+                size: 1,
+                url: b.url.clone(),
+                roles: Default::default(),
+            })
+            .collect(),
+        images: vec![ImageRecord {
+            reference: "registry.k8s.io/pause:3.9-bundled".to_string(),
+            source: "registry.k8s.io/pause:3.9-bundled".to_string(),
+            digest: format!("sha256:{}", "0".repeat(64)),
+            source_digest: None,
+            layout_digest: None,
+            media_type: "application/vnd.oci.image.index.v1+json".to_string(),
+            size: 1,
+            platforms: Default::default(),
+            roles: Default::default(),
+        }],
+    };
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = std::sync::Arc::new(
+        load_context(
+            &crate::lb::repo().join("tests/lab/cluster.yaml"),
+            Some(&crate::lb::repo().join("tests/lab/mirror/catalog-lab.yaml")),
+            Some(BundleRef {
+                dir: bundle_dir.path().to_path_buf(),
+                manifest,
+            }),
+            work.path(),
+        )
+        .expect("loads"),
+    );
+    let module = RuntimeModule(ctx.clone());
+    let plan = plan_lines(&module, &ctx).join("\n");
+    let source = bundle_dir
+        .path()
+        .join("files/containerd/1.6.20/amd64/containerd-1.6.20-linux-amd64.tar.gz");
+    assert!(
+        plan.contains(&format!(
+            "upload {} -> /var/lib/kubexm/artifacts/containerd/1.6.20/containerd-1.6.20-linux-amd64.tar.gz",
+            source.display()
+        )),
+        "{plan}"
+    );
+    let config = file_of(
+        &rendered(&ctx, &module),
+        "node1",
+        "/etc/containerd/config.toml",
+    );
+    assert!(
+        config.contains("sandbox_image = \"10.88.10.11:5000/pause:3.9-bundled\""),
+        "{config}"
+    );
+}
