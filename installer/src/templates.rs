@@ -26,6 +26,8 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "lb/sysctl.conf.tera",
     "os/modules-load.conf.tera",
     "os/sysctl.conf.tera",
+    "registry/config.yml.tera",
+    "registry/registry.service.tera",
 ];
 
 /// Renders one embedded template.

@@ -4,6 +4,7 @@ pub mod etcd;
 pub mod loadbalancer;
 pub mod os;
 pub mod preflight;
+pub mod registry;
 pub mod run;
 pub mod runtime;
 
@@ -198,6 +199,7 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(os::NodePrepModule(ctx.clone())),
             Box::new(etcd::EtcdModule(ctx.clone())),
             Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
+            Box::new(registry::RegistryModule(ctx.clone())),
             Box::new(runtime::RuntimeModule(ctx.clone())),
         ],
     }

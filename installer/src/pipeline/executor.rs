@@ -627,14 +627,15 @@ async fn apply_ops(
                 script,
             });
         }
-        for note in g.apply_noted(runner).await? {
-            journal.record(Event::Warning, at, &note, None);
+        let applied = g.apply_noted(runner).await?;
+        for note in &applied.notes {
+            journal.record(Event::Warning, at, note, None);
         }
         g.verify(runner).await?;
         if let Some(c) = g.commit() {
             ledger.commits.push(c);
         }
-        if g.mutates() {
+        if g.mutates() && applied.changed {
             progress.changed = true;
         } else {
             progress.checked = true;

@@ -60,6 +60,9 @@ pub enum StepError {
         /// Tera's explanation.
         message: String,
     },
+    /// Seeding the registry failed.
+    #[error("seeding the registry: {0}")]
+    Seed(String),
     /// The step cannot be built for this node (bad input; names what to fix).
     #[error("{0}")]
     Invalid(String),

@@ -223,7 +223,7 @@ impl GenericStep for Check {
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
         self.apply_noted(runner).await.map(drop)
     }
-    async fn apply_noted(&self, runner: &dyn Runner) -> Result<Vec<String>, StepError> {
+    async fn apply_noted(&self, runner: &dyn Runner) -> Result<super::Applied, StepError> {
         let script = if self.control_time {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -241,12 +241,15 @@ impl GenericStep for Check {
             .exec(&crate::runner::Exec::root(script).with_timeout(Duration::from_secs(120)))
             .await?;
         if out.success() {
-            Ok(out
-                .stdout
-                .lines()
-                .filter_map(|l| l.strip_prefix("WARNING: "))
-                .map(|w| format!("{}: {w}", self.what))
-                .collect())
+            Ok(super::Applied {
+                notes: out
+                    .stdout
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("WARNING: "))
+                    .map(|w| format!("{}: {w}", self.what))
+                    .collect(),
+                changed: false,
+            })
         } else {
             let msg = if out.stderr.trim().is_empty() {
                 out.stdout.trim()

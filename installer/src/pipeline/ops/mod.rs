@@ -6,6 +6,7 @@
 
 mod command;
 mod files;
+mod seed;
 mod systemd;
 mod wait;
 
@@ -13,6 +14,7 @@ pub use command::{Check, Package, RunCommand};
 pub use files::{
     CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile,
 };
+pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};
 pub use wait::WaitFor;
 
@@ -32,6 +34,15 @@ pub struct OpPlan {
     pub input: Option<String>,
 }
 
+/// What applying a generic step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Notes for the operator.
+    pub notes: Vec<String>,
+    /// Whether anything changed.
+    pub changed: bool,
+}
+
 /// Behaviour shared by every generic step.
 #[async_trait]
 pub trait GenericStep: Send + Sync {
@@ -41,9 +52,14 @@ pub trait GenericStep: Send + Sync {
     async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError>;
     /// Does it.
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError>;
-    /// Does it and returns notes for the operator (warnings from checks). Defaults to `apply`.
-    async fn apply_noted(&self, runner: &dyn Runner) -> Result<Vec<String>, StepError> {
-        self.apply(runner).await.map(|()| Vec::new())
+    /// Does it and says what happened: notes for the operator (warnings from checks) and
+    /// whether the node changed (an op that finds nothing to do at run time says no). Defaults
+    /// to `apply`, changed.
+    async fn apply_noted(&self, runner: &dyn Runner) -> Result<Applied, StepError> {
+        self.apply(runner).await.map(|()| Applied {
+            notes: Vec::new(),
+            changed: true,
+        })
     }
     /// Checks it worked (defaults to `is_done`).
     async fn verify(&self, runner: &dyn Runner) -> Result<(), StepError> {
@@ -101,6 +117,8 @@ pub enum Op {
     Systemd(Systemd),
     /// Poll until a condition holds.
     Wait(WaitFor),
+    /// Push the bundle's images into a registry (control host).
+    Seed(SeedImages),
 }
 
 impl Op {
@@ -119,6 +137,7 @@ impl Op {
             Op::Block(o) => o,
             Op::Systemd(o) => o,
             Op::Wait(o) => o,
+            Op::Seed(o) => o,
         }
     }
 }

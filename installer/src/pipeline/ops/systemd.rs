@@ -70,6 +70,12 @@ impl Systemd {
     }
 }
 
+/// `systemctl ACTION UNIT`; on failure the unit's last log lines go to stderr (into the error).
+fn with_journal(action: &str, unit: &str) -> String {
+    let u = shell::quote(unit);
+    format!("{action} {u} || {{ rc=$?; journalctl -u {u} -n 15 --no-pager -o cat >&2; exit $rc; }}")
+}
+
 #[async_trait]
 impl GenericStep for Systemd {
     fn plan(&self) -> OpPlan {
@@ -126,11 +132,11 @@ impl GenericStep for Systemd {
                 run_ok(runner, "systemctl daemon-reload", t).await.map(drop)
             }
             SystemdAction::EnableNow(u) => {
-                run_ok(runner, &format!("systemctl enable --now {}", shell::quote(u)), t).await?;
+                run_ok(runner, &with_journal("systemctl enable --now", u), t).await?;
                 self.wait_active(runner, u).await
             }
             SystemdAction::Restart { unit, .. } => {
-                run_ok(runner, &format!("systemctl restart {}", shell::quote(unit)), t).await?;
+                run_ok(runner, &with_journal("systemctl restart", unit), t).await?;
                 self.wait_active(runner, unit).await
             }
             SystemdAction::IsActive(u) => self.wait_active(runner, u).await,
