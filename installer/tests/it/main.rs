@@ -1,4 +1,5 @@
 //! Integration tests of kubexm-install (one test binary).
 
 mod seed;
+mod ssh;
 mod unpack;

@@ -44,28 +44,9 @@ use russh::{ChannelMsg, ChannelWriteHalf};
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::{oneshot, Semaphore};
 
+pub use kubexm_manifests::secret::Secret;
+
 use super::{shell, Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome, UploadSource};
-
-/// A secret (login and sudo password). `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// Wraps a password.
-    pub fn new(password: impl Into<String>) -> Self {
-        Self(password.into())
-    }
-
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Password(***)")
-    }
-}
 
 /// How to reach and log in to one node.
 #[derive(Debug, Clone)]
@@ -81,7 +62,7 @@ pub struct SshOptions {
     /// Private key (OpenSSH format, ed25519 or RSA, not passphrase-protected).
     pub private_key: Option<PathBuf>,
     /// Login password, also given to `sudo` for a non-root user.
-    pub password: Option<Password>,
+    pub password: Option<Secret>,
     /// The OpenSSH `known_hosts` file host keys are checked against.
     pub known_hosts: PathBuf,
     /// Record unknown host keys instead of refusing them (changed keys are always refused).
@@ -144,9 +125,11 @@ impl HostKeyCheck {
         let name = known_hosts::host_pattern(&o.host, o.port);
         let key = match presented {
             PublicKeyOrCertificate::PublicKey { key, .. } => key,
-            PublicKeyOrCertificate::Certificate(_) => return self.reject(format!(
+            PublicKeyOrCertificate::Certificate(_) => {
+                return self.reject(format!(
                 "{name} presented a host certificate; only plain host keys in {file} are supported"
-            )),
+            ))
+            }
         };
         let what = format!(
             "{} {}",
@@ -230,7 +213,7 @@ enum Input<'a> {
 struct Job<'a> {
     command: String,
     /// Answer `sudo`'s prompt with this password, and wait for [`shell::SUDO_READY`].
-    sudo_password: Option<&'a Password>,
+    sudo_password: Option<&'a Secret>,
     input: Input<'a>,
     timeout: Duration,
     summary: &'a str,
@@ -352,7 +335,7 @@ impl SshRunner {
         script: &str,
         sudo: bool,
         timeout: Duration,
-    ) -> (String, Option<&Password>) {
+    ) -> (String, Option<&Secret>) {
         let line = shell::with_timeout(script, timeout);
         if !sudo || self.opts.user == "root" {
             return (line, None);
@@ -644,7 +627,7 @@ async fn send_input(write: &ChannelWriteHalf<Msg>, input: &Input<'_>) -> Result<
 
 /// Watches stderr before the command starts for sudo's prompt and the ready marker.
 struct SudoState<'a> {
-    password: &'a Password,
+    password: &'a Secret,
     pending: Vec<u8>,
     prompts: u32,
     ready: bool,
