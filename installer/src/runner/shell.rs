@@ -46,6 +46,13 @@ pub fn with_sudo_prompt(command: &str) -> String {
     format!("sudo -S -p {} sh -c {}", quote(SUDO_PROMPT), quote(&inner))
 }
 
+/// Runs `command`, then reads whatever is left of stdin before exiting with its status, so the
+/// sender of stdin is never left with bytes nobody reads (a script that ignores its stdin, a
+/// command killed by its timeout). A command killed by a signal exits 128+N here.
+pub fn drain_stdin_after(command: &str) -> String {
+    format!("{command}; kubexm_rc=$?; cat >/dev/null; exit $kubexm_rc")
+}
+
 /// The command line for `sudo` that never prompts (NOPASSWD or the control host).
 pub fn with_sudo_nopasswd(command: &str) -> String {
     format!("sudo -n {command}")

@@ -98,7 +98,6 @@ async fn ssh_root_key_auth_exit_codes_stderr_and_stdin() {
         .expect("stdin");
     assert_eq!(out.stdout.trim(), sha256_hex(&stdin));
 
-    eprintln!("STEP ignores");
     // A script that ignores its stdin still finishes.
     let out = runner
         .exec(&plain("echo ignored").with_stdin(vec![b'x'; 4 << 20]))
@@ -106,7 +105,6 @@ async fn ssh_root_key_auth_exit_codes_stderr_and_stdin() {
         .expect("ignored stdin");
     assert_eq!(out.stdout, "ignored\n");
 
-    eprintln!("STEP signal");
     // Killed by a signal: no exit code.
     let out = runner.exec(&plain("kill -KILL $$")).await.expect("signal");
     assert_eq!(out.code, None);

@@ -329,20 +329,30 @@ impl SshRunner {
         }
     }
 
-    /// The remote command line for `script` and, when sudo's prompt must be answered, the password.
+    /// The remote command line for `script` and, when sudo's prompt must be answered, the
+    /// password. With stdin to send, the line drains stdin after the script
+    /// ([`shell::drain_stdin_after`]): russh stalls the whole connection when a channel closes
+    /// with unsent, window-blocked data, so the node must always read all of it.
     fn command_line(
         &self,
         script: &str,
         sudo: bool,
         timeout: Duration,
+        has_stdin: bool,
     ) -> (String, Option<&Secret>) {
         let line = shell::with_timeout(script, timeout);
-        if !sudo || self.opts.user == "root" {
-            return (line, None);
-        }
-        match &self.opts.password {
-            Some(password) => (shell::with_sudo_prompt(&line), Some(password)),
-            None => (shell::with_sudo_nopasswd(&line), None),
+        let (line, password) = if !sudo || self.opts.user == "root" {
+            (line, None)
+        } else {
+            match &self.opts.password {
+                Some(password) => (shell::with_sudo_prompt(&line), Some(password)),
+                None => (shell::with_sudo_nopasswd(&line), None),
+            }
+        };
+        if has_stdin {
+            (shell::drain_stdin_after(&line), password)
+        } else {
+            (line, password)
         }
     }
 
@@ -491,7 +501,8 @@ impl SshRunner {
     }
 
     async fn exec_on(&self, conn: &Connection, exec: &Exec) -> Result<ExecOutput, Failure> {
-        let (command, sudo_password) = self.command_line(&exec.script, exec.sudo, exec.timeout);
+        let (command, sudo_password) =
+            self.command_line(&exec.script, exec.sudo, exec.timeout, exec.stdin.is_some());
         let summary = super::summary(&exec.script);
         let job = Job {
             command,
@@ -538,7 +549,7 @@ impl SshRunner {
         // Ten minutes, plus a second per MiB for slow links.
         let timeout = Duration::from_secs(600 + len / (1 << 20));
         let script = shell::receive_file(&upload.dest, &upload.sha256, upload.mode);
-        let (command, sudo_password) = self.command_line(&script, upload.sudo, timeout);
+        let (command, sudo_password) = self.command_line(&script, upload.sudo, timeout, true);
         let summary = format!("upload {}", upload.dest);
         let job = Job {
             command,
