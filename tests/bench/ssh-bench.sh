@@ -19,6 +19,9 @@
 #                    release/examples/ssh_bench)
 #   WORK=            work directory (default: a fresh mktemp -d under ${TMPDIR:-/tmp})
 #   KEEP=0           1: keep the work directory
+#   BENCH_USER=kubexm-bench  login user, created (useradd, shell /bin/sh) when missing: root's
+#                    ~/.bashrc is read by bash for every SSH command and can cost more than the
+#                    transport being measured (pyenv init: ~100 ms)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +29,7 @@ N_EXECS=${N_EXECS:-200}
 UPLOAD_MB=${UPLOAD_MB:-256}
 REPEAT=${REPEAT:-3}
 KEEP=${KEEP:-0}
+BENCH_USER=${BENCH_USER:-kubexm-bench}
 BENCH=${SSH_BENCH:-${CARGO_TARGET_DIR:-$REPO/target}/release/examples/ssh_bench}
 
 die() { printf 'ssh-bench: %s\n' "$*" >&2; exit 1; }
@@ -52,7 +56,7 @@ PIDS=()
 CTL=$WORK/ctl-%C
 cleanup() {
   local rc=$?
-  ssh -o ControlPath="$CTL" -O exit -p "${PORT:-22}" root@127.0.0.1 >/dev/null 2>&1 || true
+  ssh -o ControlPath="$CTL" -O exit -p "${PORT:-22}" "$BENCH_USER@127.0.0.1" >/dev/null 2>&1 || true
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "$KEEP" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
@@ -60,11 +64,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+id -u "$BENCH_USER" >/dev/null 2>&1 ||
+  useradd -m -d "/var/lib/$BENCH_USER" -s /bin/sh "$BENCH_USER"
+# No usable password but not locked (`!`), which sshd refuses under UsePAM no.
+usermod -p '*' "$BENCH_USER"
+chmod 755 "$WORK" # the login user reads authorized_keys under its own uid
+
 # --- sshd -------------------------------------------------------------------------------------
 mkdir -p /run/sshd
 ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_ed25519"
 ssh-keygen -q -t ed25519 -N '' -f "$WORK/id_ed25519"
 cp "$WORK/id_ed25519.pub" "$WORK/authorized_keys"
+chmod 644 "$WORK/authorized_keys"
 PORT=$(free_port)
 cat >"$WORK/sshd_config" <<EOF
 Port $PORT
@@ -95,11 +106,11 @@ SSH=(ssh -q -p "$PORT" -i "$WORK/id_ed25519" -o UserKnownHostsFile="$WORK/known_
 SCP=(scp -q -P "$PORT" -i "$WORK/id_ed25519" -o UserKnownHostsFile="$WORK/known_hosts"
   -o StrictHostKeyChecking=yes -o BatchMode=yes -o ControlMaster=auto -o ControlPath="$CTL"
   -o ControlPersist=60)
-KX=("$BENCH" --host 127.0.0.1 --port "$PORT" --user root --key "$WORK/id_ed25519"
+KX=("$BENCH" --host 127.0.0.1 --port "$PORT" --user "$BENCH_USER" --key "$WORK/id_ed25519"
   --known-hosts "$WORK/known_hosts")
 
-"${SSH[@]}" root@127.0.0.1 true # opens the master
-"${SSH[@]}" -O check root@127.0.0.1 2>/dev/null || die "ControlMaster did not start"
+"${SSH[@]}" "$BENCH_USER@127.0.0.1" true # opens the master
+"${SSH[@]}" -O check "$BENCH_USER@127.0.0.1" 2>/dev/null || die "ControlMaster did not start"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 now() { date +%s.%N; }
@@ -112,7 +123,7 @@ kx_exec=() ssh_exec=()
 for _ in $(seq "$REPEAT"); do
   kx_exec+=("$("${KX[@]}" --execs "$N_EXECS" | field execs_s)")
   t0=$(now)
-  for _ in $(seq "$N_EXECS"); do "${SSH[@]}" root@127.0.0.1 true; done
+  for _ in $(seq "$N_EXECS"); do "${SSH[@]}" "$BENCH_USER@127.0.0.1" true; done
   ssh_exec+=("$(since "$t0")")
 done
 KX_EXEC=$(printf '%s\n' "${kx_exec[@]}" | median)
@@ -123,6 +134,7 @@ log "generating $UPLOAD_MB MiB"
 head -c "$((UPLOAD_MB << 20))" /dev/urandom >"$WORK/big.bin"
 DEST=$WORK/dest
 mkdir -p "$DEST"
+chown "$BENCH_USER" "$DEST"
 log "upload x $REPEAT"
 kx_up=() scp_up=() cat_up=()
 for i in $(seq "$REPEAT"); do
@@ -130,9 +142,9 @@ for i in $(seq "$REPEAT"); do
   kx_up+=("$("${KX[@]}" --upload "$WORK/big.bin" --dest "$DEST/kx-$i.bin" | field upload_s)")
   cmp -s "$WORK/big.bin" "$DEST/kx-$i.bin" || die "kubexm upload differs"
   rm -f "$DEST"/*; sync
-  t0=$(now); "${SCP[@]}" "$WORK/big.bin" "root@127.0.0.1:$DEST/scp-$i.bin"; scp_up+=("$(since "$t0")")
+  t0=$(now); "${SCP[@]}" "$WORK/big.bin" "$BENCH_USER@127.0.0.1:$DEST/scp-$i.bin"; scp_up+=("$(since "$t0")")
   rm -f "$DEST"/*; sync
-  t0=$(now); "${SSH[@]}" root@127.0.0.1 "cat > $DEST/cat-$i.bin" <"$WORK/big.bin"; cat_up+=("$(since "$t0")")
+  t0=$(now); "${SSH[@]}" "$BENCH_USER@127.0.0.1" "cat > $DEST/cat-$i.bin" <"$WORK/big.bin"; cat_up+=("$(since "$t0")")
 done
 rm -f "$DEST"/*
 KX_UP=$(printf '%s\n' "${kx_up[@]}" | median)
