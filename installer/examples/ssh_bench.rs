@@ -1,6 +1,6 @@
 //! Benchmark entry point for `tests/bench/ssh-bench.sh`: connects one `SshRunner`, runs N
 //! trivial execs sequentially and/or uploads one file, and prints timings as
-//! `key=value` lines (`connect_s`, `execs`, `execs_s`, `upload_bytes`, `upload_s`).
+//! `key=value` lines (`connect_s`, `execs`, `execs_s`, `upload_bytes`, `upload_s`, `cat_s`).
 //!
 //! ```sh
 //! ssh_bench --host 127.0.0.1 --port 2222 --user root --key id_ed25519 \
@@ -35,6 +35,10 @@ struct Args {
     /// File to upload.
     #[arg(long)]
     upload: Option<PathBuf>,
+    /// Also send the file as the stdin of `cat > DEST.cat` (one exec, bytes held in memory):
+    /// the transport alone, comparable with `ssh HOST 'cat > DEST' < FILE`.
+    #[arg(long)]
+    cat_upload: bool,
     /// Destination on the node.
     #[arg(long, default_value = "/tmp/kubexm-ssh-bench.bin")]
     dest: String,
@@ -103,6 +107,23 @@ async fn main() -> anyhow::Result<()> {
         };
         println!("upload_bytes={bytes}");
         println!("upload_s={:.4}", started.elapsed().as_secs_f64());
+    }
+    if let (Some(path), true) = (&args.upload, args.cat_upload) {
+        let bytes = tokio::fs::read(path).await?;
+        let len = bytes.len();
+        let exec = Exec {
+            script: format!("cat > {}.cat", args.dest),
+            sudo: false,
+            stdin: Some(bytes),
+            timeout: std::time::Duration::from_secs(600),
+        };
+        let started = Instant::now();
+        let out = runner.exec(&exec).await?;
+        if !out.success() {
+            bail!("cat failed: {out:?}");
+        }
+        println!("cat_bytes={len}");
+        println!("cat_s={:.4}", started.elapsed().as_secs_f64());
     }
     runner.close().await;
     Ok(())

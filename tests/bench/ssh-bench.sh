@@ -136,11 +136,14 @@ DEST=$WORK/dest
 mkdir -p "$DEST"
 chown "$BENCH_USER" "$DEST"
 log "upload x $REPEAT"
-kx_up=() scp_up=() cat_up=()
+kx_up=() kx_cat=() scp_up=() cat_up=()
 for i in $(seq "$REPEAT"); do
   rm -f "$DEST"/*; sync
-  kx_up+=("$("${KX[@]}" --upload "$WORK/big.bin" --dest "$DEST/kx-$i.bin" | field upload_s)")
+  out=$("${KX[@]}" --upload "$WORK/big.bin" --dest "$DEST/kx-$i.bin" --cat-upload)
+  kx_up+=("$(field upload_s <<<"$out")")
+  kx_cat+=("$(field cat_s <<<"$out")")
   cmp -s "$WORK/big.bin" "$DEST/kx-$i.bin" || die "kubexm upload differs"
+  cmp -s "$WORK/big.bin" "$DEST/kx-$i.bin.cat" || die "kubexm exec cat differs"
   rm -f "$DEST"/*; sync
   t0=$(now); "${SCP[@]}" "$WORK/big.bin" "$BENCH_USER@127.0.0.1:$DEST/scp-$i.bin"; scp_up+=("$(since "$t0")")
   rm -f "$DEST"/*; sync
@@ -150,6 +153,7 @@ rm -f "$DEST"/*
 KX_UP=$(printf '%s\n' "${kx_up[@]}" | median)
 SCP_UP=$(printf '%s\n' "${scp_up[@]}" | median)
 CAT_UP=$(printf '%s\n' "${cat_up[@]}" | median)
+KX_CAT=$(printf '%s\n' "${kx_cat[@]}" | median)
 
 # --- table -------------------------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -158,8 +162,10 @@ printf '\n%-34s %12s %12s %8s\n' "measurement" "kubexm (s)" "openssh (s)" "ratio
 printf '%-34s %12.3f %12.3f %8s\n' "$N_EXECS x true (ControlMaster)" "$KX_EXEC" "$SSH_EXEC" "$(ratio "$KX_EXEC" "$SSH_EXEC")"
 printf '%-34s %12.3f %12.3f %8s\n' "$UPLOAD_MB MiB upload vs scp" "$KX_UP" "$SCP_UP" "$(ratio "$KX_UP" "$SCP_UP")"
 printf '%-34s %12.3f %12.3f %8s\n' "$UPLOAD_MB MiB upload vs ssh cat >" "$KX_UP" "$CAT_UP" "$(ratio "$KX_UP" "$CAT_UP")"
+printf '%-34s %12.3f %12.3f %8s\n' "$UPLOAD_MB MiB exec 'cat >' vs ssh cat >" "$KX_CAT" "$CAT_UP" "$(ratio "$KX_CAT" "$CAT_UP")"
 printf '\nupload throughput: kubexm %s MiB/s, scp %s MiB/s, ssh cat %s MiB/s\n' \
   "$(mbps "$KX_UP")" "$(mbps "$SCP_UP")" "$(mbps "$CAT_UP")"
-printf 'runs (s): kubexm execs %s | ssh execs %s | kubexm upload %s | scp %s | cat %s\n' \
-  "${kx_exec[*]}" "${ssh_exec[*]}" "${kx_up[*]}" "${scp_up[*]}" "${cat_up[*]}"
+printf 'transport only (exec cat > with the bytes on stdin): kubexm %s MiB/s\n' "$(mbps "$KX_CAT")"
+printf 'runs (s): kubexm execs %s | ssh execs %s | kubexm upload %s | kubexm cat %s | scp %s | cat %s\n' \
+  "${kx_exec[*]}" "${ssh_exec[*]}" "${kx_up[*]}" "${kx_cat[*]}" "${scp_up[*]}" "${cat_up[*]}"
 printf 'targets: execs ratio <= 1.2; the kubexm upload also checks the sha256 on the node (sha256sum) before and after.\n'
