@@ -100,6 +100,23 @@ mod tests {
     }
 
     #[test]
+    fn sudo_prompt_and_drain_wrap_the_command() {
+        let line = with_sudo_prompt("timeout -k 5 1 sh -c id");
+        assert!(
+            line.starts_with("sudo -S -p '[kubexm-sudo-password]' sh -c 'printf "),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(">&2; exec timeout -k 5 1 sh -c id'"),
+            "{line}"
+        );
+        assert_eq!(
+            drain_stdin_after("cmd"),
+            "cmd; kubexm_rc=$?; cat >/dev/null; exit $kubexm_rc"
+        );
+    }
+
+    #[test]
     fn timeout_wraps_the_quoted_script() {
         assert_eq!(
             with_timeout("echo 'hi'", Duration::from_millis(1500)),
