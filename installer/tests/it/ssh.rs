@@ -226,6 +226,18 @@ async fn ssh_sudo_with_password_for_non_root_user() {
     assert_eq!(std::fs::read(&dest).expect("read"), content);
     let _ = std::fs::remove_file(&dest);
 
+    // Without a password, `sudo -n`: refused at once (the rule needs one), never hangs.
+    let mut key_only = f.sudoer();
+    key_only.password = None;
+    let runner = connect(key_only).await;
+    let out = runner.exec(&Exec::root("whoami")).await.expect("sudo -n");
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("password is required"),
+        "{}",
+        out.stderr
+    );
+
     // A wrong sudo password is an Auth error that does not show it.
     let mut wrong = f.sudoer();
     wrong.private_key = Some(f.sshd.user_key());

@@ -26,7 +26,18 @@
 //! For a non-root login with a password, `sudo -S` is asked to print a recognisable prompt
 //! ([`shell::with_sudo_prompt`]); the runner answers it with the password and sends the script's
 //! stdin only after sudo has let the command start. The password never appears on a command line,
-//! in logs, in errors or in the captured output. Without a password, `sudo -n` is used.
+//! in logs, in errors or in the captured output. A second prompt (wrong password) ends in
+//! [`RunError::Auth`]. Without a password, `sudo -n` is used.
+//!
+//! # Timeouts
+//! The node enforces [`Exec::timeout`] (`timeout -k 5`, which kills the process group); exit 124
+//! or 137 is [`RunError::Timeout`]. Ten seconds later the runner also closes the channel itself.
+//!
+//! # russh caveat
+//! russh holds back every outgoing message of a connection while one channel has data waiting
+//! for window, and never drops that data when the channel closes. So whenever stdin is sent the
+//! node reads all of it ([`shell::drain_stdin_after`]); otherwise a script that ignores its stdin
+//! would freeze the whole connection. With stdin, a script killed by a signal N exits 128+N.
 
 mod known_hosts;
 
