@@ -18,7 +18,7 @@
 //! tasks that see the same dead connection share one reconnect.
 //!
 //! # Host keys
-//! Checked against an OpenSSH `known_hosts` file (see [`known_hosts`]): an unknown key is
+//! Checked against an OpenSSH `known_hosts` file (plain, `[host]:port`, wildcards, hashed names, `@revoked`): an unknown key is
 //! refused unless [`SshOptions::accept_new_host_keys`] (then it is recorded), a changed or
 //! revoked key is always refused.
 //!
