@@ -18,9 +18,11 @@
 //! tasks that see the same dead connection share one reconnect.
 //!
 //! # Host keys
-//! Checked against an OpenSSH `known_hosts` file (plain, `[host]:port`, wildcards, hashed names, `@revoked`): an unknown key is
-//! refused unless [`SshOptions::accept_new_host_keys`] (then it is recorded), a changed or
-//! revoked key is always refused.
+//! Checked against an OpenSSH `known_hosts` file (plain and `[host]:port` names, wildcards,
+//! hashed names, `@revoked`): an unknown key is refused unless
+//! [`SshOptions::accept_new_host_keys`] (then it is recorded, atomically, mode 0600), a changed
+//! or revoked key is always refused. Only the key types recorded for the host are offered in the
+//! key exchange, as OpenSSH does, so a server switching key type counts as changed.
 //!
 //! # sudo
 //! For a non-root login with a password, `sudo -S` is asked to print a recognisable prompt
