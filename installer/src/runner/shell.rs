@@ -46,6 +46,13 @@ pub fn with_sudo_prompt(command: &str) -> String {
     format!("sudo -S -p {} sh -c {}", quote(SUDO_PROMPT), quote(&inner))
 }
 
+/// Runs `command`, then reads whatever is left of stdin before exiting with its status, so the
+/// sender of stdin is never left with bytes nobody reads (a script that ignores its stdin, a
+/// command killed by its timeout). A command killed by a signal exits 128+N here.
+pub fn drain_stdin_after(command: &str) -> String {
+    format!("{command}; kubexm_rc=$?; cat >/dev/null; exit $kubexm_rc")
+}
+
 /// The command line for `sudo` that never prompts (NOPASSWD or the control host).
 pub fn with_sudo_nopasswd(command: &str) -> String {
     format!("sudo -n {command}")
@@ -90,6 +97,23 @@ mod tests {
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(quote("it's"), r"'it'\''s'");
         assert_eq!(quote("$(reboot)"), "'$(reboot)'");
+    }
+
+    #[test]
+    fn sudo_prompt_and_drain_wrap_the_command() {
+        let line = with_sudo_prompt("timeout -k 5 1 sh -c id");
+        assert!(
+            line.starts_with("sudo -S -p '[kubexm-sudo-password]' sh -c 'printf "),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(">&2; exec timeout -k 5 1 sh -c id'"),
+            "{line}"
+        );
+        assert_eq!(
+            drain_stdin_after("cmd"),
+            "cmd; kubexm_rc=$?; cat >/dev/null; exit $kubexm_rc"
+        );
     }
 
     #[test]

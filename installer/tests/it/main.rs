@@ -6,4 +6,5 @@ mod pipeline;
 mod plan_cli;
 mod runtime;
 mod seed;
+mod ssh;
 mod unpack;

@@ -2,7 +2,8 @@
 //!
 //! Everything here is real: [`HttpMirror`] is a small HTTP/1.1 file server with fault
 //! injection, [`Registry`] runs Debian's `docker-registry` (distribution 2.8), and
-//! [`images`] builds tiny real OCI images with `umoci` and pushes them with `skopeo`.
+//! [`images`] builds tiny real OCI images with `umoci` and pushes them with `skopeo`, and
+//! [`Sshd`] runs Debian's OpenSSH server.
 //! Servers bind to `127.0.0.1`, are ready when their constructor returns (readiness is
 //! awaited under a timeout, never slept for) and are torn down on `Drop`.
 //!
@@ -34,6 +35,7 @@
 pub mod images;
 mod mirror;
 mod registry;
+mod sshd;
 mod tools;
 
 use std::net::{Ipv4Addr, TcpListener};
@@ -41,6 +43,7 @@ use std::time::{Duration, Instant};
 
 pub use mirror::{Fault, HttpMirror, RequestRecord};
 pub use registry::{AccessLogEntry, Registry, RegistryOptions, TlsFiles};
+pub use sshd::{processes_with, ssh_keygen, sudo_user, Sshd, SUDO_PASSWORD, SUDO_USER};
 pub use tools::{
     http_status, skopeo_copy, skopeo_inspect_digest, skopeo_inspect_raw, CommandError,
 };

@@ -18,15 +18,28 @@
 //! tasks that see the same dead connection share one reconnect.
 //!
 //! # Host keys
-//! Checked against an OpenSSH `known_hosts` file (see [`known_hosts`]): an unknown key is
-//! refused unless [`SshOptions::accept_new_host_keys`] (then it is recorded), a changed or
-//! revoked key is always refused.
+//! Checked against an OpenSSH `known_hosts` file (plain and `[host]:port` names, wildcards,
+//! hashed names, `@revoked`): an unknown key is refused unless
+//! [`SshOptions::accept_new_host_keys`] (then it is recorded, atomically, mode 0600), a changed
+//! or revoked key is always refused. Only the key types recorded for the host are offered in the
+//! key exchange, as OpenSSH does, so a server switching key type counts as changed.
 //!
 //! # sudo
 //! For a non-root login with a password, `sudo -S` is asked to print a recognisable prompt
 //! ([`shell::with_sudo_prompt`]); the runner answers it with the password and sends the script's
 //! stdin only after sudo has let the command start. The password never appears on a command line,
-//! in logs, in errors or in the captured output. Without a password, `sudo -n` is used.
+//! in logs, in errors or in the captured output. A second prompt (wrong password) ends in
+//! [`RunError::Auth`]. Without a password, `sudo -n` is used.
+//!
+//! # Timeouts
+//! The node enforces [`Exec::timeout`] (`timeout -k 5`, which kills the process group); exit 124
+//! or 137 is [`RunError::Timeout`]. Ten seconds later the runner also closes the channel itself.
+//!
+//! # russh caveat
+//! russh holds back every outgoing message of a connection while one channel has data waiting
+//! for window, and never drops that data when the channel closes. So whenever stdin is sent the
+//! node reads all of it ([`shell::drain_stdin_after`]); otherwise a script that ignores its stdin
+//! would freeze the whole connection. With stdin, a script killed by a signal N exits 128+N.
 
 mod known_hosts;
 
@@ -44,28 +57,9 @@ use russh::{ChannelMsg, ChannelWriteHalf};
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::{oneshot, Semaphore};
 
+pub use kubexm_manifests::secret::Secret;
+
 use super::{shell, Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome, UploadSource};
-
-/// A secret (login and sudo password). `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// Wraps a password.
-    pub fn new(password: impl Into<String>) -> Self {
-        Self(password.into())
-    }
-
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Password(***)")
-    }
-}
 
 /// How to reach and log in to one node.
 #[derive(Debug, Clone)]
@@ -81,7 +75,7 @@ pub struct SshOptions {
     /// Private key (OpenSSH format, ed25519 or RSA, not passphrase-protected).
     pub private_key: Option<PathBuf>,
     /// Login password, also given to `sudo` for a non-root user.
-    pub password: Option<Password>,
+    pub password: Option<Secret>,
     /// The OpenSSH `known_hosts` file host keys are checked against.
     pub known_hosts: PathBuf,
     /// Record unknown host keys instead of refusing them (changed keys are always refused).
@@ -232,7 +226,7 @@ enum Input<'a> {
 struct Job<'a> {
     command: String,
     /// Answer `sudo`'s prompt with this password, and wait for [`shell::SUDO_READY`].
-    sudo_password: Option<&'a Password>,
+    sudo_password: Option<&'a Secret>,
     input: Input<'a>,
     timeout: Duration,
     summary: &'a str,
@@ -348,20 +342,30 @@ impl SshRunner {
         }
     }
 
-    /// The remote command line for `script` and, when sudo's prompt must be answered, the password.
+    /// The remote command line for `script` and, when sudo's prompt must be answered, the
+    /// password. With stdin to send, the line drains stdin after the script
+    /// ([`shell::drain_stdin_after`]): russh stalls the whole connection when a channel closes
+    /// with unsent, window-blocked data, so the node must always read all of it.
     fn command_line(
         &self,
         script: &str,
         sudo: bool,
         timeout: Duration,
-    ) -> (String, Option<&Password>) {
+        has_stdin: bool,
+    ) -> (String, Option<&Secret>) {
         let line = shell::with_timeout(script, timeout);
-        if !sudo || self.opts.user == "root" {
-            return (line, None);
-        }
-        match &self.opts.password {
-            Some(password) => (shell::with_sudo_prompt(&line), Some(password)),
-            None => (shell::with_sudo_nopasswd(&line), None),
+        let (line, password) = if !sudo || self.opts.user == "root" {
+            (line, None)
+        } else {
+            match &self.opts.password {
+                Some(password) => (shell::with_sudo_prompt(&line), Some(password)),
+                None => (shell::with_sudo_nopasswd(&line), None),
+            }
+        };
+        if has_stdin {
+            (shell::drain_stdin_after(&line), password)
+        } else {
+            (line, password)
         }
     }
 
@@ -510,7 +514,8 @@ impl SshRunner {
     }
 
     async fn exec_on(&self, conn: &Connection, exec: &Exec) -> Result<ExecOutput, Failure> {
-        let (command, sudo_password) = self.command_line(&exec.script, exec.sudo, exec.timeout);
+        let (command, sudo_password) =
+            self.command_line(&exec.script, exec.sudo, exec.timeout, exec.stdin.is_some());
         let summary = super::summary(&exec.script);
         let job = Job {
             command,
@@ -557,7 +562,7 @@ impl SshRunner {
         // Ten minutes, plus a second per MiB for slow links.
         let timeout = Duration::from_secs(600 + len / (1 << 20));
         let script = shell::receive_file(&upload.dest, &upload.sha256, upload.mode);
-        let (command, sudo_password) = self.command_line(&script, upload.sudo, timeout);
+        let (command, sudo_password) = self.command_line(&script, upload.sudo, timeout, true);
         let summary = format!("upload {}", upload.dest);
         let job = Job {
             command,
@@ -646,7 +651,7 @@ async fn send_input(write: &ChannelWriteHalf<Msg>, input: &Input<'_>) -> Result<
 
 /// Watches stderr before the command starts for sudo's prompt and the ready marker.
 struct SudoState<'a> {
-    password: &'a Password,
+    password: &'a Secret,
     pending: Vec<u8>,
     prompts: u32,
     ready: bool,
