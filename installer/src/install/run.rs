@@ -14,7 +14,7 @@ use crate::pipeline::executor::{ExecOptions, Executor, PipelineError, RunReport}
 use crate::pipeline::journal::Journal;
 use crate::pipeline::{Node, Pipeline};
 use crate::runner::local::LocalRunner;
-use crate::runner::ssh::{Password, SshOptions, SshRunner};
+use crate::runner::ssh::{SshOptions, SshRunner};
 use crate::runner::{RunError, Runner};
 
 /// The control host's node name in tasks.
@@ -90,7 +90,7 @@ pub async fn connect_all(
         };
         let mut o = SshOptions::new(&node.name, &host.address, &host.user, &opts.known_hosts);
         o.port = host.port;
-        o.password = host_password(host, &opts.base_dir)?.map(|s| Password::new(s.expose()));
+        o.password = host_password(host, &opts.base_dir)?;
         o.private_key = host
             .private_key_path
             .as_deref()
