@@ -256,8 +256,7 @@ fn run_install(
     )?);
     let pipeline = kubexm_install::install::install_pipeline(&ctx);
     if args.dry_run {
-        let mut nodes = ctx.nodes.clone();
-        nodes.push(kubexm_install::install::run::control_node());
+        let nodes = ctx.plan_nodes();
         let plan = kubexm_install::pipeline::plan::build(&pipeline, &nodes, &Default::default())
             .context("Failed to build the plan")?;
         print!("{}", plan.to_text());
@@ -312,7 +311,7 @@ fn run_plan(args: &PlanArgs, work_dir: &std::path::Path) -> Result<()> {
         work_dir,
     )?);
     let pipeline = kubexm_install::install::install_pipeline(&ctx);
-    let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())
+    let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
         .context("Failed to build the plan")?;
     match args.output {
         PlanFormat::Text => print!("{}", plan.to_text()),

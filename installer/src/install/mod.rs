@@ -142,6 +142,14 @@ impl InstallContext {
             .collect()
     }
 
+    /// The cluster's nodes plus the control host (`localhost`), as the plan and the executor
+    /// see them.
+    pub fn plan_nodes(&self) -> Vec<Node> {
+        let mut v = self.nodes.clone();
+        v.push(run::control_node());
+        v
+    }
+
     /// Every node name.
     pub fn all(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.name.clone()).collect()

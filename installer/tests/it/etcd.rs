@@ -56,7 +56,7 @@ fn the_lab_plan_has_certificates_install_and_health_and_reuses_the_pki() {
         load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
     );
     let build =
-        || plan::build(&install_pipeline(&ctx), &ctx.nodes, &Default::default()).expect("plan");
+        || plan::build(&install_pipeline(&ctx), &ctx.plan_nodes(), &Default::default()).expect("plan");
     let p = build();
     let etcd = p
         .modules
@@ -107,7 +107,7 @@ fn the_module_is_skipped_for_other_etcd_types() {
     let file = work.path().join("cluster.yaml");
     std::fs::write(&file, yaml).expect("write");
     let ctx = Arc::new(load_context(&file, Some(&lab_catalog()), None, work.path()).expect("ctx"));
-    let p = plan::build(&install_pipeline(&ctx), &ctx.nodes, &Default::default()).expect("plan");
+    let p = plan::build(&install_pipeline(&ctx), &ctx.plan_nodes(), &Default::default()).expect("plan");
     let etcd = p.modules.iter().find(|m| m.name == "etcd").expect("etcd");
     let reason = etcd.skipped.as_deref().expect("skipped");
     assert!(reason.contains("kubeadm"), "{reason}");
@@ -300,7 +300,7 @@ fn the_delete_module_stops_etcd_and_removes_its_files_and_data() {
         name: "delete".to_string(),
         modules: vec![Box::new(kubexm_install::install::etcd::delete_module(&ctx))],
     };
-    let text = plan::build(&pipeline, &ctx.nodes, &Default::default())
+    let text = plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
         .expect("plan")
         .to_text();
     for want in [
