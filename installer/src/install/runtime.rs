@@ -479,7 +479,7 @@ impl Step for PullPause {
 /// 3. CNI plugins: the files of `/opt/cni/bin` whose names are in KubeXM's extracted CNI archive
 ///    (`/var/lib/kubexm/extract/cni-plugins-*`) are removed, then the directory if empty. When
 ///    the staging copy is already gone (a partial earlier delete) the plugins are left.
-/// 4. containerd's data (`/var/lib/containerd`: images, snapshots) is removed only when
+/// 4. containerd's data (`/var/lib/containerd`: images, snapshots; and `/opt/containerd`) is removed only when
 ///    [`DATA_MARKER`] says KubeXM started containerd on an absent or empty directory; data that
 ///    was there before the install is kept. The directory itself is kept when it is a mount
 ///    point, only its content removed.
@@ -567,7 +567,7 @@ impl Module for RuntimeDeleteModule {
             ),
             Op::Run(
                 RunCommand::new(format!(
-                    "if [ -e {DATA_MARKER} ]; then\n  find {DATA_DIR} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {DATA_DIR} || rmdir {DATA_DIR} 2>/dev/null || true\n  rm -f {DATA_MARKER}\nfi\nrm -rf -- /run/containerd {staging}"
+                    "if [ -e {DATA_MARKER} ]; then\n  find {DATA_DIR} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {DATA_DIR} || rmdir {DATA_DIR} 2>/dev/null || true\n  rm -rf /opt/containerd\n  rm -f {DATA_MARKER}\nfi\nrm -rf -- /run/containerd {staging}"
                 ))
                 .unless(format!(
                     "[ ! -e {DATA_MARKER} ] && [ ! -e /run/containerd ] && ! ls -d {staging} >/dev/null 2>&1"
