@@ -56,6 +56,13 @@ struct InstallArgs {
     /// Skip tasks an earlier run completed with the same inputs (state file in the work dir).
     #[arg(long)]
     resume: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// How the nodes are reached (install and delete).
+#[derive(Debug, Args)]
+struct ConnectArgs {
     /// Record host keys of nodes not yet in the known_hosts file (changed keys are always
     /// refused).
     #[arg(long)]
@@ -91,6 +98,33 @@ enum Command {
     /// Print the full ordered install plan (modules, tasks, steps, nodes, exact commands and
     /// file destinations) without connecting anywhere.
     Plan(PlanArgs),
+    /// Delete the cluster from its nodes: everything the install put there, in reverse order
+    /// (OS packages stay). Refuses without --yes, printing what would be deleted.
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, Args)]
+struct DeleteArgs {
+    /// The bundle the cluster was installed from (its cluster.yaml unless -f is given).
+    #[arg(long, value_name = "FILE.tar.zst")]
+    bundle: Option<PathBuf>,
+    /// The cluster description (default: the one inside --bundle).
+    #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
+    file: Option<PathBuf>,
+    /// A catalog file merged over the built-in catalog (default: the bundle's).
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// Really delete (without it, only say what would be deleted).
+    #[arg(long)]
+    yes: bool,
+    /// Print the full ordered delete plan and exit without connecting anywhere.
+    #[arg(long)]
+    dry_run: bool,
+    /// Skip tasks an earlier delete completed with the same inputs.
+    #[arg(long)]
+    resume: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +225,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         (Some(Command::Seed(args)), _) => run_seed(&args, &cli.work_dir),
         (Some(Command::Plan(args)), _) => run_plan(&args, &cli.work_dir),
+        (Some(Command::Delete(args)), bundle) => run_delete(&args, bundle, &cli.work_dir),
         (None, Some(bundle)) => run_install(&bundle, &cli.install, &cli.work_dir),
         (None, None) => {
             anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)")
@@ -247,7 +282,7 @@ fn run_install(
     args: &InstallArgs,
     work_dir: &std::path::Path,
 ) -> Result<()> {
-    use kubexm_install::install::run::{connect_all, run_pipeline, RunOptions};
+    use kubexm_install::install::run::{connect_all, run_pipeline};
     let ctx = std::sync::Arc::new(install_context(
         args.file.as_deref(),
         None,
@@ -262,22 +297,7 @@ fn run_install(
         print!("{}", plan.to_text());
         return Ok(());
     }
-    let base_dir = match &args.file {
-        Some(f) => f.parent().map(PathBuf::from).unwrap_or_default(),
-        None => std::env::current_dir().context("Failed to read the current directory")?,
-    };
-    let opts = RunOptions {
-        work_dir: work_dir.to_path_buf(),
-        base_dir,
-        known_hosts: args
-            .known_hosts
-            .clone()
-            .unwrap_or_else(|| work_dir.join("known_hosts")),
-        accept_new_host_keys: args.accept_new_host_keys,
-        resume: args.resume,
-        concurrency: args.concurrency,
-        connect_timeout: std::time::Duration::from_secs(15),
-    };
+    let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -291,6 +311,132 @@ fn run_install(
         .context("Install failed")?;
     println!(
         "installed cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} checked, {} already done; journal in {}",
+        ctx.cluster.cluster_name(),
+        started.elapsed().as_secs_f64(),
+        report.tasks_run,
+        report.tasks_resumed,
+        report.steps_changed,
+        report.steps_checked,
+        report.steps_unchanged,
+        journal.paths().log.parent().map(|p| p.display().to_string()).unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn run_options(
+    file: Option<&std::path::Path>,
+    connect: &ConnectArgs,
+    resume: bool,
+    work_dir: &std::path::Path,
+) -> Result<kubexm_install::install::run::RunOptions> {
+    let base_dir = match file {
+        Some(f) => f.parent().map(PathBuf::from).unwrap_or_default(),
+        None => std::env::current_dir().context("Failed to read the current directory")?,
+    };
+    Ok(kubexm_install::install::run::RunOptions {
+        work_dir: work_dir.to_path_buf(),
+        base_dir,
+        known_hosts: connect
+            .known_hosts
+            .clone()
+            .unwrap_or_else(|| work_dir.join("known_hosts")),
+        accept_new_host_keys: connect.accept_new_host_keys,
+        resume,
+        concurrency: connect.concurrency,
+        connect_timeout: std::time::Duration::from_secs(15),
+    })
+}
+
+/// What `delete` without `--yes` prints: the nodes and, per module, its tasks and hosts.
+fn delete_summary(
+    ctx: &kubexm_install::install::InstallContext,
+    plan: &kubexm_install::pipeline::plan::Plan,
+) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!(
+        "`delete` would remove cluster {} from {} node(s):\n",
+        ctx.cluster.cluster_name(),
+        ctx.nodes.len()
+    );
+    for n in &ctx.nodes {
+        let _ = writeln!(s, "  {} ({}): {}", n.name, n.address, n.roles.join(","));
+    }
+    let _ = writeln!(s, "plan:");
+    for m in &plan.modules {
+        match &m.skipped {
+            Some(reason) => {
+                let _ = writeln!(s, "  {} — skipped: {reason}", m.name);
+            }
+            None => {
+                for t in &m.tasks {
+                    let steps: Vec<&str> = t.steps.iter().map(|st| st.name.as_str()).collect();
+                    let _ = writeln!(
+                        s,
+                        "  {} / {} on {}: {}",
+                        m.name,
+                        t.name,
+                        t.hosts.join(","),
+                        steps.join(", ")
+                    );
+                }
+            }
+        }
+    }
+    s.push_str(
+        "OS packages stay installed. `--dry-run` prints every command; pass --yes to delete.",
+    );
+    s
+}
+
+fn run_delete(
+    args: &DeleteArgs,
+    top_bundle: Option<PathBuf>,
+    work_dir: &std::path::Path,
+) -> Result<()> {
+    use kubexm_install::install::run::{connect_all, run_pipeline};
+    let bundle = args.bundle.clone().or(top_bundle);
+    if bundle.is_none() && args.file.is_none() {
+        anyhow::bail!("delete needs --bundle FILE or -f CLUSTER_YAML: the cluster to delete");
+    }
+    let ctx = std::sync::Arc::new(install_context(
+        args.file.as_deref(),
+        args.catalog.as_deref(),
+        bundle.as_deref(),
+        work_dir,
+    )?);
+    let pipeline = kubexm_install::install::delete::delete_pipeline(&ctx);
+    let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())
+        .context("Failed to build the delete plan")?;
+    if args.dry_run {
+        print!("{}", plan.to_text());
+        return Ok(());
+    }
+    if !args.yes {
+        anyhow::bail!("{}", delete_summary(&ctx, &plan));
+    }
+    let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("Failed to start the async runtime")?;
+    let started = std::time::Instant::now();
+    let (report, journal) = runtime
+        .block_on(async {
+            let runners = connect_all(&ctx, &opts).await?;
+            run_pipeline(&ctx, &pipeline, runners, &opts).await
+        })
+        .context("Delete failed")?;
+    // A later install starts from scratch: `--resume` must not skip what was just removed.
+    let install_state = work_dir
+        .join("state")
+        .join(format!("{}-install.json", ctx.cluster.cluster_name()));
+    if let Err(e) = std::fs::remove_file(&install_state) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("warning: cannot remove {}: {e}", install_state.display());
+        }
+    }
+    println!(
+        "deleted cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} checked, {} already done; journal in {}",
         ctx.cluster.cluster_name(),
         started.elapsed().as_secs_f64(),
         report.tasks_run,

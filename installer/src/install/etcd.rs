@@ -650,9 +650,11 @@ impl Step for RemoveEtcd {
             Op::Systemd(Systemd::new(SystemdAction::DisableNow(UNIT.to_string()))),
             Op::Run(
                 RunCommand::new(format!(
-                    "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd 2>/dev/null || true\nsystemctl daemon-reload",
+                    "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd {parent} 2>/dev/null || true\nsystemctl daemon-reload",
                     files = rm_files.join(" "),
                     dirs = rm_dirs.join(" "),
+                    // The default certificate directory's parent (`/etc/ssl/etcd`) is KubeXM's too.
+                    parent = if l.cert_dir == CERT_DIR { "/etc/ssl/etcd" } else { "" },
                 ))
                 .unless(gone.join(" && ")),
             ),

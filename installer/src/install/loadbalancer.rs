@@ -308,6 +308,7 @@ impl Step for ProxyConfig {
                 format!("nginx -q -t -c {dest}")
             }
         };
+        ops.push(super::delete::keep_original(&dest, unit));
         ops.push(Op::Template(file));
         ops.push(Op::Check(Check::new(
             format!("{unit} configuration"),
@@ -385,6 +386,7 @@ impl Step for KeepalivedConfig {
         let file = self.render(node)?;
         let dest = file.file.dest.clone();
         Ok(vec![
+            super::delete::keep_original(&dest, "keepalived"),
             Op::Template(file),
             Op::Check(Check::new(
                 "keepalived configuration",
@@ -420,6 +422,62 @@ impl Step for WaitVip {
             ),
             timeout: std::time::Duration::from_secs(60),
             interval: std::time::Duration::from_secs(1),
+        })])
+    }
+}
+
+/// The load-balancer part of the `delete` pipeline, on the `loadbalancer` nodes: keepalived
+/// (first, so the VIP is released) and the proxy are stopped and disabled when their
+/// configuration is KubeXM's, their original configurations put back (see
+/// [`super::delete::restore_original`]: a unit enabled before the install is enabled again),
+/// the sysctl drop-in removed (`ip_nonlocal_bind` set back to 0) and, for nginx, the
+/// `kubexm-lb` user removed. The packages stay installed.
+pub struct LoadBalancerDeleteModule(pub Arc<InstallContext>);
+
+/// The load-balancer delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> LoadBalancerDeleteModule {
+    LoadBalancerDeleteModule(ctx.clone())
+}
+
+impl Module for LoadBalancerDeleteModule {
+    fn name(&self) -> &str {
+        "delete-loadbalancer"
+    }
+
+    fn skip(&self) -> Option<String> {
+        LoadBalancerModule(self.0.clone()).skip()
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        use super::delete::{restore_original, Ops};
+        let lb = &self.0.cluster.file.spec.load_balancer;
+        let (proxy, conf) = match lb.external.kind {
+            ExternalLbType::KubexmKn => (Proxy::Nginx, "/etc/nginx/nginx.conf"),
+            _ => (Proxy::Haproxy, "/etc/haproxy/haproxy.cfg"),
+        };
+        let mut ops = vec![
+            restore_original("/etc/keepalived/keepalived.conf", "keepalived"),
+            restore_original(conf, proxy.unit()),
+            Op::Run(
+                RunCommand::new(format!(
+                    "rm -f -- {SYSCTL_FILE}\nsysctl -q -w net.ipv4.ip_nonlocal_bind=0 || true"
+                ))
+                .unless(format!("[ ! -e {SYSCTL_FILE} ]")),
+            ),
+        ];
+        if proxy == Proxy::Nginx {
+            ops.push(Op::Run(
+                RunCommand::new(format!("userdel {NGINX_USER}"))
+                    .unless(format!("! id -u {NGINX_USER} >/dev/null 2>&1")),
+            ));
+        }
+        Ok(vec![Task::new(
+            "delete-loadbalancer",
+            self.0.with_role("loadbalancer"),
+        )
+        .step(Ops {
+            name: "remove-loadbalancer",
+            ops,
         })])
     }
 }

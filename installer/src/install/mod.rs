@@ -1,5 +1,6 @@
 //! The install pipeline: modules built from a validated cluster description.
 
+pub mod delete;
 pub mod etcd;
 pub mod loadbalancer;
 pub mod os;

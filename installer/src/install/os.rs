@@ -10,6 +10,23 @@ use crate::pipeline::ops::{ManagedBlock, Op, Package, RenderTemplate, RunCommand
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
 
+/// Undoes [`DisableSelinux`]: the saved config back, enforcing again.
+pub const UNDO_SELINUX: &str = "if [ -e /etc/selinux/config.kubexm-orig ]; then mv -f /etc/selinux/config.kubexm-orig /etc/selinux/config; setenforce 1 || true; fi";
+/// Undoes [`DisableSwap`]: fstab from its backup, swap on again.
+pub const UNDO_SWAP: &str = "if [ -e /etc/fstab.kubexm-orig ]; then mv -f /etc/fstab.kubexm-orig /etc/fstab; swapon -a || true; fi";
+/// Undoes [`DisableFirewall`]: the units it stopped are enabled and started again.
+pub const UNDO_FIREWALL: &str = "if [ -e /etc/kubexm/firewall.orig ]; then for u in $(cat /etc/kubexm/firewall.orig); do systemctl enable --now $u || true; done; rm -f /etc/kubexm/firewall.orig; fi";
+/// Undoes [`SetHostname`]: the saved hostname back.
+pub const UNDO_HOSTNAME: &str = "if [ -e /etc/kubexm/hostname.orig ]; then h=$(cat /etc/kubexm/hostname.orig); hostnamectl set-hostname \"$h\" 2>/dev/null || { echo \"$h\" > /etc/hostname; hostname \"$h\"; }; rm -f /etc/kubexm/hostname.orig; fi";
+/// Undoes [`ExtraResolvers`]: the systemd-resolved drop-in and the resolv.conf block removed.
+pub const UNDO_RESOLVERS: &str = "rm -f /etc/systemd/resolved.conf.d/kubexm.conf\nif [ -f /etc/resolv.conf ] && [ ! -L /etc/resolv.conf ]; then awk '/^# BEGIN KubeXM Managed Block$/{skip=1;next} /^# END KubeXM Managed Block$/{skip=0;next} !skip' /etc/resolv.conf > /etc/resolv.conf.kubexm-part && cat /etc/resolv.conf.kubexm-part > /etc/resolv.conf; rm -f /etc/resolv.conf.kubexm-part; fi";
+/// The systemd-resolved drop-in [`ExtraResolvers`] writes.
+pub const RESOLVED_DROPIN: &str = "/etc/systemd/resolved.conf.d/kubexm.conf";
+/// sysctl settings file.
+pub const SYSCTL_FILE: &str = "/etc/sysctl.d/99-kubexm.conf";
+/// Kernel modules loaded at boot.
+pub const MODULES_FILE: &str = "/etc/modules-load.d/kubexm.conf";
+
 /// Node preparation.
 pub struct NodePrepModule(pub Arc<InstallContext>);
 
@@ -102,7 +119,7 @@ impl Step for DisableSelinux {
                 "setenforce 0\n[ -e /etc/selinux/config.kubexm-orig ] || cp -a /etc/selinux/config /etc/selinux/config.kubexm-orig\nsed -i 's/^SELINUX=enforcing/SELINUX=permissive/' /etc/selinux/config",
             )
             .unless("! command -v getenforce >/dev/null 2>&1 || [ \"$(getenforce)\" != Enforcing ]")
-            .undo("if [ -e /etc/selinux/config.kubexm-orig ]; then mv -f /etc/selinux/config.kubexm-orig /etc/selinux/config; setenforce 1 || true; fi"),
+            .undo(UNDO_SELINUX),
         )])
     }
 }
@@ -120,7 +137,7 @@ impl Step for DisableSwap {
                 "swapoff -a\nif grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab; then\n  [ -e /etc/fstab.kubexm-orig ] || cp -a /etc/fstab /etc/fstab.kubexm-orig\n  sed -Ei 's/^([^#].*[[:space:]]swap[[:space:]].*)$/# KubeXM: \\1/' /etc/fstab\nfi",
             )
             .unless("[ \"$(tail -n +2 /proc/swaps | wc -l)\" -eq 0 ] && ! grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab")
-            .undo("if [ -e /etc/fstab.kubexm-orig ]; then mv -f /etc/fstab.kubexm-orig /etc/fstab; swapon -a || true; fi"),
+            .undo(UNDO_SWAP),
         )])
     }
 }
@@ -138,7 +155,7 @@ impl Step for DisableFirewall {
                 "mkdir -p /etc/kubexm\nfor u in firewalld ufw; do\n  if systemctl is-active -q $u; then echo $u >> /etc/kubexm/firewall.orig; systemctl disable --now $u; fi\ndone",
             )
             .unless("! systemctl is-active -q firewalld 2>/dev/null && ! systemctl is-active -q ufw 2>/dev/null")
-            .undo("if [ -e /etc/kubexm/firewall.orig ]; then for u in $(cat /etc/kubexm/firewall.orig); do systemctl enable --now $u || true; done; rm -f /etc/kubexm/firewall.orig; fi"),
+            .undo(UNDO_FIREWALL),
         )])
     }
 }
@@ -157,7 +174,7 @@ impl Step for SetHostname {
                 "mkdir -p /etc/kubexm\n[ -e /etc/kubexm/hostname.orig ] || hostname > /etc/kubexm/hostname.orig\nhostnamectl set-hostname {n} 2>/dev/null || {{ echo {n} > /etc/hostname; hostname {n}; }}"
             ))
             .unless(format!("[ \"$(hostname)\" = {n} ] && [ \"$(cat /etc/hostname 2>/dev/null)\" = {n} ]"))
-            .undo("if [ -e /etc/kubexm/hostname.orig ]; then h=$(cat /etc/kubexm/hostname.orig); hostnamectl set-hostname \"$h\" 2>/dev/null || { echo \"$h\" > /etc/hostname; hostname \"$h\"; }; rm -f /etc/kubexm/hostname.orig; fi"),
+            .undo(UNDO_HOSTNAME),
         )])
     }
 }
@@ -264,7 +281,7 @@ impl Step for ExtraResolvers {
                 d = shell::quote(dropin.trim_end()),
                 first = shell::quote(&format!("nameserver {}", self.nameservers[0])),
             ))
-            .undo("rm -f /etc/systemd/resolved.conf.d/kubexm.conf\nif [ -f /etc/resolv.conf ] && [ ! -L /etc/resolv.conf ]; then awk '/^# BEGIN KubeXM Managed Block$/{skip=1;next} /^# END KubeXM Managed Block$/{skip=0;next} !skip' /etc/resolv.conf > /etc/resolv.conf.kubexm-part && cat /etc/resolv.conf.kubexm-part > /etc/resolv.conf; rm -f /etc/resolv.conf.kubexm-part; fi"),
+            .undo(UNDO_RESOLVERS),
         )])
     }
 }
@@ -393,8 +410,8 @@ impl Step for KernelSettings {
         context.insert("ipv6", &self.ipv6);
         context.insert("modules", KERNEL_MODULES);
         Ok(vec![
-            Op::Template(RenderTemplate::new("os/modules-load.conf.tera", &context, "/etc/modules-load.d/kubexm.conf", 0o644)?),
-            Op::Template(RenderTemplate::new("os/sysctl.conf.tera", &context, "/etc/sysctl.d/99-kubexm.conf", 0o644)?),
+            Op::Template(RenderTemplate::new("os/modules-load.conf.tera", &context, MODULES_FILE, 0o644)?),
+            Op::Template(RenderTemplate::new("os/sysctl.conf.tera", &context, SYSCTL_FILE, 0o644)?),
             Op::Run(
                 RunCommand::new(format!(
                     "for m in {}; do [ -d /sys/module/$m ] || modprobe $m 2>/dev/null || echo \"module $m could not be loaded\" >&2; done\n\
@@ -424,5 +441,92 @@ impl Step for MarkNode {
             NODE_MARKER,
             0o644,
         ))])
+    }
+}
+
+/// The node-preparation part of the `delete` pipeline: every change [`NodePrepModule`] made is
+/// undone on every node, in reverse order, then `/etc/kubexm` and the staging directories
+/// (`/var/lib/kubexm/{artifacts,extract}`; `/var/lib/kubexm` itself only when then empty, as it
+/// is also the installer's default work directory) are removed.
+///
+/// Kept as they are: OS packages, the time zone, chrony's enablement (only KubeXM's block is
+/// removed and chrony restarted when running), and the running kernel's sysctl values and loaded
+/// modules (the files are removed; the values return to the defaults at the next boot).
+pub struct NodePrepDeleteModule(pub Arc<InstallContext>);
+
+/// The node-preparation delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> NodePrepDeleteModule {
+    NodePrepDeleteModule(ctx.clone())
+}
+
+fn has_block(file: &str) -> String {
+    format!(
+        "grep -qxF '{}' {file} 2>/dev/null",
+        crate::pipeline::ops::BLOCK_BEGIN
+    )
+}
+
+impl Module for NodePrepDeleteModule {
+    fn name(&self) -> &str {
+        "delete-node-prep"
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        use super::delete::Ops;
+        let mut chrony = ManagedBlock::new("/etc/chrony/chrony.conf", Vec::new());
+        chrony.fallback = Some("/etc/chrony.conf".to_string());
+        let chrony_strip = crate::pipeline::ops::GenericStep::revert(&chrony).unwrap_or_default();
+        let hosts = ManagedBlock::new("/etc/hosts", Vec::new());
+        let hosts_strip = crate::pipeline::ops::GenericStep::revert(&hosts).unwrap_or_default();
+        let run = |cmd: String, unless: String| Op::Run(RunCommand::new(cmd).unless(unless));
+        Ok(vec![Task::new("undo-node-prep", self.0.all())
+            .step(Ops {
+                name: "remove-kernel-settings",
+                ops: vec![run(
+                    format!("rm -f -- {SYSCTL_FILE} {MODULES_FILE}"),
+                    format!("[ ! -e {SYSCTL_FILE} ] && [ ! -e {MODULES_FILE} ]"),
+                )],
+            })
+            .step(Ops {
+                name: "remove-time-sync-block",
+                ops: vec![run(
+                    format!("{chrony_strip}\nif systemctl is-active -q chrony 2>/dev/null; then systemctl restart chrony; elif systemctl is-active -q chronyd 2>/dev/null; then systemctl restart chronyd; fi"),
+                    format!("! {} && ! {}", has_block("/etc/chrony/chrony.conf"), has_block("/etc/chrony.conf")),
+                )],
+            })
+            .step(Ops {
+                name: "remove-extra-resolvers",
+                ops: vec![run(
+                    format!("d=0; [ -e {RESOLVED_DROPIN} ] && d=1\n{UNDO_RESOLVERS}\nif [ $d = 1 ] && systemctl is-active -q systemd-resolved; then systemctl restart systemd-resolved; fi"),
+                    format!("[ ! -e {RESOLVED_DROPIN} ] && ! {}", has_block("/etc/resolv.conf")),
+                )],
+            })
+            .step(Ops {
+                name: "remove-hosts-block",
+                ops: vec![run(hosts_strip, format!("! {}", has_block("/etc/hosts")))],
+            })
+            .step(Ops {
+                name: "restore-hostname",
+                ops: vec![run(UNDO_HOSTNAME.to_string(), "[ ! -e /etc/kubexm/hostname.orig ]".to_string())],
+            })
+            .step(Ops {
+                name: "restore-firewall",
+                ops: vec![run(UNDO_FIREWALL.to_string(), "[ ! -e /etc/kubexm/firewall.orig ]".to_string())],
+            })
+            .step(Ops {
+                name: "restore-swap",
+                ops: vec![run(UNDO_SWAP.to_string(), "[ ! -e /etc/fstab.kubexm-orig ]".to_string())],
+            })
+            .step(Ops {
+                name: "restore-selinux",
+                ops: vec![run(UNDO_SELINUX.to_string(), "[ ! -e /etc/selinux/config.kubexm-orig ]".to_string())],
+            })
+            .step(Ops {
+                name: "remove-kubexm-dirs",
+                ops: vec![run(
+                    "rm -rf -- /etc/kubexm /var/lib/kubexm/artifacts /var/lib/kubexm/extract\nrmdir /var/lib/kubexm 2>/dev/null || true".to_string(),
+                    "[ ! -e /etc/kubexm ] && [ ! -e /var/lib/kubexm/artifacts ] && [ ! -e /var/lib/kubexm/extract ]".to_string(),
+                )],
+            })])
     }
 }

@@ -41,6 +41,15 @@ pub const RUNC: &str = "/usr/local/sbin/runc";
 pub const BIN_DIR: &str = "/usr/local/bin";
 /// CNI plugins.
 pub const CNI_BIN_DIR: &str = "/opt/cni/bin";
+/// containerd's root (images, snapshots, content).
+pub const DATA_DIR: &str = "/var/lib/containerd";
+/// Written when KubeXM started containerd on an absent or empty [`DATA_DIR`]: `delete` then
+/// removes the data; without it the data was there before and is kept.
+pub const DATA_MARKER: &str = "/etc/kubexm/containerd-data.created";
+/// The unit file KubeXM writes.
+pub const UNIT_FILE: &str = "/etc/systemd/system/containerd.service";
+/// crictl's configuration.
+pub const CRICTL_CONFIG: &str = "/etc/crictl.yaml";
 
 /// The container runtime.
 pub struct RuntimeModule(pub Arc<InstallContext>);
@@ -322,13 +331,13 @@ impl ContainerdConfig {
         files.push(RenderTemplate::new(
             "containerd/crictl.yaml.tera",
             &context,
-            "/etc/crictl.yaml",
+            CRICTL_CONFIG,
             0o644,
         )?);
         files.push(RenderTemplate::new(
             "containerd/containerd.service.tera",
             &context,
-            "/etc/systemd/system/containerd.service",
+            UNIT_FILE,
             0o644,
         )?);
         let pull_auth = auth.and_then(|a| match (&a.username, &a.password) {
@@ -383,6 +392,15 @@ impl Step for ContainerdConfig {
             RunCommand::new("systemctl daemon-reload")
                 .when_changed()
                 .undo("systemctl daemon-reload"),
+        ));
+        ops.push(Op::Run(
+            RunCommand::new(format!(
+                "mkdir -p /etc/kubexm\necho {DATA_DIR} > {DATA_MARKER}"
+            ))
+            .unless(format!(
+                "[ -e {DATA_MARKER} ] || [ -n \"$(ls -A {DATA_DIR} 2>/dev/null)\" ]"
+            ))
+            .undo(format!("rm -f {DATA_MARKER}")),
         ));
         ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
             "containerd".to_string(),
@@ -447,6 +465,119 @@ impl Step for PullPause {
             )),
         ));
         Ok(ops)
+    }
+}
+
+/// The runtime part of the `delete` pipeline, on every master and worker:
+///
+/// 1. containerd stopped and disabled (when its unit is KubeXM's); the Kubernetes delete module,
+///    which runs before it, removes the pods (`kubeadm reset`), so no containers are left.
+/// 2. What KubeXM installed is removed: containerd, containerd-shim-runc-v2, ctr and crictl in
+///    `/usr/local/bin`, `/usr/local/sbin/runc`, the unit, `/etc/containerd/config.toml`, the
+///    pull credentials, the private registry's `hosts.toml` (and its `ca.crt`) under
+///    `/etc/containerd/certs.d`, `/etc/crictl.yaml`; emptied directories are removed.
+/// 3. CNI plugins: the files of `/opt/cni/bin` whose names are in KubeXM's extracted CNI archive
+///    (`/var/lib/kubexm/extract/cni-plugins-*`) are removed, then the directory if empty. When
+///    the staging copy is already gone (a partial earlier delete) the plugins are left.
+/// 4. containerd's data (`/var/lib/containerd`: images, snapshots; and `/opt/containerd`) is removed only when
+///    [`DATA_MARKER`] says KubeXM started containerd on an absent or empty directory; data that
+///    was there before the install is kept. The directory itself is kept when it is a mount
+///    point, only its content removed.
+/// 5. The runtime's bundle files and staging directories under `/var/lib/kubexm`.
+pub struct RuntimeDeleteModule(pub Arc<InstallContext>);
+
+/// The runtime delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> RuntimeDeleteModule {
+    RuntimeDeleteModule(ctx.clone())
+}
+
+impl Module for RuntimeDeleteModule {
+    fn name(&self) -> &str {
+        "delete-runtime"
+    }
+
+    fn skip(&self) -> Option<String> {
+        RuntimeModule(self.0.clone()).skip()
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        use super::delete::{written_by_kubexm, Ops};
+        let ctx = &self.0;
+        let hosts: Vec<String> = ctx
+            .nodes
+            .iter()
+            .filter(|n| n.has_role("master") || n.has_role("worker"))
+            .map(|n| n.name.clone())
+            .collect();
+        let mut files: Vec<String> = ["containerd", "containerd-shim-runc-v2", "ctr", "crictl"]
+            .iter()
+            .map(|b| format!("{BIN_DIR}/{b}"))
+            .collect();
+        files.extend(
+            [RUNC, UNIT_FILE, CONFIG, PULL_AUTH, CRICTL_CONFIG]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        let mut dirs = Vec::new();
+        if let Some(e) = ctx.registry_endpoint() {
+            let d = format!("{CERTS_DIR}/{e}");
+            files.push(format!("{d}/hosts.toml"));
+            files.push(format!("{d}/ca.crt"));
+            dirs.push(d);
+        }
+        dirs.extend([CERTS_DIR.to_string(), "/etc/containerd".to_string()]);
+        let q = |v: &[String]| {
+            v.iter()
+                .map(|p| shell::quote(p))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let gone: Vec<String> = files
+            .iter()
+            .chain(dirs.iter())
+            .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
+            .collect();
+        let cni_extract = format!("{EXTRACT}/cni-plugins-*");
+        let staging = format!(
+            "{ARTIFACTS}/containerd {ARTIFACTS}/runc {ARTIFACTS}/cni-plugins {ARTIFACTS}/crictl {EXTRACT}/containerd-* {EXTRACT}/crictl-*"
+        );
+        let ops = vec![
+            Op::Run(
+                RunCommand::new(
+                    "systemctl disable --now containerd 2>/dev/null || systemctl stop containerd 2>/dev/null || true",
+                )
+                .unless(format!(
+                    "! {} || {{ ! systemctl is-enabled -q containerd 2>/dev/null && ! systemctl is-active -q containerd; }}",
+                    written_by_kubexm(UNIT_FILE)
+                )),
+            ),
+            Op::Run(
+                RunCommand::new(format!(
+                    "rm -f -- {files}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
+                    files = q(&files),
+                    dirs = q(&dirs),
+                ))
+                .unless(gone.join(" && ")),
+            ),
+            Op::Run(
+                RunCommand::new(format!(
+                    "for x in {cni_extract}; do [ -d \"$x\" ] || continue; for f in \"$x\"/*; do [ -f \"$f\" ] && rm -f -- {CNI_BIN_DIR}/\"${{f##*/}}\"; done; done\nrmdir {CNI_BIN_DIR} 2>/dev/null && rmdir /opt/cni 2>/dev/null || true\nrm -rf -- {cni_extract} {ARTIFACTS}/cni-plugins"
+                ))
+                .unless(format!("! ls -d {cni_extract} {ARTIFACTS}/cni-plugins >/dev/null 2>&1")),
+            ),
+            Op::Run(
+                RunCommand::new(format!(
+                    "if [ -e {DATA_MARKER} ]; then\n  find {DATA_DIR} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {DATA_DIR} || rmdir {DATA_DIR} 2>/dev/null || true\n  rm -rf /opt/containerd\n  rm -f {DATA_MARKER}\nfi\nrm -rf -- /run/containerd {staging}"
+                ))
+                .unless(format!(
+                    "[ ! -e {DATA_MARKER} ] && [ ! -e /run/containerd ] && ! ls -d {staging} >/dev/null 2>&1"
+                )),
+            ),
+        ];
+        Ok(vec![Task::new("delete-containerd", hosts).step(Ops {
+            name: "remove-containerd",
+            ops,
+        })])
     }
 }
 

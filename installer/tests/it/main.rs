@@ -1,5 +1,6 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod delete;
 mod etcd;
 mod lb;
 mod pipeline;

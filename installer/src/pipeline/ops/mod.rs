@@ -13,6 +13,7 @@ mod wait;
 pub use command::{Check, Package, RunCommand};
 pub use files::{
     CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile,
+    BLOCK_BEGIN, BLOCK_END,
 };
 pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};

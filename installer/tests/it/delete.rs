@@ -1,0 +1,114 @@
+//! The `delete` pipeline: its plan for the lab cluster, and `kubexm-install delete` refusing
+//! without `--yes` / printing the plan with `--dry-run` (no connection: the lab's hosts are not
+//! up). Running it for real is tests/lab/e2e (it touches /etc, so not on this machine).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use kubexm_install::install::delete::delete_pipeline;
+use kubexm_install::install::{install_pipeline, load_context};
+use kubexm_install::pipeline::plan;
+
+fn lab_cluster() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/cluster.yaml")
+}
+
+fn lab_catalog() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/mirror/catalog-lab.yaml")
+}
+
+#[test]
+fn delete_plan_of_the_lab_cluster() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = Arc::new(
+        load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
+    );
+    let p = plan::build(&delete_pipeline(&ctx), &ctx.nodes, &Default::default()).expect("plan");
+    let modules: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        modules,
+        [
+            "delete-preflight",
+            "delete-runtime",
+            "delete-loadbalancer",
+            "delete-etcd",
+            "delete-node-prep"
+        ],
+        "reverse install order"
+    );
+    assert!(p.modules.iter().all(|m| m.skipped.is_none()));
+    let text = p.to_text();
+    for want in [
+        "rm -f -- /usr/local/bin/containerd",
+        "/etc/containerd/certs.d/10.88.10.11:5000/hosts.toml",
+        "mv -f -- \"$o\" /etc/haproxy/haproxy.cfg",
+        "systemctl disable --now keepalived",
+        "rm -f -- /etc/sysctl.d/99-kubexm.conf /etc/modules-load.d/kubexm.conf",
+        "rm -rf -- /etc/kubexm",
+    ] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn the_install_keeps_what_delete_restores() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = Arc::new(
+        load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
+    );
+    let text = plan::build(&install_pipeline(&ctx), &ctx.nodes, &Default::default())
+        .expect("plan")
+        .to_text();
+    for want in [
+        "o=/etc/kubexm/orig/etc/haproxy/haproxy.cfg",
+        "o=/etc/kubexm/orig/etc/keepalived/keepalived.conf",
+        "echo /var/lib/containerd > /etc/kubexm/containerd-data.created",
+    ] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
+
+fn delete_cli(args: &[&str]) -> std::process::Output {
+    let work = tempfile::tempdir().expect("tempdir");
+    Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
+        .arg("--work-dir")
+        .arg(work.path())
+        .arg("delete")
+        .arg("-f")
+        .arg(lab_cluster())
+        .arg("--catalog")
+        .arg(lab_catalog())
+        .args(args)
+        .output()
+        .expect("run kubexm-install")
+}
+
+#[test]
+fn delete_without_yes_says_what_it_would_delete_and_does_nothing() {
+    let out = delete_cli(&[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "would remove cluster lab from 3 node(s)",
+        "node3 (10.88.10.13)",
+        "delete-etcd / delete-etcd on node1,node2,node3: remove-etcd",
+        "pass --yes",
+    ] {
+        assert!(err.contains(want), "{want} missing from\n{err}");
+    }
+}
+
+#[test]
+fn delete_dry_run_prints_the_plan() {
+    let out = delete_cli(&["--dry-run"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("pipeline delete\n"), "{text}");
+    assert!(text.contains("module delete-node-prep"), "{text}");
+}
