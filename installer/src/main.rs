@@ -457,8 +457,9 @@ fn run_plan(args: &PlanArgs, work_dir: &std::path::Path) -> Result<()> {
         work_dir,
     )?);
     let pipeline = kubexm_install::install::install_pipeline(&ctx);
-    let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
-        .context("Failed to build the plan")?;
+    let plan =
+        kubexm_install::pipeline::plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
+            .context("Failed to build the plan")?;
     match args.output {
         PlanFormat::Text => print!("{}", plan.to_text()),
         PlanFormat::Json => println!(

@@ -408,3 +408,85 @@ impl Step for SeedRegistry {
         }
     }
 }
+
+/// The registry part of "delete cluster": on the registry host the service is stopped and
+/// disabled and its binary, unit, configuration, TLS files and data are removed; on every node
+/// the CA leaves the system store. Not reverted: deleting is the point.
+pub struct RegistryDeleteModule(pub Arc<InstallContext>);
+
+/// The registry delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> RegistryDeleteModule {
+    RegistryDeleteModule(ctx.clone())
+}
+
+impl Module for RegistryDeleteModule {
+    fn name(&self) -> &str {
+        "delete-registry"
+    }
+    fn skip(&self) -> Option<String> {
+        match self.0.cluster.file.spec.registry.kind {
+            RegistryType::Registry => None,
+            other => Some(format!(
+                "registry.type is {other:?}: KubeXM deployed no registry"
+            )),
+        }
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let data_dir = self
+            .0
+            .cluster
+            .file
+            .spec
+            .registry
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| DATA_DIR.to_string());
+        let mut tasks = Vec::new();
+        if let Some(host) = self.0.with_role("registry").into_iter().next() {
+            tasks.push(Task::new("delete-registry", [host]).step(RemoveRegistry { data_dir }));
+        }
+        tasks.push(Task::new("untrust-registry-ca", self.0.all()).step(UntrustRegistryCa));
+        Ok(tasks)
+    }
+}
+
+/// Stops the registry and removes what the install put on its host.
+struct RemoveRegistry {
+    data_dir: String,
+}
+
+impl Step for RemoveRegistry {
+    fn name(&self) -> &str {
+        "remove-registry"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let d = shell::quote(&self.data_dir);
+        Ok(vec![Op::Run(
+            RunCommand::new(format!(
+                "systemctl disable --now {UNIT} 2>/dev/null || true\nrm -f /etc/systemd/system/{UNIT} {BINARY}\nsystemctl daemon-reload\nrm -rf {CONFIG_DIR} {d} /var/lib/kubexm/artifacts/registry /var/lib/kubexm/extract/registry-*"
+            ))
+            .unless(format!(
+                "[ ! -e /etc/systemd/system/{UNIT} ] && [ ! -e {BINARY} ] && [ ! -e {CONFIG_DIR} ] && [ ! -e {d} ]"
+            )),
+        )])
+    }
+}
+
+/// Removes the registry CA from the node's system store.
+struct UntrustRegistryCa;
+
+impl Step for UntrustRegistryCa {
+    fn name(&self) -> &str {
+        "untrust-registry-ca"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Run(
+            RunCommand::new(format!(
+                "rm -f {NODE_CA} /usr/local/share/ca-certificates/kubexm-registry-ca.crt /etc/pki/ca-trust/source/anchors/kubexm-registry-ca.crt\n(command -v update-ca-certificates >/dev/null && update-ca-certificates --fresh >/dev/null) || (command -v update-ca-trust >/dev/null && update-ca-trust extract) || true"
+            ))
+            .unless(format!(
+                "[ ! -e {NODE_CA} ] && [ ! -e /usr/local/share/ca-certificates/kubexm-registry-ca.crt ] && [ ! -e /etc/pki/ca-trust/source/anchors/kubexm-registry-ca.crt ]"
+            )),
+        )])
+    }
+}

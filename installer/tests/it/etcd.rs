@@ -55,8 +55,14 @@ fn the_lab_plan_has_certificates_install_and_health_and_reuses_the_pki() {
     let ctx = Arc::new(
         load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
     );
-    let build =
-        || plan::build(&install_pipeline(&ctx), &ctx.plan_nodes(), &Default::default()).expect("plan");
+    let build = || {
+        plan::build(
+            &install_pipeline(&ctx),
+            &ctx.plan_nodes(),
+            &Default::default(),
+        )
+        .expect("plan")
+    };
     let p = build();
     let etcd = p
         .modules
@@ -107,7 +113,12 @@ fn the_module_is_skipped_for_other_etcd_types() {
     let file = work.path().join("cluster.yaml");
     std::fs::write(&file, yaml).expect("write");
     let ctx = Arc::new(load_context(&file, Some(&lab_catalog()), None, work.path()).expect("ctx"));
-    let p = plan::build(&install_pipeline(&ctx), &ctx.plan_nodes(), &Default::default()).expect("plan");
+    let p = plan::build(
+        &install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan");
     let etcd = p.modules.iter().find(|m| m.name == "etcd").expect("etcd");
     let reason = etcd.skipped.as_deref().expect("skipped");
     assert!(reason.contains("kubeadm"), "{reason}");
