@@ -24,13 +24,19 @@ fn delete_plan_of_the_lab_cluster() {
     let ctx = Arc::new(
         load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
     );
-    let p = plan::build(&delete_pipeline(&ctx), &ctx.nodes, &Default::default()).expect("plan");
+    let p = plan::build(
+        &delete_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan");
     let modules: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(
         modules,
         [
             "delete-preflight",
             "delete-runtime",
+            "delete-registry",
             "delete-loadbalancer",
             "delete-etcd",
             "delete-node-prep"
@@ -58,9 +64,13 @@ fn the_install_keeps_what_delete_restores() {
     let ctx = Arc::new(
         load_context(&lab_cluster(), Some(&lab_catalog()), None, work.path()).expect("context"),
     );
-    let text = plan::build(&install_pipeline(&ctx), &ctx.nodes, &Default::default())
-        .expect("plan")
-        .to_text();
+    let text = plan::build(
+        &install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan")
+    .to_text();
     for want in [
         "o=/etc/kubexm/orig/etc/haproxy/haproxy.cfg",
         "o=/etc/kubexm/orig/etc/keepalived/keepalived.conf",
