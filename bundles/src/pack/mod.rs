@@ -13,6 +13,7 @@ use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
 use crate::{space, sums};
 
 mod error;
+mod pipeline;
 mod plan;
 mod stream;
 
