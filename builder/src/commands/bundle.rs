@@ -220,7 +220,7 @@ fn bundle_entries(
         let exec = matches!(b.archive, kubexm_manifests::catalog::Archive::Binary);
         entries.push(Entry {
             path: b.path.clone(),
-            source: Source::File(cache.blob_path(&b.sha256)),
+            source: Source::Stored(cache.blob_path(&b.sha256)),
             sha256: Some(b.sha256.clone()),
             mode: if exec { 0o755 } else { 0o644 },
         });
@@ -252,7 +252,7 @@ fn bundle_entries(
             let hex = digest.trim_start_matches("sha256:");
             entries.push(Entry {
                 path: format!("{IMAGES_DIR}/blobs/sha256/{hex}"),
-                source: Source::File(cache.blob_path(hex)),
+                source: Source::Stored(cache.blob_path(hex)),
                 sha256: Some(hex.to_owned()),
                 mode: 0o644,
             });

@@ -31,8 +31,13 @@ pub const EXEC_MODE: u32 = 0o755;
 /// Where an entry's content comes from.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// A file on disk, streamed while packing.
+    /// A file on disk, streamed and hashed while packing: it must match `sha256` when given.
     File(PathBuf),
+    /// A file of a content-addressed store whose content was verified against the entry's
+    /// `sha256` (required) when it was stored, and is never modified in place: streamed without
+    /// hashing it again, only its size is checked. `SHA256SUMS` lists the sum all the same, so
+    /// a store corrupted behind the builder's back is still caught by `verify` and unpack.
+    Stored(PathBuf),
     /// Content in memory.
     Bytes(Vec<u8>),
 }
@@ -44,7 +49,8 @@ pub struct Entry {
     pub path: String,
     /// Content.
     pub source: Source,
-    /// Lowercase hex sha256 when already known (content-addressed cache); checked while packing.
+    /// Lowercase hex sha256 when already known (content-addressed cache); checked while packing
+    /// except for [`Source::Stored`], which requires it.
     pub sha256: Option<String>,
     /// [`FILE_MODE`] or [`EXEC_MODE`].
     pub mode: u32,

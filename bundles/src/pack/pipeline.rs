@@ -18,8 +18,10 @@ use sha2::{Digest, Sha256};
 
 /// Size of one chunk.
 pub(super) const CHUNK: usize = 1 << 20;
+/// Size of the writes to the output file.
+const WRITE_PIECE: usize = 128 << 10;
 /// Chunks queued between two stages.
-const DEPTH: usize = 4;
+const DEPTH: usize = 2;
 
 /// A buffer and how much of it is filled.
 pub(super) struct Chunk {
@@ -42,7 +44,7 @@ struct Pool {
 
 impl Pool {
     fn new() -> Self {
-        let (recycle, returned) = mpsc::sync_channel(2 * DEPTH + 2);
+        let (recycle, returned) = mpsc::sync_channel(DEPTH + 2);
         Self { returned, recycle }
     }
 
@@ -96,13 +98,13 @@ impl ChunkWriter {
         self.tx.send(Msg::Data(full)).map_err(|_| closed())
     }
 
-    /// Reads up to `limit` bytes of `reader` straight into the chunks, hashing them; returns
-    /// how many bytes it got (fewer only at end of file).
+    /// Reads up to `limit` bytes of `reader` straight into the chunks, hashing them if asked;
+    /// returns how many bytes it got (fewer only at end of file).
     pub(super) fn read_from(
         &mut self,
         reader: &mut dyn Read,
         limit: u64,
-        hasher: &mut Sha256,
+        mut hasher: Option<&mut Sha256>,
     ) -> Result<u64, ReadFromError> {
         let mut done = 0u64;
         while done < limit {
@@ -118,7 +120,9 @@ impl ChunkWriter {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ReadFromError::Read(e)),
             };
-            hasher.update(&self.current.buf[start..start + n]);
+            if let Some(hasher) = hasher.as_mut() {
+                hasher.update(&self.current.buf[start..start + n]);
+            }
             self.current.len += n;
             done += n as u64;
         }
@@ -287,10 +291,12 @@ fn write_out(
     loop {
         match rx.recv() {
             Ok(Msg::Data(chunk)) => {
-                let data = &chunk.buf[..chunk.len];
-                hasher.update(data);
-                file.write_all(data)?;
-                bytes += data.len() as u64;
+                // Hash and write in cache-sized pieces, so write(2) copies hot data.
+                for piece in chunk.buf[..chunk.len].chunks(WRITE_PIECE) {
+                    hasher.update(piece);
+                    file.write_all(piece)?;
+                }
+                bytes += chunk.len as u64;
                 recycle(recycler, chunk.buf);
             }
             Ok(Msg::End) => {

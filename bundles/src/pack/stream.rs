@@ -175,7 +175,7 @@ pub(super) fn append_bytes<W: io::Write>(
 }
 
 /// Streams one file straight into the chunks, hashing it on the way, and checks it against its
-/// listed sum.
+/// listed sum (a [`Source::Stored`] file: only its size).
 pub(super) fn append_file(
     tar: &mut tar::Builder<&mut ChunkWriter>,
     opts: &PackOptions,
@@ -192,27 +192,30 @@ pub(super) fn append_file(
     tar.append_data(&mut header, &file.path, io::empty())
         .map_err(write_err)?;
     let out = tar.get_mut();
-    let mut hasher = Sha256::new();
+    let mut hasher = match file.source {
+        Source::Stored(_) => None,
+        Source::File(_) | Source::Bytes(_) => Some(Sha256::new()),
+    };
     match &file.source {
         Source::Bytes(bytes) => {
-            out.read_from(&mut bytes.as_slice(), file.size, &mut hasher)
+            out.read_from(&mut bytes.as_slice(), file.size, hasher.as_mut())
                 .map_err(|e| match e {
                     ReadFromError::Read(source) | ReadFromError::Write(source) => write_err(source),
                 })?;
         }
-        Source::File(src) => {
+        Source::File(src) | Source::Stored(src) => {
             let read_err = |source| PackError::Read {
                 path: file.path.clone(),
                 file: src.clone(),
                 source,
             };
             let mut handle = fs_err::File::open(src).map_err(read_err)?;
-            let count =
-                out.read_from(&mut handle, file.size, &mut hasher)
-                    .map_err(|e| match e {
-                        ReadFromError::Read(source) => read_err(source),
-                        ReadFromError::Write(source) => write_err(source),
-                    })?;
+            let count = out
+                .read_from(&mut handle, file.size, hasher.as_mut())
+                .map_err(|e| match e {
+                    ReadFromError::Read(source) => read_err(source),
+                    ReadFromError::Write(source) => write_err(source),
+                })?;
             if count != file.size {
                 return Err(PackError::Changed {
                     path: file.path,
@@ -227,6 +230,9 @@ pub(super) fn append_file(
     let padding = (block - file.size % block) % block;
     out.write_all(&[0u8; BLOCK][..padding as usize])
         .map_err(write_err)?;
+    let Some(hasher) = hasher else {
+        return Ok(());
+    };
     let actual = hex::encode(hasher.finalize());
     if actual != expected {
         return Err(PackError::Mismatch {
