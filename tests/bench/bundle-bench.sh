@@ -18,6 +18,10 @@
 #   MEM_POINT=1      also build at 2×SCALE for the memory-flatness point (0: skip)
 #   REPEAT=1         runs of each measurement; the table shows the fastest run (and the highest
 #                    max RSS over the runs); use 3+ on a machine that is not idle
+#   LINK_MBIT=200    per-connection bandwidth (Mbit/s) of the emulated WAN link in front of the
+#                    mirror and the registry, for kubexm and the reference alike (throttle.py);
+#                    0 with LINK_MS=0: no proxy, plain loopback
+#   LINK_MS=10       one-way latency (ms) of that link (a round trip costs 2×)
 #   JOBS=            passed as --jobs to kubexm-build when set
 #   KUBEXM_BUILD=    the binary (default: $CARGO_TARGET_DIR or ./target, release)
 #   WORK=            work directory (default: a fresh mktemp -d under ${TMPDIR:-/tmp})
@@ -34,6 +38,8 @@ LAYER_MB=${LAYER_MB:-16}
 N_IMAGES=${N_IMAGES:-24}
 MEM_POINT=${MEM_POINT:-1}
 JOBS=${JOBS:-}
+LINK_MBIT=${LINK_MBIT:-200}
+LINK_MS=${LINK_MS:-10}
 REPEAT=${REPEAT:-1}
 KEEP=${KEEP:-0}
 KX=${KUBEXM_BUILD:-${CARGO_TARGET_DIR:-$REPO/target}/release/kubexm-build}
@@ -76,9 +82,26 @@ mb_bytes() { awk -v s="$SCALE" -v f="$2" -v m="$1" 'BEGIN { printf "%d", m * s *
 # Request lines of an access log (registry: combined format; http.server: same prefix), without
 # the sentinel requests sync_log makes. Call sync_log first so every finished request is in.
 
+# start_link NAME HOST:PORT: a throttle.py proxy in front of HOST:PORT; sets LINK_NAME to the
+# address clients use (HOST:PORT itself when the link is off).
+start_link() {
+  local port
+  if [ "$LINK_MBIT" = 0 ] && [ "$LINK_MS" = 0 ]; then
+    printf -v "LINK_$1" '%s' "$2"
+    return
+  fi
+  port=$(free_port)
+  python3 "$REPO/tests/bench/throttle.py" "$port" "$2" "$LINK_MBIT" "$LINK_MS" >"$WORK/link-$1.log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$port/"
+  printf -v "LINK_$1" '%s' "127.0.0.1:$port"
+}
+
 start_registry registry
 REG=$REG_registry
 REG_LOG=$REGLOG_registry
+start_link registry "$REG"
+REG_VIA=$LINK_registry # what the zone (and so both tools) pull from; pushes go to $REG
 
 start_mirror() { # ROOT LOG → sets MIRROR_PORT
   MIRROR_PORT=$(free_port)
@@ -220,6 +243,8 @@ make_corpus() {
   printf 'addonImages:\n  calico:\n    "v3.99.0": ["docker.io/calico/node:v3.99.0"]\n' >>"$d/catalog.yaml"
   start_mirror "$d/mirror" "$d/http.log"
   printf -v "MIRROR_PORT_$name" '%s' "$MIRROR_PORT"
+  start_link "mirror_$name" "127.0.0.1:$MIRROR_PORT"
+  local link_var=LINK_mirror_$name
   printf -v "MIRROR_LOG_$name" '%s' "$d/http.log"
 
   cat >"$d/zone.yaml" <<EOF
@@ -227,12 +252,12 @@ apiVersion: kubexm.io/v1alpha1
 kind: Zone
 metadata: {name: bench}
 files:
-  - {from: 'https://', to: 'http://127.0.0.1:$MIRROR_PORT/'}
+  - {from: 'https://', to: 'http://${!link_var}/'}
 images:
-  - {from: registry.k8s.io, to: '$REG/registry.k8s.io', plainHTTP: true}
-  - {from: ghcr.io, to: '$REG/ghcr.io', plainHTTP: true}
-  - {from: docker.io/calico, to: '$REG/calico', plainHTTP: true}
-  - {from: registry.bench.local, to: '$REG/$name', plainHTTP: true}
+  - {from: registry.k8s.io, to: '$REG_VIA/registry.k8s.io', plainHTTP: true}
+  - {from: ghcr.io, to: '$REG_VIA/ghcr.io', plainHTTP: true}
+  - {from: docker.io/calico, to: '$REG_VIA/calico', plainHTTP: true}
+  - {from: registry.bench.local, to: '$REG_VIA/$name', plainHTTP: true}
 EOF
   local images="" i
   for i in $(seq "$N_IMAGES"); do images+="registry.bench.local/img/i$i:v1, "; done
@@ -288,8 +313,8 @@ EOF
   if [ "$tiny" = 1 ]; then
     local src
     while read -r src; do
-      case $src in "$REG/$name/"*) continue ;; esac
-      skopeo copy -q --all --dest-tls-verify=false "oci:$layout:tiny-index" "docker://$src"
+      case $src in "$REG_VIA/$name/"*) continue ;; esac
+      skopeo copy -q --all --dest-tls-verify=false "oci:$layout:tiny-index" "docker://$REG/${src#"$REG_VIA"/}"
     done < <(resolve_list "$name" images)
     TINY_PUSHED=1
   fi
@@ -410,6 +435,8 @@ fi
 nproc_=$(nproc)
 echo
 echo "kubexm-build bundle benchmark — REPEAT=$REPEAT (fastest run shown), load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$LINK_MBIT" = 0 ] && [ "$LINK_MS" = 0 ]; then LINK_TEXT="plain loopback"; else LINK_TEXT="mirror and registry behind throttle.py: ${LINK_MBIT} Mbit/s per connection, ${LINK_MS} ms one-way"; fi
+echo "network: $LINK_TEXT"
 echo "SCALE=$SCALE ($(mib "$CORPUS_s1") corpus: ${#FILES[@]} files × $(mib "$(mb_bytes "$FILE_MB" 1)"), $N_IMAGES two-platform images = $(mib "$(mb_bytes "$BASE_MB" 1)") shared base + $(mib "$(mb_bytes "$LAYER_MB" 1)") own layer, + 5 tiny images), $nproc_ CPUs, loopback"
 printf '%-44s %-30s %-30s %-8s %s\n' "measure" "kubexm" "reference" "ratio" "target"
 printf '%-44s %-30s %-30s %-8s %s\n' "a/b cold: bundle vs curl+skopeo (sequential)" \
