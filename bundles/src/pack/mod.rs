@@ -12,8 +12,8 @@ use crate::hash;
 use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
 use crate::{space, sums};
 
+mod chunks;
 mod error;
-mod pipeline;
 mod plan;
 mod stream;
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use tar::{EntryType, Header};
 
-use super::pipeline::{ChunkWriter, Pipeline, ReadFromError, StartError};
+use super::chunks::{ChunkWriter, Encoder, HashFile, ReadFromError};
 use super::plan::Planned;
 use super::{PackError, PackOptions, PackReport, Source, DIR_MODE, FILE_MODE};
 use crate::manifest::{MANIFEST_PATH, SUMS_PATH};
@@ -46,12 +46,9 @@ pub(super) fn write(
         source,
     };
     let file = fs_err::File::create(partial).map_err(write_err)?;
-    let mut pipeline = Pipeline::start(file, |out| encoder(out, opts)).map_err(|e| match e {
-        StartError::Encoder(e) => e,
-        StartError::Spawn(source) => write_err(source),
-    })?;
-    let streamed = stream_entries(
-        pipeline.input(),
+    let mut chunks = ChunkWriter::new(encoder(HashFile::new(file), opts)?);
+    let (bytes_in, entries) = stream_entries(
+        &mut chunks,
         opts,
         manifest_json,
         sums_text,
@@ -59,19 +56,8 @@ pub(super) fn write(
         files,
         sums,
         partial,
-    );
-    let (bytes_in, entries) = match streamed {
-        Ok(counts) => counts,
-        Err(error) => {
-            // A stage that failed downstream explains a failed write better than the closed
-            // channel the caller saw.
-            return Err(match (error, pipeline.abort()) {
-                (PackError::Write { .. }, Some(cause)) => write_err(cause),
-                (error, _) => error,
-            });
-        }
-    };
-    let written = pipeline.finish().map_err(write_err)?;
+    )?;
+    let written = chunks.finish().map_err(write_err)?;
     written.file.sync_all().map_err(write_err)?;
     Ok(PackReport {
         path: partial.to_owned(),
@@ -130,10 +116,7 @@ fn stream_entries(
     Ok((bytes_in, entries))
 }
 
-pub(super) fn encoder(
-    out: ChunkWriter,
-    opts: &PackOptions,
-) -> Result<zstd::stream::write::Encoder<'static, ChunkWriter>, PackError> {
+pub(super) fn encoder(out: HashFile, opts: &PackOptions) -> Result<Encoder, PackError> {
     // Always at least one worker: zstd's output is the same for any worker count >= 1, but
     // differs from single-threaded mode (0 workers).
     let threads = match opts.threads {
@@ -263,7 +246,9 @@ mod tests {
         };
         let opts = PackOptions::default();
         let out = Path::new("out");
-        let (mut chunks, _rx) = ChunkWriter::unconnected();
+        let tmp_out = tempfile::tempfile().expect("tempfile");
+        let file = fs_err::File::from_parts(tmp_out, tmp.path().join("out"));
+        let mut chunks = ChunkWriter::new(encoder(HashFile::new(file), &opts).expect("zstd"));
         let mut tar = tar::Builder::new(&mut chunks);
         let sum = hash::sha256_hex(b"abc");
         append_file(&mut tar, &opts, planned(3, &sum), &sum, out).expect("unchanged");

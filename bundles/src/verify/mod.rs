@@ -2,10 +2,6 @@
 //!
 //! Whatever a sink received is only trustworthy if [`verify`] returned `Ok`: content is written
 //! while it is hashed, and a bad entry is detected after its bytes went through.
-//!
-//! Two threads share the work: the caller's decompresses, parses and hashes the stream, a
-//! worker (`worker.rs`) feeds the sink. Problems are reported in stream order: the worker lags
-//! behind the parser, so its error, if any, wins.
 
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
@@ -18,9 +14,6 @@ use sha2::{Digest, Sha256};
 use tar::EntryType;
 
 mod error;
-mod worker;
-
-use worker::{Job, Worker};
 
 pub use crate::dirsink::DirSink;
 pub use error::{LinkKind, VerifyError};
@@ -29,6 +22,8 @@ pub use error::{LinkKind, VerifyError};
 pub const MAX_METADATA_SIZE: u64 = 64 << 20;
 
 const TAR_BLOCK: usize = 512;
+/// Content is copied through a buffer of this size.
+const COPY_BUFFER: usize = 256 * 1024;
 
 /// Receives the verified stream: directories and regular files, in stream order.
 pub trait Sink {
@@ -87,35 +82,7 @@ pub struct VerifyReport {
 /// # Errors
 ///
 /// See [`VerifyError`]: each names the offending entry.
-pub fn verify(
-    reader: impl Read,
-    sink: &mut (dyn Sink + Send),
-) -> Result<VerifyReport, VerifyError> {
-    std::thread::scope(|scope| {
-        let worker = Worker::start(scope, sink);
-        let parsed = parse(reader, &worker).and_then(State::finish);
-        let report = match parsed {
-            Ok(report) => report,
-            Err(error) => {
-                // The worker's problem, if any, is about an earlier entry.
-                worker.stop()?;
-                return Err(error);
-            }
-        };
-        let finished = worker.send(Job::Finish);
-        worker.stop()?;
-        finished.map_err(|_| stopped())?;
-        Ok(report)
-    })
-}
-
-/// Placeholder for "the worker stopped": only seen if it stopped without an error (a bug).
-fn stopped() -> VerifyError {
-    VerifyError::Finish(io::Error::other("the verify worker stopped early"))
-}
-
-/// The parser's side: decompress, walk the tar stream, check it, send entries to the worker.
-fn parse(reader: impl Read, worker: &Worker<'_>) -> Result<State, VerifyError> {
+pub fn verify(reader: impl Read, sink: &mut dyn Sink) -> Result<VerifyReport, VerifyError> {
     let decoder =
         zstd::stream::read::Decoder::new(reader).map_err(|source| VerifyError::Truncated {
             after: None,
@@ -133,11 +100,11 @@ fn parse(reader: impl Read, worker: &Worker<'_>) -> Result<State, VerifyError> {
             .map_err(|source| state.truncated(source))?;
         for entry in entries {
             let entry = entry.map_err(|source| state.truncated(source))?;
-            state.entry(entry, worker)?;
+            state.entry(entry, sink)?;
         }
     }
     end_marker(&mut stream, &state)?;
-    Ok(state)
+    state.finish(sink)
 }
 
 /// Records whether the inner reader reached EOF.
@@ -198,6 +165,8 @@ struct State {
     seen: BTreeSet<String>,
     last_good: Option<String>,
     bytes: u64,
+    /// Copy buffer, reused for every entry.
+    buf: Vec<u8>,
 }
 
 impl State {
@@ -211,14 +180,14 @@ impl State {
     fn entry<R: Read>(
         &mut self,
         mut entry: tar::Entry<'_, R>,
-        worker: &Worker<'_>,
+        sink: &mut dyn Sink,
     ) -> Result<(), VerifyError> {
         self.position += 1;
         let kind = entry.header().entry_type();
         let path = entry_path(&entry, kind)?;
         match self.position {
-            1 => return self.metadata(&mut entry, kind, path, MANIFEST_PATH, worker),
-            2 => return self.metadata(&mut entry, kind, path, SUMS_PATH, worker),
+            1 => return self.metadata(&mut entry, kind, path, MANIFEST_PATH, sink),
+            2 => return self.metadata(&mut entry, kind, path, SUMS_PATH, sink),
             _ => {}
         }
         if let Err(problem) = path::check(&path) {
@@ -235,13 +204,16 @@ impl State {
             if sums.contains_key(&path) {
                 return Err(VerifyError::NotAFile { path });
             }
-            worker.send(Job::Dir(path.clone())).map_err(|_| stopped())?;
+            sink.dir(&path).map_err(|source| VerifyError::Sink {
+                path: path.clone(),
+                source,
+            })?;
         } else {
             let Some(expected) = sums.get(&path).cloned() else {
                 return Err(VerifyError::Unlisted { path });
             };
             let mode = entry_mode(&entry);
-            let actual = self.copy(&mut entry, &path, mode, worker)?;
+            let actual = self.copy(&mut entry, &path, mode, sink)?;
             if actual != expected {
                 return Err(VerifyError::Tampered {
                     path,
@@ -262,7 +234,7 @@ impl State {
         kind: EntryType,
         path: String,
         expected: &'static str,
-        worker: &Worker<'_>,
+        sink: &mut dyn Sink,
     ) -> Result<(), VerifyError> {
         if path == expected {
             check_kind(entry, kind, &path)?;
@@ -290,6 +262,7 @@ impl State {
             return Err(self.truncated(short_read(size, read as u64)));
         }
         let mode = entry_mode(entry);
+        write_all(sink, &path, mode, &bytes)?;
         if expected == MANIFEST_PATH {
             let value: serde_json::Value =
                 serde_json::from_slice(&bytes).map_err(VerifyError::BadManifest)?;
@@ -301,18 +274,6 @@ impl State {
             self.check_manifest(&sums)?;
             self.sums = Some(sums);
         }
-        let len = bytes.len();
-        [
-            Job::File {
-                path: path.clone(),
-                mode,
-            },
-            Job::Data(bytes, len),
-            Job::EndFile,
-        ]
-        .into_iter()
-        .try_for_each(|job| worker.send(job))
-        .map_err(|_| stopped())?;
         self.bytes += size;
         self.seen.insert(path.clone());
         self.last_good = Some(path);
@@ -341,47 +302,49 @@ impl State {
         check::manifest(manifest, sums).map_err(VerifyError::Manifest)
     }
 
-    /// Hashes a regular file and sends it to the worker to be written; returns the hex sha256.
+    /// Copies a regular file into the sink, hashing it; returns the hex sha256.
     fn copy<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
         path: &str,
         mode: u32,
-        worker: &Worker<'_>,
+        sink: &mut dyn Sink,
     ) -> Result<String, VerifyError> {
+        let sink_err = |source| VerifyError::Sink {
+            path: path.to_owned(),
+            source,
+        };
         let size = entry.size();
-        worker
-            .send(Job::File {
-                path: path.to_owned(),
-                mode,
-            })
-            .map_err(|_| stopped())?;
+        let mut out = sink.file(path, mode).map_err(sink_err)?;
         let mut hasher = Sha256::new();
+        // One buffer for the whole stream: small enough to stay in the CPU cache between the
+        // decompressor writing it, the hasher and write(2) reading it.
+        if self.buf.is_empty() {
+            self.buf = vec![0u8; COPY_BUFFER];
+        }
+        let buf = &mut self.buf;
         let mut copied = 0u64;
         loop {
-            let mut buf = worker.buffer();
-            let len = fill(entry, &mut buf).map_err(|source| self.truncated(source))?;
-            if len == 0 {
+            let n = entry.read(buf).map_err(|source| VerifyError::Truncated {
+                after: self.last_good.clone(),
+                source,
+            })?;
+            if n == 0 {
                 break;
             }
-            hasher.update(&buf[..len]);
-            copied += len as u64;
-            let ended = len < buf.len();
-            worker.send(Job::Data(buf, len)).map_err(|_| stopped())?;
-            if ended {
-                break;
-            }
+            hasher.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(sink_err)?;
+            copied += n as u64;
         }
+        out.flush().map_err(sink_err)?;
         if copied != size {
             return Err(self.truncated(short_read(size, copied)));
         }
-        worker.send(Job::EndFile).map_err(|_| stopped())?;
         self.bytes += size;
         Ok(hex::encode(hasher.finalize()))
     }
 
-    /// Every listed entry was seen: the report (the worker still has to agree).
-    fn finish(self) -> Result<VerifyReport, VerifyError> {
+    fn finish(self, sink: &mut dyn Sink) -> Result<VerifyReport, VerifyError> {
         let (Some((manifest, _)), Some(sums)) = (self.manifest, self.sums) else {
             let path = if self.position == 0 {
                 MANIFEST_PATH
@@ -395,6 +358,7 @@ impl State {
         if let Some(path) = sums.keys().find(|p| !self.seen.contains(*p)) {
             return Err(VerifyError::Missing { path: path.clone() });
         }
+        sink.finish().map_err(VerifyError::Finish)?;
         Ok(VerifyReport {
             manifest,
             entries: self.position,
@@ -410,18 +374,14 @@ fn short_read(expected: u64, actual: u64) -> io::Error {
     )
 }
 
-/// Reads until `buf` is full or the entry ends; returns how much it got.
-fn fill(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut len = 0;
-    while len < buf.len() {
-        match reader.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(len)
+fn write_all(sink: &mut dyn Sink, path: &str, mode: u32, bytes: &[u8]) -> Result<(), VerifyError> {
+    let sink_err = |source| VerifyError::Sink {
+        path: path.to_owned(),
+        source,
+    };
+    let mut out = sink.file(path, mode).map_err(sink_err)?;
+    out.write_all(bytes).map_err(sink_err)?;
+    out.flush().map_err(sink_err)
 }
 
 /// Permission bits only: no setuid, setgid or sticky bit survives extraction.
