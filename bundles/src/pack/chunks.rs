@@ -16,11 +16,16 @@ pub(super) const CHUNK: usize = 256 << 10;
 /// The zstd encoder over the output file.
 pub(super) type Encoder = zstd::stream::write::Encoder<'static, HashFile>;
 
-/// The output file; hashes and counts what is written to it.
+/// Output written between two writeback kicks.
+const WRITEBACK_STEP: u64 = 32 << 20;
+
+/// The output file; hashes and counts what is written to it, and starts writing it back to disk
+/// early, so that the final `fsync` only waits for the tail instead of the whole bundle.
 pub(super) struct HashFile {
     file: fs_err::File,
     hasher: Sha256,
     bytes: u64,
+    kicked: u64,
 }
 
 impl HashFile {
@@ -29,7 +34,17 @@ impl HashFile {
             file,
             hasher: Sha256::new(),
             bytes: 0,
+            kicked: 0,
         }
+    }
+
+    /// `POSIX_FADV_DONTNEED` over what was written since the last kick: Linux starts
+    /// (asynchronous) writeback of those dirty pages, and drops pages already written back.
+    /// Only a hint: errors are ignored, the final `fsync` reports real ones.
+    fn kick_writeback(&mut self) {
+        let len = std::num::NonZeroU64::new(self.bytes - self.kicked);
+        let _ = rustix::fs::fadvise(&self.file, self.kicked, len, rustix::fs::Advice::DontNeed);
+        self.kicked = self.bytes;
     }
 }
 
@@ -38,6 +53,9 @@ impl Write for HashFile {
         let n = self.file.write(buf)?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
+        if self.bytes - self.kicked >= WRITEBACK_STEP {
+            self.kick_writeback();
+        }
         Ok(n)
     }
 
