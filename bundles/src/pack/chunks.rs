@@ -10,41 +10,29 @@ use std::io::{self, Read, Write};
 
 use sha2::{Digest, Sha256};
 
+use crate::writeback::WritebackFile;
+
 /// Size of the chunk buffer (fits in a core's L2 cache next to zstd's buffers).
 pub(super) const CHUNK: usize = 256 << 10;
 
 /// The zstd encoder over the output file.
 pub(super) type Encoder = zstd::stream::write::Encoder<'static, HashFile>;
 
-/// Output written between two writeback kicks.
-const WRITEBACK_STEP: u64 = 32 << 20;
-
 /// The output file; hashes and counts what is written to it, and starts writing it back to disk
 /// early, so that the final `fsync` only waits for the tail instead of the whole bundle.
 pub(super) struct HashFile {
-    file: fs_err::File,
+    file: WritebackFile,
     hasher: Sha256,
     bytes: u64,
-    kicked: u64,
 }
 
 impl HashFile {
     pub(super) fn new(file: fs_err::File) -> Self {
         Self {
-            file,
+            file: WritebackFile::new(file),
             hasher: Sha256::new(),
             bytes: 0,
-            kicked: 0,
         }
-    }
-
-    /// `POSIX_FADV_DONTNEED` over what was written since the last kick: Linux starts
-    /// (asynchronous) writeback of those dirty pages, and drops pages already written back.
-    /// Only a hint: errors are ignored, the final `fsync` reports real ones.
-    fn kick_writeback(&mut self) {
-        let len = std::num::NonZeroU64::new(self.bytes - self.kicked);
-        let _ = rustix::fs::fadvise(&self.file, self.kicked, len, rustix::fs::Advice::DontNeed);
-        self.kicked = self.bytes;
     }
 }
 
@@ -53,9 +41,6 @@ impl Write for HashFile {
         let n = self.file.write(buf)?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
-        if self.bytes - self.kicked >= WRITEBACK_STEP {
-            self.kick_writeback();
-        }
         Ok(n)
     }
 
@@ -138,7 +123,7 @@ impl ChunkWriter {
         self.drain()?;
         let out = self.encoder.finish()?;
         Ok(Written {
-            file: out.file,
+            file: out.file.into_inner(),
             sha256: hex::encode(out.hasher.finalize()),
             bytes: out.bytes,
         })
