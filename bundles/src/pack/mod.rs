@@ -1,7 +1,9 @@
 //! Writes a bundle: a reproducible `.tar.zst` (format in `bundles/README.md`).
 //!
-//! Content is streamed from disk into the zstd encoder and hashed on the way; the output is
-//! written to `<out>.partial-<pid>` and renamed into place only when complete.
+//! Content is streamed from disk into the zstd encoder and hashed on the way (except
+//! [`Source::Stored`] files, verified when they were stored); the output is written to
+//! `<out>.partial-<pid>`, fsynced (writeback starts while packing) and renamed into place only
+//! when complete.
 
 use std::ffi::OsString;
 use std::io;
