@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark of `kubexm-build bundle` against plain tools, on loopback only.
+# Benchmark of `kubexm-build bundle` against plain tools, on 127.0.0.1 behind an emulated WAN link.
 #
 # Generates a synthetic corpus (stand-in binaries served by `python3 -m http.server`, OCI images
-# with a shared base layer pushed to Debian's `docker-registry`), then measures in one run:
+# with a shared base layer pushed to Debian's `docker-registry`; both servers behind throttle.py,
+# per-connection bandwidth + latency, the same for kubexm and the references), then measures:
 #   a. cold `kubexm-build bundle` (fresh cache)      vs  b. sequential curl + skopeo copy
 #   c. warm rebuild (pack from cache, 0 requests)    vs  tar -cf - TREE | zstd -T0 -3
 #   d. max RSS of the cold build and warm pack at SCALE and at 2×SCALE (memory flatness)
