@@ -8,6 +8,7 @@ use fs_err::os::unix::fs::OpenOptionsExt;
 
 use crate::path;
 use crate::verify::Sink;
+use crate::writeback::WritebackFile;
 
 /// Mode of created directories.
 const DIR_MODE: u32 = 0o755;
@@ -91,7 +92,8 @@ impl Sink for DirSink {
             .mode(mode)
             .open(&target)?;
         file.set_permissions(PermissionsExt::from_mode(mode))?;
-        Ok(Box::new(file))
+        // Unpacks sync the tree before publishing it: start writeback while extracting.
+        Ok(Box::new(WritebackFile::new(file)))
     }
 
     fn finish(&mut self) -> io::Result<()> {

@@ -1,6 +1,6 @@
 //! sha256 while streaming.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 
 use sha2::{Digest, Sha256};
 
@@ -11,12 +11,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Hashes and counts what is read through it; remembers whether the inner reader failed.
+/// Hashes and counts what is read through it.
 pub(crate) struct HashReader<R> {
     inner: R,
     hasher: Sha256,
     count: u64,
-    failed: bool,
 }
 
 impl<R: Read> HashReader<R> {
@@ -25,13 +24,7 @@ impl<R: Read> HashReader<R> {
             inner,
             hasher: Sha256::new(),
             count: 0,
-            failed: false,
         }
-    }
-
-    /// True if a read from the inner reader returned an error.
-    pub(crate) fn failed(&self) -> bool {
-        self.failed
     }
 
     /// Hex digest and byte count.
@@ -42,52 +35,10 @@ impl<R: Read> HashReader<R> {
 
 impl<R: Read> Read for HashReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.inner.read(buf) {
-            Ok(n) => {
-                self.hasher.update(&buf[..n]);
-                self.count += n as u64;
-                Ok(n)
-            }
-            Err(e) => {
-                self.failed = true;
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Hashes and counts what is written through it.
-pub(crate) struct HashWriter<W> {
-    inner: W,
-    hasher: Sha256,
-    count: u64,
-}
-
-impl<W: Write> HashWriter<W> {
-    pub(crate) fn new(inner: W) -> Self {
-        Self {
-            inner,
-            hasher: Sha256::new(),
-            count: 0,
-        }
-    }
-
-    /// The inner writer, hex digest and byte count.
-    pub(crate) fn finish(self) -> (W, String, u64) {
-        (self.inner, hex::encode(self.hasher.finalize()), self.count)
-    }
-}
-
-impl<W: Write> Write for HashWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
+        let n = self.inner.read(buf)?;
         self.hasher.update(&buf[..n]);
         self.count += n as u64;
         Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
     }
 }
 
@@ -103,9 +54,6 @@ mod tests {
         let mut r = HashReader::new(&b"abc"[..]);
         io::copy(&mut r, &mut io::sink()).expect("copy");
         assert_eq!(r.finish(), (sha256_hex(b"abc"), 3));
-        let mut w = HashWriter::new(Vec::new());
-        w.write_all(b"abc").expect("write");
-        assert_eq!(w.finish(), (b"abc".to_vec(), sha256_hex(b"abc"), 3));
     }
 
     #[test]

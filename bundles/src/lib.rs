@@ -28,6 +28,7 @@ mod path;
 mod space;
 mod sums;
 pub mod verify;
+mod writeback;
 
 pub use check::ManifestProblem;
 pub use pack::{pack, PackError};

@@ -1,7 +1,7 @@
 //! One-pass verified unpack of a bundle into the work directory.
 //!
-//! The bundle is read once: [`kubexm_bundles::verify::verify`] checks every entry while a
-//! [`DirSink`] writes it out, and the compressed bytes are hashed on the way in. The tree only
+//! The bundle is decompressed once: [`kubexm_bundles::verify::verify`] checks every entry while
+//! a [`DirSink`] writes it out, and the compressed bytes are hashed alongside. The tree only
 //! gets its final, content-addressed name once all of that succeeded:
 //!
 //! ```text
@@ -22,14 +22,17 @@
 //! the bundle. An unknown file is unpacked; if its sha256 turns out to be one already unpacked
 //! (a copy or a renamed bundle), the existing directory is reused and the new copy discarded.
 //!
-//! Memory stays flat whatever the bundle size: the file is read through a 1 MiB buffer and
-//! `verify` streams every entry.
+//! Memory stays flat whatever the bundle size: the file is read through 1 MiB buffers and
+//! `verify` streams every entry through bounded channels. Three threads share the pass: this
+//! one decompresses and parses, `verify`'s worker hashes and writes entries, and a third hashes
+//! the compressed file (reading it with `pread`).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read, Write};
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, BufReader, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kubexm_bundles::manifest::{BundleManifest, MANIFEST_PATH};
@@ -241,23 +244,33 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
 
     let partial = Partial::create(root)?;
     let mut sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
-    let mut reader = BufReader::with_capacity(READ_BUFFER, HashingReader::new(file));
     tracing::info!(bundle = %bundle.display(), size = before.size, "verifying and unpacking bundle");
-    let report = verify(&mut reader, &mut sink).map_err(|source| UnpackError::Verify {
+    // The compressed bytes are hashed on their own thread, reading the same open file with
+    // pread, while this thread decompresses and the verify worker hashes and writes entries.
+    let stop = AtomicBool::new(false);
+    let (verified, hashed) = std::thread::scope(|scope| {
+        let hasher = scope.spawn(|| hash_file(&file, &stop));
+        let reader = BufReader::with_capacity(READ_BUFFER, &file);
+        let verified = verify(reader, &mut sink);
+        if verified.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let hashed = hasher
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the hashing thread panicked")));
+        (verified, hashed)
+    });
+    let report = verified.map_err(|source| UnpackError::Verify {
         bundle: bundle.to_owned(),
         source,
     })?;
-    // verify reads to the end of the zstd stream; hash anything after it too, so the digest is
-    // always that of the whole file.
-    io::copy(&mut reader, &mut io::sink()).map_err(io_err("read", bundle))?;
-    let hashing = reader.into_inner();
-    let after = hashing.inner.metadata().map_err(io_err("read", bundle))?;
-    if hashing.bytes != before.size || Fingerprint::of(&after) != before {
+    let (digest, bytes) = hashed.map_err(io_err("read", bundle))?;
+    let after = file.metadata().map_err(io_err("read", bundle))?;
+    if bytes != before.size || Fingerprint::of(&after) != before {
         return Err(UnpackError::Changed {
             bundle: bundle.to_owned(),
         });
     }
-    let digest = hex::encode(hashing.hasher.finalize());
     let dir = root.join(&digest);
 
     let reused = if is_complete(&dir, &digest) {
@@ -281,30 +294,23 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
     })
 }
 
-/// Hashes everything read through it.
-struct HashingReader<R> {
-    inner: R,
-    hasher: Sha256,
-    bytes: u64,
-}
-
-impl<R> HashingReader<R> {
-    fn new(inner: R) -> Self {
-        Self {
-            inner,
-            hasher: Sha256::new(),
-            bytes: 0,
-        }
+/// sha256 and length of the whole file, read with `pread` (the caller's offset is untouched);
+/// gives up early, returning what it has, once `stop` is set.
+fn hash_file(file: &File, stop: &AtomicBool) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; READ_BUFFER];
+    let mut offset = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let n = match file.read_at(&mut buf, offset) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        offset += n as u64;
     }
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
+    Ok((hex::encode(hasher.finalize()), offset))
 }
 
 /// An exclusive `flock` on `bundles/.lock`, released when dropped (or when the process dies).
@@ -608,18 +614,19 @@ mod tests {
     }
 
     #[test]
-    fn hashing_reader_sees_every_byte() {
-        let data = vec![7u8; 3 * READ_BUFFER + 5];
-        let mut reader = BufReader::with_capacity(READ_BUFFER, HashingReader::new(&data[..]));
+    fn hashes_the_whole_file_whatever_its_offset() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("f");
+        let data: Vec<u8> = (0..3 * READ_BUFFER + 5).map(|i| i as u8).collect();
+        fs::write(&path, &data).expect("write");
+        let mut file = File::open(&path).expect("open");
         let mut first = [0u8; 10];
-        reader.read_exact(&mut first).expect("read");
-        io::copy(&mut reader, &mut io::sink()).expect("copy");
-        let hashing = reader.into_inner();
-        assert_eq!(hashing.bytes, data.len() as u64);
-        assert_eq!(
-            hex::encode(hashing.hasher.finalize()),
-            hex::encode(Sha256::digest(&data))
-        );
+        io::Read::read_exact(&mut file, &mut first).expect("read");
+        let (digest, bytes) = hash_file(&file, &AtomicBool::new(false)).expect("hash");
+        assert_eq!(bytes, data.len() as u64);
+        assert_eq!(digest, hex::encode(Sha256::digest(&data)));
+        let (_, stopped) = hash_file(&file, &AtomicBool::new(true)).expect("hash");
+        assert_eq!(stopped, 0);
     }
 
     #[test]

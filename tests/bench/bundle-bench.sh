@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark of `kubexm-build bundle` against plain tools, on loopback only.
+# Benchmark of `kubexm-build bundle` against plain tools, on 127.0.0.1 behind an emulated WAN link.
 #
 # Generates a synthetic corpus (stand-in binaries served by `python3 -m http.server`, OCI images
-# with a shared base layer pushed to Debian's `docker-registry`), then measures in one run:
+# with a shared base layer pushed to Debian's `docker-registry`; both servers behind throttle.py,
+# per-connection bandwidth + latency, the same for kubexm and the references), then measures:
 #   a. cold `kubexm-build bundle` (fresh cache)      vs  b. sequential curl + skopeo copy
 #   c. warm rebuild (pack from cache, 0 requests)    vs  tar -cf - TREE | zstd -T0 -3
 #   d. max RSS of the cold build and warm pack at SCALE and at 2×SCALE (memory flatness)
@@ -18,6 +19,10 @@
 #   MEM_POINT=1      also build at 2×SCALE for the memory-flatness point (0: skip)
 #   REPEAT=1         runs of each measurement; the table shows the fastest run (and the highest
 #                    max RSS over the runs); use 3+ on a machine that is not idle
+#   LINK_MBIT=200    per-connection bandwidth (Mbit/s) of the emulated WAN link in front of the
+#                    mirror and the registry, for kubexm and the reference alike (throttle.py);
+#                    0 with LINK_MS=0: no proxy, plain loopback
+#   LINK_MS=10       one-way latency (ms) of that link (a round trip costs 2×)
 #   JOBS=            passed as --jobs to kubexm-build when set
 #   KUBEXM_BUILD=    the binary (default: $CARGO_TARGET_DIR or ./target, release)
 #   WORK=            work directory (default: a fresh mktemp -d under ${TMPDIR:-/tmp})
@@ -34,6 +39,8 @@ LAYER_MB=${LAYER_MB:-16}
 N_IMAGES=${N_IMAGES:-24}
 MEM_POINT=${MEM_POINT:-1}
 JOBS=${JOBS:-}
+LINK_MBIT=${LINK_MBIT:-200}
+LINK_MS=${LINK_MS:-10}
 REPEAT=${REPEAT:-1}
 KEEP=${KEEP:-0}
 KX=${KUBEXM_BUILD:-${CARGO_TARGET_DIR:-$REPO/target}/release/kubexm-build}
@@ -76,9 +83,26 @@ mb_bytes() { awk -v s="$SCALE" -v f="$2" -v m="$1" 'BEGIN { printf "%d", m * s *
 # Request lines of an access log (registry: combined format; http.server: same prefix), without
 # the sentinel requests sync_log makes. Call sync_log first so every finished request is in.
 
+# start_link NAME HOST:PORT: a throttle.py proxy in front of HOST:PORT; sets LINK_NAME to the
+# address clients use (HOST:PORT itself when the link is off).
+start_link() {
+  local port
+  if [ "$LINK_MBIT" = 0 ] && [ "$LINK_MS" = 0 ]; then
+    printf -v "LINK_$1" '%s' "$2"
+    return
+  fi
+  port=$(free_port)
+  python3 "$REPO/tests/bench/throttle.py" "$port" "$2" "$LINK_MBIT" "$LINK_MS" >"$WORK/link-$1.log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$port/"
+  printf -v "LINK_$1" '%s' "127.0.0.1:$port"
+}
+
 start_registry registry
 REG=$REG_registry
 REG_LOG=$REGLOG_registry
+start_link registry "$REG"
+REG_VIA=$LINK_registry # what the zone (and so both tools) pull from; pushes go to $REG
 
 start_mirror() { # ROOT LOG → sets MIRROR_PORT
   MIRROR_PORT=$(free_port)
@@ -220,6 +244,8 @@ make_corpus() {
   printf 'addonImages:\n  calico:\n    "v3.99.0": ["docker.io/calico/node:v3.99.0"]\n' >>"$d/catalog.yaml"
   start_mirror "$d/mirror" "$d/http.log"
   printf -v "MIRROR_PORT_$name" '%s' "$MIRROR_PORT"
+  start_link "mirror_$name" "127.0.0.1:$MIRROR_PORT"
+  local link_var=LINK_mirror_$name
   printf -v "MIRROR_LOG_$name" '%s' "$d/http.log"
 
   cat >"$d/zone.yaml" <<EOF
@@ -227,12 +253,12 @@ apiVersion: kubexm.io/v1alpha1
 kind: Zone
 metadata: {name: bench}
 files:
-  - {from: 'https://', to: 'http://127.0.0.1:$MIRROR_PORT/'}
+  - {from: 'https://', to: 'http://${!link_var}/'}
 images:
-  - {from: registry.k8s.io, to: '$REG/registry.k8s.io', plainHTTP: true}
-  - {from: ghcr.io, to: '$REG/ghcr.io', plainHTTP: true}
-  - {from: docker.io/calico, to: '$REG/calico', plainHTTP: true}
-  - {from: registry.bench.local, to: '$REG/$name', plainHTTP: true}
+  - {from: registry.k8s.io, to: '$REG_VIA/registry.k8s.io', plainHTTP: true}
+  - {from: ghcr.io, to: '$REG_VIA/ghcr.io', plainHTTP: true}
+  - {from: docker.io/calico, to: '$REG_VIA/calico', plainHTTP: true}
+  - {from: registry.bench.local, to: '$REG_VIA/$name', plainHTTP: true}
 EOF
   local images="" i
   for i in $(seq "$N_IMAGES"); do images+="registry.bench.local/img/i$i:v1, "; done
@@ -288,8 +314,8 @@ EOF
   if [ "$tiny" = 1 ]; then
     local src
     while read -r src; do
-      case $src in "$REG/$name/"*) continue ;; esac
-      skopeo copy -q --all --dest-tls-verify=false "oci:$layout:tiny-index" "docker://$src"
+      case $src in "$REG_VIA/$name/"*) continue ;; esac
+      skopeo copy -q --all --dest-tls-verify=false "oci:$layout:tiny-index" "docker://$REG/${src#"$REG_VIA"/}"
     done < <(resolve_list "$name" images)
     TINY_PUSHED=1
   fi
@@ -370,7 +396,7 @@ sync_log "$HTTP1" "$MIRROR_LOG_s1"
 sync_log "http://$REG" "$REG_LOG"
 http_before=$(count_reqs "$MIRROR_LOG_s1")
 reg_before=$(count_reqs "$REG_LOG")
-best warm 'rm -f "$S1/b2.tar.zst"' kx_bundle s1 "$S1/cache" "$S1/b2.tar.zst"
+best warm 'rm -f "$S1/b2.tar.zst"; sync' kx_bundle s1 "$S1/cache" "$S1/b2.tar.zst"
 sync_log "$HTTP1" "$MIRROR_LOG_s1"
 sync_log "http://$REG" "$REG_LOG"
 WARM_HTTP=$(($(count_reqs "$MIRROR_LOG_s1") - http_before))
@@ -381,7 +407,10 @@ if cmp -s "$S1/b1.tar.zst" "$S1/b2.tar.zst"; then IDENTICAL=yes; else IDENTICAL=
 mkdir -p "$S1/tree"
 zstd -q -dc "$S1/b1.tar.zst" | tar -xf - -C "$S1/tree"
 echo "tar -cf - -C $S1/tree . | zstd -q -T0 -3 -o $S1/ref.tar.zst" >>"$WORK/commands.txt"
-best refpack 'rm -f "$S1/ref.tar.zst"' tcmd bash -c "tar -cf - -C '$S1/tree' . | zstd -q -T0 -3 -o '$S1/ref.tar.zst'"
+best refpack 'rm -f "$S1/ref.tar.zst"; sync' tcmd bash -c "tar -cf - -C '$S1/tree' . | zstd -q -T0 -3 -o '$S1/ref.tar.zst'"
+# extra reference with the durability kubexm gives (it fsyncs the bundle before renaming it)
+echo "tar -cf - -C $S1/tree . | zstd -q -T0 -3 -o $S1/ref.tar.zst && sync   # extra" >>"$WORK/commands.txt"
+best refpacksync 'rm -f "$S1/ref.tar.zst"; sync' tcmd bash -c "tar -cf - -C '$S1/tree' . | zstd -q -T0 -3 -o '$S1/ref.tar.zst' && sync"
 
 # extra: verify vs zstd -dc | tar -tf -
 echo "$KX verify $S1/b1.tar.zst" >>"$WORK/commands.txt"
@@ -410,12 +439,16 @@ fi
 nproc_=$(nproc)
 echo
 echo "kubexm-build bundle benchmark — REPEAT=$REPEAT (fastest run shown), load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$LINK_MBIT" = 0 ] && [ "$LINK_MS" = 0 ]; then LINK_TEXT="plain loopback"; else LINK_TEXT="mirror and registry behind throttle.py: ${LINK_MBIT} Mbit/s per connection, ${LINK_MS} ms one-way"; fi
+echo "network: $LINK_TEXT"
 echo "SCALE=$SCALE ($(mib "$CORPUS_s1") corpus: ${#FILES[@]} files × $(mib "$(mb_bytes "$FILE_MB" 1)"), $N_IMAGES two-platform images = $(mib "$(mb_bytes "$BASE_MB" 1)") shared base + $(mib "$(mb_bytes "$LAYER_MB" 1)") own layer, + 5 tiny images), $nproc_ CPUs, loopback"
 printf '%-44s %-30s %-30s %-8s %s\n' "measure" "kubexm" "reference" "ratio" "target"
 printf '%-44s %-30s %-30s %-8s %s\n' "a/b cold: bundle vs curl+skopeo (sequential)" \
   "${T_cold}s (cpu ${C_cold}s)" "${T_refcold}s (cpu ${C_refcold}s)" "$(ratio "$T_cold" "$T_refcold")" "<= 0.5"
 printf '%-44s %-30s %-30s %-8s %s\n' "c   pack: warm rebuild vs tar|zstd -T0 -3" \
   "${T_warm}s (cpu ${C_warm}s)" "${T_refpack}s (cpu ${C_refpack}s)" "$(ratio "$T_warm" "$T_refpack")" "<= 1.0"
+printf '%-44s %-30s %-30s %-8s %s\n' "extra: pack vs tar|zstd -T0 -3 && sync" \
+  "${T_warm}s" "${T_refpacksync}s (cpu ${C_refpacksync}s)" "$(ratio "$T_warm" "$T_refpacksync")" "-"
 printf '%-44s %-30s %-30s %-8s %s\n' "c   warm rebuild requests (http / registry)" \
   "$WARM_HTTP / $WARM_REG" "-" "-" "0 / 0"
 printf '%-44s %-30s %-30s %-8s %s\n' "c   warm bundle byte-identical to cold" "$IDENTICAL" "-" "-" "yes"

@@ -66,7 +66,7 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             .iter()
             .filter(|b| seen.insert(b.sha256.clone()))
             .collect();
-        stream::iter(unique)
+        let downloads = stream::iter(unique)
             .map(|b| {
                 let fetcher = fetcher.clone();
                 let (url, sum) = (b.url.clone(), b.sha256.clone());
@@ -79,14 +79,7 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
                 }
             })
             .buffer_unordered(jobs)
-            .try_collect::<Vec<PathBuf>>()
-            .await
-            .context("Failed to download the files")?;
-        let files: Vec<PathBuf> = lists
-            .binaries
-            .iter()
-            .map(|b| cache.blob_path(&b.sha256))
-            .collect();
+            .try_collect::<Vec<PathBuf>>();
         let puller = Puller::new(
             cache.clone(),
             retry,
@@ -103,10 +96,23 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
                 platforms: i.platforms.clone(),
             })
             .collect();
-        let images = puller
-            .pull_all(&requests)
-            .await
-            .context("Failed to pull the images")?;
+        // Files and images at the same time: on a real network each connection is limited by
+        // latency and its own bandwidth, so both kinds of transfer overlap (each side keeps at
+        // most `jobs` transfers in flight).
+        let (_, images) = tokio::try_join!(
+            async { downloads.await.context("Failed to download the files") },
+            async {
+                puller
+                    .pull_all(&requests)
+                    .await
+                    .context("Failed to pull the images")
+            },
+        )?;
+        let files: Vec<PathBuf> = lists
+            .binaries
+            .iter()
+            .map(|b| cache.blob_path(&b.sha256))
+            .collect();
         anyhow::Ok((files, images))
     })?;
 
@@ -235,7 +241,7 @@ fn bundle_entries(
         let exec = matches!(b.archive, kubexm_manifests::catalog::Archive::Binary);
         entries.push(Entry {
             path: b.path.clone(),
-            source: Source::File(cache.blob_path(&b.sha256)),
+            source: Source::Stored(cache.blob_path(&b.sha256)),
             sha256: Some(b.sha256.clone()),
             mode: if exec { 0o755 } else { 0o644 },
         });
@@ -267,7 +273,7 @@ fn bundle_entries(
             let hex = digest.trim_start_matches("sha256:");
             entries.push(Entry {
                 path: format!("{IMAGES_DIR}/blobs/sha256/{hex}"),
-                source: Source::File(cache.blob_path(hex)),
+                source: Source::Stored(cache.blob_path(hex)),
                 sha256: Some(hex.to_owned()),
                 mode: 0o644,
             });

@@ -68,6 +68,12 @@ pub enum PackError {
         /// The value given.
         sha256: String,
     },
+    /// A [`super::Source::Stored`] entry without its sha256.
+    #[error("Entry `{path}` comes from a content-addressed store but has no sha256")]
+    StoredWithoutSum {
+        /// The entry.
+        path: String,
+    },
     /// A source is not a regular file.
     #[error("Source `{}` of entry `{path}` is not a regular file", file.display())]
     NotAFile {

@@ -1,7 +1,9 @@
 //! Writes a bundle: a reproducible `.tar.zst` (format in `bundles/README.md`).
 //!
-//! Content is streamed from disk into the zstd encoder and hashed on the way; the output is
-//! written to `<out>.partial-<pid>` and renamed into place only when complete.
+//! Content is streamed from disk into the zstd encoder and hashed on the way (except
+//! [`Source::Stored`] files, verified when they were stored); the output is written to
+//! `<out>.partial-<pid>`, fsynced (writeback starts while packing) and renamed into place only
+//! when complete.
 
 use std::ffi::OsString;
 use std::io;
@@ -12,6 +14,7 @@ use crate::hash;
 use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
 use crate::{space, sums};
 
+mod chunks;
 mod error;
 mod plan;
 mod stream;
@@ -30,8 +33,13 @@ pub const EXEC_MODE: u32 = 0o755;
 /// Where an entry's content comes from.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// A file on disk, streamed while packing.
+    /// A file on disk, streamed and hashed while packing: it must match `sha256` when given.
     File(PathBuf),
+    /// A file of a content-addressed store whose content was verified against the entry's
+    /// `sha256` (required) when it was stored, and is never modified in place: streamed without
+    /// hashing it again, only its size is checked. `SHA256SUMS` lists the sum all the same, so
+    /// a store corrupted behind the builder's back is still caught by `verify` and unpack.
+    Stored(PathBuf),
     /// Content in memory.
     Bytes(Vec<u8>),
 }
@@ -43,7 +51,8 @@ pub struct Entry {
     pub path: String,
     /// Content.
     pub source: Source,
-    /// Lowercase hex sha256 when already known (content-addressed cache); checked while packing.
+    /// Lowercase hex sha256 when already known (content-addressed cache); checked while packing
+    /// except for [`Source::Stored`], which requires it.
     pub sha256: Option<String>,
     /// [`FILE_MODE`] or [`EXEC_MODE`].
     pub mode: u32,

@@ -42,9 +42,12 @@ pub(super) fn plan(entries: Vec<Entry>) -> Result<Vec<Planned>, PackError> {
                 return Err(PackError::BadSha256 { path, sha256 });
             }
         }
+        if matches!(source, Source::Stored(_)) && sha256.is_none() {
+            return Err(PackError::StoredWithoutSum { path });
+        }
         let size = match &source {
             Source::Bytes(bytes) => bytes.len() as u64,
-            Source::File(file) => {
+            Source::File(file) | Source::Stored(file) => {
                 let meta = fs_err::metadata(file).map_err(|source| PackError::Read {
                     path: path.clone(),
                     file: file.clone(),
@@ -93,13 +96,13 @@ pub(super) fn directories(files: &[Planned]) -> Result<BTreeSet<String>, PackErr
     Ok(dirs)
 }
 
-/// The sum to list in `SHA256SUMS`: as given for files (checked while streaming), computed
-/// otherwise. Bytes with a given sum are checked now.
+/// The sum to list in `SHA256SUMS`: as given for files (checked while streaming, except stored
+/// ones), computed otherwise. Bytes with a given sum are checked now.
 pub(super) fn first_pass_sum(file: &Planned) -> Result<String, PackError> {
     let actual = match (&file.source, &file.sha256) {
-        (Source::File(_), Some(given)) => return Ok(given.clone()),
+        (Source::File(_) | Source::Stored(_), Some(given)) => return Ok(given.clone()),
         (Source::Bytes(bytes), _) => hash::sha256_hex(bytes),
-        (Source::File(src), None) => {
+        (Source::File(src) | Source::Stored(src), None) => {
             let read_err = |source| PackError::Read {
                 path: file.path.clone(),
                 file: src.clone(),

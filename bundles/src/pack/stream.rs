@@ -1,16 +1,20 @@
 //! Streams the planned entries into the zstd-compressed tar, hashing on the way.
 
 use std::collections::BTreeSet;
-use std::io::{self, BufWriter, Read};
+use std::io::{self, Write};
 use std::path::Path;
 
+use sha2::{Digest, Sha256};
 use tar::{EntryType, Header};
 
+use super::chunks::{ChunkWriter, Encoder, HashFile, ReadFromError};
 use super::plan::Planned;
 use super::{PackError, PackOptions, PackReport, Source, DIR_MODE, FILE_MODE};
-use crate::hash::{HashReader, HashWriter};
 use crate::manifest::{MANIFEST_PATH, SUMS_PATH};
 use crate::sums;
+
+/// Tar block size: contents are padded to a multiple of it.
+const BLOCK: usize = 512;
 
 /// A directory or a file, in stream order.
 pub(super) enum Item {
@@ -42,9 +46,46 @@ pub(super) fn write(
         source,
     };
     let file = fs_err::File::create(partial).map_err(write_err)?;
-    let out = HashWriter::new(BufWriter::with_capacity(1 << 20, file));
-    let mut tar = tar::Builder::new(encoder(out, opts)?);
+    let mut chunks = ChunkWriter::new(encoder(HashFile::new(file), opts)?);
+    let (bytes_in, entries) = stream_entries(
+        &mut chunks,
+        opts,
+        manifest_json,
+        sums_text,
+        dirs,
+        files,
+        sums,
+        partial,
+    )?;
+    let written = chunks.finish().map_err(write_err)?;
+    written.file.sync_all().map_err(write_err)?;
+    Ok(PackReport {
+        path: partial.to_owned(),
+        bytes_in,
+        bytes_out: written.bytes,
+        entries,
+        sha256: written.sha256,
+    })
+}
 
+/// Writes the tar stream (headers, contents, padding, end marker) into `out`; returns the
+/// content bytes and the number of entries.
+#[allow(clippy::too_many_arguments)]
+fn stream_entries(
+    out: &mut ChunkWriter,
+    opts: &PackOptions,
+    manifest_json: &[u8],
+    sums_text: &[u8],
+    dirs: &BTreeSet<String>,
+    files: Vec<Planned>,
+    sums: &sums::Sums,
+    partial: &Path,
+) -> Result<(u64, usize), PackError> {
+    let write_err = |source| PackError::Write {
+        path: partial.to_owned(),
+        source,
+    };
+    let mut tar = tar::Builder::new(out);
     let mut bytes_in = (manifest_json.len() + sums_text.len()) as u64;
     append_bytes(&mut tar, opts, MANIFEST_PATH, FILE_MODE, manifest_json).map_err(write_err)?;
     append_bytes(&mut tar, opts, SUMS_PATH, FILE_MODE, sums_text).map_err(write_err)?;
@@ -71,26 +112,11 @@ pub(super) fn write(
             }
         }
     }
-
-    let encoder = tar.into_inner().map_err(write_err)?;
-    let (buffered, sha256, bytes_out) = encoder.finish().map_err(write_err)?.finish();
-    let file = buffered
-        .into_inner()
-        .map_err(|e| write_err(e.into_error()))?;
-    file.sync_all().map_err(write_err)?;
-    Ok(PackReport {
-        path: partial.to_owned(),
-        bytes_in,
-        bytes_out,
-        entries,
-        sha256,
-    })
+    tar.into_inner().map_err(write_err)?;
+    Ok((bytes_in, entries))
 }
 
-pub(super) fn encoder(
-    out: HashWriter<BufWriter<fs_err::File>>,
-    opts: &PackOptions,
-) -> Result<zstd::stream::write::Encoder<'static, HashWriter<BufWriter<fs_err::File>>>, PackError> {
+pub(super) fn encoder(out: HashFile, opts: &PackOptions) -> Result<Encoder, PackError> {
     // Always at least one worker: zstd's output is the same for any worker count >= 1, but
     // differs from single-threaded mode (0 workers).
     let threads = match opts.threads {
@@ -131,59 +157,66 @@ pub(super) fn append_bytes<W: io::Write>(
     tar.append_data(&mut header, path, bytes)
 }
 
-/// Streams one file, hashing it on the way, and checks it against its listed sum.
-pub(super) fn append_file<W: io::Write>(
-    tar: &mut tar::Builder<W>,
+/// Streams one file straight into the chunks, hashing it on the way, and checks it against its
+/// listed sum (a [`Source::Stored`] file: only its size).
+pub(super) fn append_file(
+    tar: &mut tar::Builder<&mut ChunkWriter>,
     opts: &PackOptions,
     file: Planned,
     expected: &str,
     partial: &Path,
 ) -> Result<(), PackError> {
+    let write_err = |source| PackError::Write {
+        path: partial.to_owned(),
+        source,
+    };
     let mut header = header(EntryType::Regular, file.size, file.mode, opts.mtime);
-    let (actual, count) = match file.source {
+    // The header (and a long-name entry if needed) only: the content follows below.
+    tar.append_data(&mut header, &file.path, io::empty())
+        .map_err(write_err)?;
+    let out = tar.get_mut();
+    let mut hasher = match file.source {
+        Source::Stored(_) => None,
+        Source::File(_) | Source::Bytes(_) => Some(Sha256::new()),
+    };
+    match &file.source {
         Source::Bytes(bytes) => {
-            let mut reader = HashReader::new(bytes.as_slice());
-            tar.append_data(&mut header, &file.path, &mut reader)
-                .map_err(|source| PackError::Write {
-                    path: partial.to_owned(),
-                    source,
+            out.read_from(&mut bytes.as_slice(), file.size, hasher.as_mut())
+                .map_err(|e| match e {
+                    ReadFromError::Read(source) | ReadFromError::Write(source) => write_err(source),
                 })?;
-            reader.finish()
         }
-        Source::File(src) => {
-            let handle = fs_err::File::open(&src).map_err(|source| PackError::Read {
+        Source::File(src) | Source::Stored(src) => {
+            let read_err = |source| PackError::Read {
                 path: file.path.clone(),
                 file: src.clone(),
                 source,
-            })?;
-            let mut reader = HashReader::new(handle.take(file.size));
-            if let Err(source) = tar.append_data(&mut header, &file.path, &mut reader) {
-                return Err(if reader.failed() {
-                    PackError::Read {
-                        path: file.path,
-                        file: src,
-                        source,
-                    }
-                } else {
-                    PackError::Write {
-                        path: partial.to_owned(),
-                        source,
-                    }
-                });
-            }
-            let (actual, count) = reader.finish();
+            };
+            let mut handle = fs_err::File::open(src).map_err(read_err)?;
+            let count = out
+                .read_from(&mut handle, file.size, hasher.as_mut())
+                .map_err(|e| match e {
+                    ReadFromError::Read(source) => read_err(source),
+                    ReadFromError::Write(source) => write_err(source),
+                })?;
             if count != file.size {
                 return Err(PackError::Changed {
                     path: file.path,
-                    file: src,
+                    file: src.clone(),
                     expected: file.size,
                     actual: count,
                 });
             }
-            (actual, count)
         }
+    }
+    let block = BLOCK as u64;
+    let padding = (block - file.size % block) % block;
+    out.write_all(&[0u8; BLOCK][..padding as usize])
+        .map_err(write_err)?;
+    let Some(hasher) = hasher else {
+        return Ok(());
     };
-    debug_assert_eq!(count, file.size);
+    let actual = hex::encode(hasher.finalize());
     if actual != expected {
         return Err(PackError::Mismatch {
             path: file.path,
@@ -213,7 +246,10 @@ mod tests {
         };
         let opts = PackOptions::default();
         let out = Path::new("out");
-        let mut tar = tar::Builder::new(Vec::new());
+        let tmp_out = tempfile::tempfile().expect("tempfile");
+        let file = fs_err::File::from_parts(tmp_out, tmp.path().join("out"));
+        let mut chunks = ChunkWriter::new(encoder(HashFile::new(file), &opts).expect("zstd"));
+        let mut tar = tar::Builder::new(&mut chunks);
         let sum = hash::sha256_hex(b"abc");
         append_file(&mut tar, &opts, planned(3, &sum), &sum, out).expect("unchanged");
         let err = append_file(&mut tar, &opts, planned(10, &sum), &sum, out).expect_err("shrunk");

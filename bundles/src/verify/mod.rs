@@ -22,6 +22,8 @@ pub use error::{LinkKind, VerifyError};
 pub const MAX_METADATA_SIZE: u64 = 64 << 20;
 
 const TAR_BLOCK: usize = 512;
+/// Content is copied through a buffer of this size.
+const COPY_BUFFER: usize = 256 * 1024;
 
 /// Receives the verified stream: directories and regular files, in stream order.
 pub trait Sink {
@@ -163,6 +165,8 @@ struct State {
     seen: BTreeSet<String>,
     last_good: Option<String>,
     bytes: u64,
+    /// Copy buffer, reused for every entry.
+    buf: Vec<u8>,
 }
 
 impl State {
@@ -313,12 +317,18 @@ impl State {
         let size = entry.size();
         let mut out = sink.file(path, mode).map_err(sink_err)?;
         let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 256 * 1024];
+        // One buffer for the whole stream: small enough to stay in the CPU cache between the
+        // decompressor writing it, the hasher and write(2) reading it.
+        if self.buf.is_empty() {
+            self.buf = vec![0u8; COPY_BUFFER];
+        }
+        let buf = &mut self.buf;
         let mut copied = 0u64;
         loop {
-            let n = entry
-                .read(&mut buf)
-                .map_err(|source| self.truncated(source))?;
+            let n = entry.read(buf).map_err(|source| VerifyError::Truncated {
+                after: self.last_good.clone(),
+                source,
+            })?;
             if n == 0 {
                 break;
             }

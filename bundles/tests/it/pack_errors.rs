@@ -113,3 +113,47 @@ fn output_directory_must_exist() {
     .expect_err("no such directory");
     assert!(common::chain(&err).contains("missing"), "{err:?}");
 }
+
+#[test]
+fn stored_sources_are_trusted_but_must_have_a_sum_and_their_size() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("blob");
+    let data = common::noise(3 << 20, 7);
+    fs_err::write(&src, &data).expect("write");
+    let stored = |sha256| Entry {
+        path: "cluster.yaml".into(),
+        source: Source::Stored(src.clone()),
+        sha256,
+        mode: FILE_MODE,
+    };
+    let out = tmp.path().join("b.tar.zst");
+    let manifest = common::manifest(vec![], vec![]);
+    let opts = PackOptions::default();
+
+    let err = pack(&out, &manifest, vec![stored(None)], &opts).expect_err("no sum");
+    assert!(matches!(err, PackError::StoredWithoutSum { .. }), "{err:?}");
+
+    // Same bytes as a checked file source: the store is trusted, not re-hashed.
+    let stored_report =
+        pack(&out, &manifest, vec![stored(Some(sha256(&data)))], &opts).expect("stored");
+    let file_out = tmp.path().join("f.tar.zst");
+    let file_entry = Entry {
+        source: Source::File(src.clone()),
+        ..stored(Some(sha256(&data)))
+    };
+    let file_report = pack(&file_out, &manifest, vec![file_entry], &opts).expect("file");
+    assert_eq!(stored_report.sha256, file_report.sha256);
+    common::verify_bytes(&fs_err::read(&out).expect("read")).expect("verifies");
+
+    // A wrong sum is not noticed while packing, but the bundle does not verify.
+    let wrong = tmp.path().join("w.tar.zst");
+    pack(
+        &wrong,
+        &manifest,
+        vec![stored(Some(sha256(b"other")))],
+        &opts,
+    )
+    .expect("trusted");
+    let err = common::verify_bytes(&fs_err::read(&wrong).expect("read")).expect_err("tampered");
+    assert!(common::chain(&err).contains("cluster.yaml"), "{err:?}");
+}
