@@ -282,7 +282,6 @@ fn run_install(
     args: &InstallArgs,
     work_dir: &std::path::Path,
 ) -> Result<()> {
-    use kubexm_install::install::run::{connect_all, run_pipeline};
     let ctx = std::sync::Arc::new(install_context(
         args.file.as_deref(),
         None,
@@ -298,6 +297,19 @@ fn run_install(
         return Ok(());
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
+    run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed")?;
+    Ok(())
+}
+
+/// Connects to every node, runs `pipeline` and prints a one-line summary.
+fn run_and_report(
+    ctx: &kubexm_install::install::InstallContext,
+    pipeline: &kubexm_install::pipeline::Pipeline,
+    opts: &kubexm_install::install::run::RunOptions,
+    failed: &'static str,
+    done: &str,
+) -> Result<()> {
+    use kubexm_install::install::run::{connect_all, run_pipeline};
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -305,12 +317,12 @@ fn run_install(
     let started = std::time::Instant::now();
     let (report, journal) = runtime
         .block_on(async {
-            let runners = connect_all(&ctx, &opts).await?;
-            run_pipeline(&ctx, &pipeline, runners, &opts).await
+            let runners = connect_all(ctx, opts).await?;
+            run_pipeline(ctx, pipeline, runners, opts).await
         })
-        .context("Install failed")?;
+        .context(failed)?;
     println!(
-        "installed cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} checked, {} already done; journal in {}",
+        "{done} cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} checked, {} already done; journal in {}",
         ctx.cluster.cluster_name(),
         started.elapsed().as_secs_f64(),
         report.tasks_run,
@@ -393,7 +405,6 @@ fn run_delete(
     top_bundle: Option<PathBuf>,
     work_dir: &std::path::Path,
 ) -> Result<()> {
-    use kubexm_install::install::run::{connect_all, run_pipeline};
     let bundle = args.bundle.clone().or(top_bundle);
     if bundle.is_none() && args.file.is_none() {
         anyhow::bail!("delete needs --bundle FILE or -f CLUSTER_YAML: the cluster to delete");
@@ -415,17 +426,7 @@ fn run_delete(
         anyhow::bail!("{}", delete_summary(&ctx, &plan));
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("Failed to start the async runtime")?;
-    let started = std::time::Instant::now();
-    let (report, journal) = runtime
-        .block_on(async {
-            let runners = connect_all(&ctx, &opts).await?;
-            run_pipeline(&ctx, &pipeline, runners, &opts).await
-        })
-        .context("Delete failed")?;
+    run_and_report(&ctx, &pipeline, &opts, "Delete failed", "deleted")?;
     // A later install starts from scratch: `--resume` must not skip what was just removed.
     let install_state = work_dir
         .join("state")
@@ -435,17 +436,6 @@ fn run_delete(
             eprintln!("warning: cannot remove {}: {e}", install_state.display());
         }
     }
-    println!(
-        "deleted cluster {} in {:.1}s: {} task(s) run, {} resumed, {} step(s) changed, {} checked, {} already done; journal in {}",
-        ctx.cluster.cluster_name(),
-        started.elapsed().as_secs_f64(),
-        report.tasks_run,
-        report.tasks_resumed,
-        report.steps_changed,
-        report.steps_checked,
-        report.steps_unchanged,
-        journal.paths().log.parent().map(|p| p.display().to_string()).unwrap_or_default()
-    );
     Ok(())
 }
 
