@@ -50,18 +50,8 @@ die() { printf 'bundle-bench: %s\n' "$*" >&2; exit 1; }
 source "$(dirname "$0")/common.sh"
 
 # --- dependencies ---------------------------------------------------------------------------
-need_pkgs=()
-for pair in docker-registry:/usr/bin/docker-registry skopeo:skopeo umoci:umoci zstd:zstd \
-  python3:python3 time:/usr/bin/time curl:curl; do
-  pkg=${pair%%:*} bin=${pair#*:}
-  command -v "$bin" >/dev/null 2>&1 || need_pkgs+=("$pkg")
-done
-if ((${#need_pkgs[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  log "installing ${need_pkgs[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-fi
+need_tools docker-registry:/usr/bin/docker-registry skopeo:skopeo umoci:umoci zstd:zstd \
+  python3:python3 time:/usr/bin/time curl:curl
 [ -x "$KX" ] || die "no kubexm-build at $KX; build it: cargo build --release -p kubexm-build (or set KUBEXM_BUILD)"
 
 # --- work dir, servers, cleanup -------------------------------------------------------------

@@ -66,3 +66,17 @@ stop_registry() { # NAME: stops it and removes its storage
   wait "${!pid_var}" 2>/dev/null || true
   rm -rf "$WORK/$1/storage"
 }
+
+# need_tools PKG:BINARY...: installs (apt-get) the packages whose binary is missing.
+need_tools() {
+  local pair pkg bin missing=()
+  for pair in "$@"; do
+    pkg=${pair%%:*} bin=${pair#*:}
+    command -v "$bin" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  ((${#missing[@]})) || return 0
+  local SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  log "installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}

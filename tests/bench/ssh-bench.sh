@@ -36,17 +36,7 @@ die() { printf 'ssh-bench: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
-need_pkgs=()
-for pair in openssh-server:/usr/sbin/sshd openssh-client:ssh python3:python3; do
-  pkg=${pair%%:*} bin=${pair#*:}
-  command -v "$bin" >/dev/null 2>&1 || need_pkgs+=("$pkg")
-done
-if ((${#need_pkgs[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  log "installing ${need_pkgs[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-fi
+need_tools openssh-server:/usr/sbin/sshd openssh-client:ssh python3:python3
 [ -x "$BENCH" ] || die "no $BENCH; build: cargo build --release -p kubexm-install --example ssh_bench (or set SSH_BENCH)"
 [ "$(id -u)" -eq 0 ] || die "run as root (sshd needs it to log in as root on loopback)"
 

@@ -74,12 +74,7 @@ impl Module for RuntimeModule {
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let ctx = &self.0;
-        let hosts: Vec<String> = ctx
-            .nodes
-            .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
-            .map(|n| n.name.clone())
-            .collect();
+        let hosts = runtime_hosts(ctx);
         let config = ContainerdConfig::new(ctx)?;
         let pull = PullPause {
             sandbox_image: config.sandbox_image.clone(),
@@ -503,12 +498,7 @@ impl Module for RuntimeDeleteModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         use super::delete::{written_by_kubexm, Ops};
         let ctx = &self.0;
-        let hosts: Vec<String> = ctx
-            .nodes
-            .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
-            .map(|n| n.name.clone())
-            .collect();
+        let hosts = runtime_hosts(ctx);
         let mut files: Vec<String> = ["containerd", "containerd-shim-runc-v2", "ctr", "crictl"]
             .iter()
             .map(|b| format!("{BIN_DIR}/{b}"))
@@ -598,4 +588,13 @@ mod tests {
         assert_eq!(major("v2.0.5"), Some(2));
         assert_eq!(major("nightly"), None);
     }
+}
+
+/// The nodes that run a container runtime: masters and workers.
+fn runtime_hosts(ctx: &InstallContext) -> Vec<String> {
+    ctx.nodes
+        .iter()
+        .filter(|n| n.has_role("master") || n.has_role("worker"))
+        .map(|n| n.name.clone())
+        .collect()
 }
