@@ -571,6 +571,15 @@ impl Module for RuntimeDeleteModule {
     }
 }
 
+/// The nodes that run a container runtime: masters and workers.
+fn runtime_hosts(ctx: &InstallContext) -> Vec<String> {
+    ctx.nodes
+        .iter()
+        .filter(|n| n.has_role("master") || n.has_role("worker"))
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -588,13 +597,4 @@ mod tests {
         assert_eq!(major("v2.0.5"), Some(2));
         assert_eq!(major("nightly"), None);
     }
-}
-
-/// The nodes that run a container runtime: masters and workers.
-fn runtime_hosts(ctx: &InstallContext) -> Vec<String> {
-    ctx.nodes
-        .iter()
-        .filter(|n| n.has_role("master") || n.has_role("worker"))
-        .map(|n| n.name.clone())
-        .collect()
 }
