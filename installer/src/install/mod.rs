@@ -16,7 +16,7 @@ use kubexm_bundles::manifest::{BundleManifest, FileRecord};
 use kubexm_manifests::catalog::Catalog;
 use kubexm_manifests::image_ref::ImageRef;
 use kubexm_manifests::load::load_cluster;
-use kubexm_manifests::model::RegistryType;
+use kubexm_manifests::model::{LbMode, RegistryType};
 use kubexm_manifests::resolve::Resolution;
 use kubexm_manifests::validate::ValidCluster;
 
@@ -47,6 +47,26 @@ pub struct BundleRef {
     pub dir: PathBuf,
     /// Its `bundle.json`.
     pub manifest: BundleManifest,
+}
+
+/// Where clients reach the API servers: `https://{domain}:{port}`, the domain resolving (through
+/// the managed /etc/hosts block) to `address` — the VIP, or the first master without a load
+/// balancer or VIP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPlaneEndpoint {
+    /// `loadBalancer.domain`.
+    pub domain: String,
+    /// The VIP or the first master's internal address.
+    pub address: String,
+    /// The port (`loadBalancer.port`, 6443 without a load balancer).
+    pub port: u16,
+}
+
+impl ControlPlaneEndpoint {
+    /// `https://domain:port`.
+    pub fn url(&self) -> String {
+        format!("https://{}:{}", self.domain, self.port)
+    }
 }
 
 /// Port the bundled registry listens on when `privateRegistry` does not name one.
@@ -132,6 +152,38 @@ impl InstallContext {
             (None, Some(r)) => r.images.iter().map(|i| i.reference.clone()).collect(),
             (None, None) => Vec::new(),
         }
+    }
+
+    /// The API server endpoint every kubeconfig, kubeadm config and join command uses.
+    pub fn control_plane_endpoint(&self) -> Result<ControlPlaneEndpoint, StepError> {
+        let lb = &self.cluster.file.spec.load_balancer;
+        let first = self.first_master()?;
+        let address = match lb.mode {
+            LbMode::None => first.internal_address.clone(),
+            _ => lb
+                .vip
+                .clone()
+                .unwrap_or_else(|| first.internal_address.clone()),
+        };
+        let port = match lb.mode {
+            LbMode::None => loadbalancer::APISERVER_PORT,
+            _ => lb.port,
+        };
+        Ok(ControlPlaneEndpoint {
+            domain: lb.domain.clone(),
+            address,
+            port,
+        })
+    }
+
+    /// The first master (`roleGroups.master[0]`): where the cluster is initialised.
+    pub fn first_master(&self) -> Result<&Node, StepError> {
+        self.with_role("master")
+            .first()
+            .and_then(|m| self.node(m))
+            .ok_or_else(|| {
+                StepError::Invalid("roleGroups.master is empty: name at least one master".into())
+            })
     }
 
     /// Names of the nodes with `role`.

@@ -215,16 +215,10 @@ impl HostsBlock {
                 });
             }
         }
-        let lb_address = spec.load_balancer.vip.clone().or_else(|| {
-            ctx.with_role("master")
-                .first()
-                .and_then(|m| ctx.node(m))
-                .map(|n| n.internal_address.clone())
-        });
-        if let Some(address) = lb_address {
+        if let Ok(endpoint) = ctx.control_plane_endpoint() {
             hosts.push(HostLine {
-                address,
-                names: vec![spec.load_balancer.domain.clone()],
+                address: endpoint.address,
+                names: vec![endpoint.domain],
             });
         }
         for e in &spec.extra.hosts {
