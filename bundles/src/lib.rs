@@ -25,9 +25,11 @@ pub mod hash;
 pub mod manifest;
 pub mod pack;
 mod path;
+pub mod prefetch;
 mod space;
 mod sums;
 pub mod verify;
+mod worker_sink;
 mod writeback;
 
 pub use check::ManifestProblem;

@@ -1,48 +1,54 @@
 //! One-pass verified unpack of a bundle into the work directory.
 //!
-//! The bundle is decompressed once: [`kubexm_bundles::verify::verify`] checks every entry while
-//! a [`DirSink`] writes it out, and the compressed bytes are hashed alongside. The tree only
-//! gets its final, content-addressed name once all of that succeeded:
+//! The bundle is decompressed once: [`kubexm_bundles::verify::verify`] checks every entry
+//! (sha256 of each file against `SHA256SUMS`, `bundle.json` against both) while a [`DirSink`]
+//! writes it out. The tree only gets its final name — the bundle's **content digest**, the
+//! sha256 of its `SHA256SUMS`, which pins `bundle.json` and every file — once all of that
+//! succeeded and the tree is synced:
 //!
 //! ```text
 //! <work_dir>/bundles/
 //!   .lock                      flock held while unpacking: one unpack at a time per work dir
 //!   .partial-<pid>-<nanos>/    an unpack in progress; removed on error, or by the next run
 //!                              after a crash (anything named `.partial-*` is stale under the lock)
-//!   <sha256 of the .tar.zst>/  a complete, verified unpack: bundle.json, files/, images/, …
-//!     .kubexm-unpacked         completion marker holding the sha256
-//!   fingerprints.json          bundle path + size, mtime, ctime, device, inode → sha256
+//!   <content digest>/          a complete, verified unpack: bundle.json, files/, images/, …
+//!     .kubexm-unpacked         completion marker holding the digest
+//!   fingerprints.json          bundle path + size, mtime, ctime, device, inode → digest
 //! ```
 //!
 //! The marker is written into the partial directory (after the filesystem is synced) and the
-//! directory is renamed afterwards, so a `<sha256>/` directory without a marker never comes
+//! directory is renamed afterwards, so a `<digest>/` directory without a marker never comes
 //! from this code; one found anyway is treated as incomplete and replaced.
 //!
 //! A second unpack of the same file (same fingerprint) reuses the directory without reading
-//! the bundle. An unknown file is unpacked; if its sha256 turns out to be one already unpacked
-//! (a copy or a renamed bundle), the existing directory is reused and the new copy discarded.
+//! the bundle. An unknown file is unpacked; if its content digest turns out to be one already
+//! unpacked (a copy, a renamed or recompressed bundle), the existing directory is reused and the
+//! new copy discarded.
 //!
-//! Memory stays flat whatever the bundle size: the file is read through 1 MiB buffers and
-//! `verify` streams every entry through bounded channels. Three threads share the pass: this
-//! one decompresses and parses, `verify`'s worker hashes and writes entries, and a third hashes
-//! the compressed file (reading it with `pread`).
+//! The content digest rather than the sha256 of the `.tar.zst` names the tree: every byte that
+//! ends up in it is already hashed once against `SHA256SUMS`, and a second pass over the whole
+//! compressed file only to name the directory cost a third of the unpack. (Comparing the file
+//! with a digest published out of band is `sha256sum`'s job, before the bundle is trusted.)
+//!
+//! Memory stays flat whatever the bundle size: the file is read through a 1 MiB buffer and
+//! entries are copied in 256 KiB chunks. Two threads share the pass: this one reads,
+//! decompresses, parses and hashes; a [`WorkerSink`] thread does the writes.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kubexm_bundles::manifest::{BundleManifest, MANIFEST_PATH};
-use kubexm_bundles::verify::{verify, DirSink, VerifyError};
+use kubexm_bundles::prefetch::Prefetch;
+use kubexm_bundles::verify::{verify_buffered, DirSink, VerifyError, WorkerSink};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// Directory under the work directory holding unpacked bundles.
 pub const BUNDLES_DIR: &str = "bundles";
-/// Completion marker inside `<work_dir>/bundles/<sha256>/`; holds the sha256.
+/// Completion marker inside `<work_dir>/bundles/<digest>/`; holds the content digest.
 pub const MARKER: &str = ".kubexm-unpacked";
 /// Fingerprint record under `<work_dir>/bundles/`.
 pub const FINGERPRINTS: &str = "fingerprints.json";
@@ -56,8 +62,6 @@ pub const PARTIAL_PREFIX: &str = ".partial-";
 pub const SPACE_FACTOR: u64 = 2;
 
 const LOCK: &str = ".lock";
-/// Read buffer over the bundle file.
-const READ_BUFFER: usize = 1 << 20;
 const FINGERPRINTS_VERSION: u32 = 1;
 
 /// An unpacked bundle.
@@ -65,12 +69,12 @@ const FINGERPRINTS_VERSION: u32 = 1;
 pub struct Unpacked {
     /// Directory holding the bundle's tree (`bundle.json`, `files/`, `images/`, …).
     pub dir: PathBuf,
-    /// sha256 of the `.tar.zst`.
+    /// The bundle's content digest (sha256 of its `SHA256SUMS`).
     pub digest: String,
     /// Its `bundle.json`.
     pub manifest: BundleManifest,
     /// True when an earlier unpack of the same bundle was reused: the fingerprint matched (the
-    /// bundle was not read), or the bundle hashed to a digest already unpacked.
+    /// bundle was not read), or the bundle's content digest was already unpacked.
     pub reused: bool,
 }
 
@@ -168,7 +172,7 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     }
 }
 
-/// Verifies and unpacks `bundle` under `work_dir/bundles/<sha256>/`, or reuses an earlier unpack.
+/// Verifies and unpacks `bundle` under `work_dir/bundles/<content digest>/`, or reuses an earlier unpack.
 ///
 /// # Errors
 ///
@@ -243,34 +247,24 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
     ensure_space(root, bundle, before.size, available(root)?)?;
 
     let partial = Partial::create(root)?;
-    let mut sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
+    let sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
+    let mut sink = WorkerSink::spawn(sink).map_err(io_err("create", &partial.path))?;
     tracing::info!(bundle = %bundle.display(), size = before.size, "verifying and unpacking bundle");
-    // The compressed bytes are hashed on their own thread, reading the same open file with
-    // pread, while this thread decompresses and the verify worker hashes and writes entries.
-    let stop = AtomicBool::new(false);
-    let (verified, hashed) = std::thread::scope(|scope| {
-        let hasher = scope.spawn(|| hash_file(&file, &stop));
-        let reader = BufReader::with_capacity(READ_BUFFER, &file);
-        let verified = verify(reader, &mut sink);
-        if verified.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        let hashed = hasher
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the hashing thread panicked")));
-        (verified, hashed)
-    });
+    let reader = file.try_clone().map_err(io_err("read", bundle))?;
+    let reader = Prefetch::spawn(reader).map_err(io_err("read", bundle))?;
+    let verified = verify_buffered(reader, &mut sink);
+    drop(sink);
     let report = verified.map_err(|source| UnpackError::Verify {
         bundle: bundle.to_owned(),
         source,
     })?;
-    let (digest, bytes) = hashed.map_err(io_err("read", bundle))?;
     let after = file.metadata().map_err(io_err("read", bundle))?;
-    if bytes != before.size || Fingerprint::of(&after) != before {
+    if Fingerprint::of(&after) != before {
         return Err(UnpackError::Changed {
             bundle: bundle.to_owned(),
         });
     }
+    let digest = report.content_digest;
     let dir = root.join(&digest);
 
     let reused = if is_complete(&dir, &digest) {
@@ -292,25 +286,6 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         },
         fingerprint: before,
     })
-}
-
-/// sha256 and length of the whole file, read with `pread` (the caller's offset is untouched);
-/// gives up early, returning what it has, once `stop` is set.
-fn hash_file(file: &File, stop: &AtomicBool) -> io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; READ_BUFFER];
-    let mut offset = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let n = match file.read_at(&mut buf, offset) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        offset += n as u64;
-    }
-    Ok((hex::encode(hasher.finalize()), offset))
 }
 
 /// An exclusive `flock` on `bundles/.lock`, released when dropped (or when the process dies).
@@ -509,7 +484,7 @@ struct Record {
     digest: String,
 }
 
-/// `fingerprints.json`: canonical bundle path → fingerprint and sha256.
+/// `fingerprints.json`: canonical bundle path → fingerprint and content digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Fingerprints {
@@ -611,22 +586,6 @@ mod tests {
             available(Path::new("/nonexistent/kubexm")),
             Err(UnpackError::FreeSpace { .. })
         ));
-    }
-
-    #[test]
-    fn hashes_the_whole_file_whatever_its_offset() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let path = tmp.path().join("f");
-        let data: Vec<u8> = (0..3 * READ_BUFFER + 5).map(|i| i as u8).collect();
-        fs::write(&path, &data).expect("write");
-        let mut file = File::open(&path).expect("open");
-        let mut first = [0u8; 10];
-        io::Read::read_exact(&mut file, &mut first).expect("read");
-        let (digest, bytes) = hash_file(&file, &AtomicBool::new(false)).expect("hash");
-        assert_eq!(bytes, data.len() as u64);
-        assert_eq!(digest, hex::encode(Sha256::digest(&data)));
-        let (_, stopped) = hash_file(&file, &AtomicBool::new(true)).expect("hash");
-        assert_eq!(stopped, 0);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tar::EntryType;
 mod error;
 
 pub use crate::dirsink::DirSink;
+pub use crate::worker_sink::WorkerSink;
 pub use error::{LinkKind, VerifyError};
 
 /// Largest `bundle.json` or `SHA256SUMS` read into memory.
@@ -74,6 +75,10 @@ pub struct VerifyReport {
     pub entries: usize,
     /// Content bytes of all regular files, `bundle.json` and `SHA256SUMS` included.
     pub bytes: u64,
+    /// The bundle's content digest: sha256 of its `SHA256SUMS`, which lists the sum of
+    /// `bundle.json` and of every file, so two bundles with the same content digest verified to
+    /// the same bytes (however they were compressed).
+    pub content_digest: String,
 }
 
 /// Reads a bundle once: checks order, paths, entry types and every sum, and passes
@@ -83,11 +88,26 @@ pub struct VerifyReport {
 ///
 /// See [`VerifyError`]: each names the offending entry.
 pub fn verify(reader: impl Read, sink: &mut dyn Sink) -> Result<VerifyReport, VerifyError> {
-    let decoder =
-        zstd::stream::read::Decoder::new(reader).map_err(|source| VerifyError::Truncated {
+    let buffered = io::BufReader::with_capacity(zstd::zstd_safe::DCtx::in_size(), reader);
+    verify_buffered(buffered, sink)
+}
+
+/// [`verify`] over a reader that already buffers (e.g. [`crate::prefetch::Prefetch`]): the
+/// decompressor reads its buffer in place.
+///
+/// # Errors
+///
+/// See [`VerifyError`]: each names the offending entry.
+pub fn verify_buffered(
+    reader: impl io::BufRead,
+    sink: &mut dyn Sink,
+) -> Result<VerifyReport, VerifyError> {
+    let decoder = zstd::stream::read::Decoder::with_buffer(reader).map_err(|source| {
+        VerifyError::Truncated {
             after: None,
             source,
-        })?;
+        }
+    })?;
     let mut stream = EofReader {
         inner: decoder,
         eof: false,
@@ -162,6 +182,8 @@ struct State {
     position: usize,
     manifest: Option<(BundleManifest, String)>,
     sums: Option<Sums>,
+    /// sha256 of the `SHA256SUMS` bytes.
+    sums_digest: Option<String>,
     seen: BTreeSet<String>,
     last_good: Option<String>,
     bytes: u64,
@@ -273,6 +295,7 @@ impl State {
             let sums = sums::parse(&bytes).map_err(VerifyError::Sums)?;
             self.check_manifest(&sums)?;
             self.sums = Some(sums);
+            self.sums_digest = Some(crate::hash::sha256_hex(&bytes));
         }
         self.bytes += size;
         self.seen.insert(path.clone());
@@ -363,6 +386,7 @@ impl State {
             manifest,
             entries: self.position,
             bytes: self.bytes,
+            content_digest: self.sums_digest.unwrap_or_default(),
         })
     }
 }

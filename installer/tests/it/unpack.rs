@@ -1,4 +1,4 @@
-//! `unpack`: one streaming pass into `<work_dir>/bundles/<sha256>/`, reuse, refusals, cleanup,
+//! `unpack`: one streaming pass into `<work_dir>/bundles/<content digest>/`, reuse, refusals, cleanup,
 //! flat memory and the CLI, all on real bundles written by `kubexm_bundles::pack`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,23 @@ const HELM: &str = "files/helm/v3.16.2/amd64/helm";
 
 fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+/// The content digest the unpack must name the tree by: sha256 of the bundle's `SHA256SUMS`,
+/// read here with plain zstd + tar (independently of the verify code).
+fn content_digest(bundle: &Path) -> String {
+    let file = fs::File::open(bundle).expect("open bundle");
+    let decoder = zstd::stream::read::Decoder::new(file).expect("zstd");
+    let mut archive = tar::Archive::new(decoder);
+    for entry in archive.entries().expect("entries") {
+        let mut entry = entry.expect("entry");
+        if entry.path().expect("path").to_str() == Some("SHA256SUMS") {
+            let mut sums = Vec::new();
+            entry.read_to_end(&mut sums).expect("read SHA256SUMS");
+            return sha256(&sums);
+        }
+    }
+    panic!("{} has no SHA256SUMS", bundle.display());
 }
 
 /// Deterministic, poorly compressible bytes.
@@ -78,7 +95,8 @@ fn options() -> PackOptions {
 /// A bundle packed by `kubexm_bundles::pack`, and what it must unpack to.
 struct Built {
     path: PathBuf,
-    sha256: String,
+    /// Its content digest.
+    digest: String,
     manifest: BundleManifest,
     /// Every regular file but `bundle.json` and `SHA256SUMS`.
     expected: BTreeMap<String, Vec<u8>>,
@@ -111,8 +129,8 @@ fn build(dir: &Path, name: &str, files: &[(&str, Vec<u8>)]) -> Built {
     let manifest = manifest(records);
     let report = pack(&dir.join(name), &manifest, entries, &options()).expect("pack");
     Built {
+        digest: content_digest(&report.path),
         path: report.path,
-        sha256: report.sha256,
         manifest,
         expected,
     }
@@ -203,7 +221,7 @@ fn assert_tree(dir: &Path, built: &Built) {
         .expect("utf8")
         .contains(&format!("{}  bundle.json\n", sha256(&json))));
     let marker = found.remove(MARKER).expect("marker");
-    assert_eq!(marker, format!("{}\n", built.sha256).into_bytes());
+    assert_eq!(marker, format!("{}\n", built.digest).into_bytes());
     assert_eq!(found, built.expected);
 }
 
@@ -226,8 +244,8 @@ fn unpacks_once_then_reuses_even_under_another_name() {
 
     let first = unpack(&built.path, &work).expect("unpack");
     assert!(!first.reused);
-    assert_eq!(first.digest, built.sha256);
-    assert_eq!(first.dir, root.join(&built.sha256));
+    assert_eq!(first.digest, built.digest);
+    assert_eq!(first.dir, root.join(&built.digest));
     assert_eq!(first.manifest, built.manifest);
     assert_tree(&first.dir, &built);
     let exec = fs::metadata(first.dir.join(KUBEADM)).expect("meta");
@@ -240,7 +258,7 @@ fn unpacks_once_then_reuses_even_under_another_name() {
         BTreeSet::from([
             ".lock".to_owned(),
             FINGERPRINTS.to_owned(),
-            built.sha256.clone()
+            built.digest.clone()
         ])
     );
     let before = mtimes(&first.dir);
@@ -287,7 +305,7 @@ fn a_different_bundle_lands_beside_the_first() {
     let ub = unpack(&b.path, &work).expect("unpack b");
     assert!(!ub.reused);
     assert_ne!(ua.dir, ub.dir);
-    assert_eq!(ub.dir, work.join(BUNDLES_DIR).join(&b.sha256));
+    assert_eq!(ub.dir, work.join(BUNDLES_DIR).join(&b.digest));
     assert_tree(&ua.dir, &a);
     assert_tree(&ub.dir, &b);
     assert!(!ub.dir.join(KUBEADM).exists(), "bundles must not mix");
@@ -411,7 +429,7 @@ fn tampered_and_truncated_bundles_are_refused_and_leave_nothing() {
     // The good bundle still unpacks, and a bad one later leaves the good one alone.
     let ok = unpack(&built.path, &work).expect("unpack good");
     assert_refused(&tampered, &work, HELM);
-    let allowed = BTreeSet::from([FINGERPRINTS.to_owned(), built.sha256.clone()]);
+    let allowed = BTreeSet::from([FINGERPRINTS.to_owned(), built.digest.clone()]);
     assert_nothing_left(&root, &allowed);
     assert_tree(&ok.dir, &built);
 }
@@ -512,7 +530,7 @@ fn cli_unpacks_then_reports_already_unpacked() {
             .output()
             .expect("run kubexm-install")
     };
-    let dir = work.join(BUNDLES_DIR).join(&built.sha256);
+    let dir = work.join(BUNDLES_DIR).join(&built.digest);
 
     let first = run(&built.path);
     let stdout = String::from_utf8_lossy(&first.stdout);
@@ -625,7 +643,7 @@ fn peak_memory_stays_flat_for_a_large_bundle() {
         "peak RSS {peak} bytes while unpacking {} bytes",
         report.bytes_out
     );
-    let dir = work.join(BUNDLES_DIR).join(&report.sha256);
+    let dir = work.join(BUNDLES_DIR).join(content_digest(&report.path));
     assert_eq!(
         fs::metadata(dir.join("files/blob/v3/amd64/part"))
             .expect("unpacked")
