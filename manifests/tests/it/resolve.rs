@@ -171,12 +171,16 @@ snap!(registry_harbor_on_arm64_host_fails, "default", |f| {
     f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
     f.spec.hosts[4].arch = Arch::Arm64;
 });
-snap!(registry_harbor_with_docker_runtime_uses_its_docker, "default", |f| {
-    f.spec.registry.kind = RegistryType::Harbor;
-    f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
-    f.spec.runtime.kind = RuntimeType::Docker;
-    f.spec.runtime.version = Some("24.0.6".into());
-});
+snap!(
+    registry_harbor_with_docker_runtime_uses_its_docker,
+    "default",
+    |f| {
+        f.spec.registry.kind = RegistryType::Harbor;
+        f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
+        f.spec.runtime.kind = RuntimeType::Docker;
+        f.spec.runtime.version = Some("24.0.6".into());
+    }
+);
 snap!(registry_external, "default", |f| {
     f.spec.registry.kind = RegistryType::External;
     f.spec.registry.private_registry = Some("reg.corp:5000".into());
