@@ -232,6 +232,19 @@ fn kubernetes_kubexm_with_pinned_server_binaries() {
 }
 
 #[test]
+fn runtime_isulad_with_a_pin_gets_runc_crictl_and_cni() {
+    let catalog = Catalog::builtin_with_override(Some(&fixture("catalog-isulad-pin.yaml")))
+        .expect("isulad pin merges");
+    insta::assert_snapshot!(
+        "runtime_isulad_with_a_pin_gets_runc_crictl_and_cni",
+        run(&catalog, "default", |f| {
+            f.spec.runtime.kind = RuntimeType::Isulad;
+            f.spec.runtime.version = Some("2.1.5".into());
+        })
+    );
+}
+
+#[test]
 fn every_builtin_release_resolves_the_default_cluster() {
     let catalog = builtin();
     let versions = catalog.kubernetes_versions();
