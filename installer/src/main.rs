@@ -494,6 +494,7 @@ fn run_seed(args: &SeedArgs, work_dir: &std::path::Path) -> Result<()> {
             RewriteMode::KeepPath
         },
         harbor: args.harbor.then_some(!args.private_projects),
+        harbor_projects: Vec::new(),
         jobs: args.jobs.max(1),
         attempts: args.retries.max(1),
         retry_delay: std::time::Duration::from_millis(args.retry_delay_ms),

@@ -224,6 +224,36 @@ fn parse_pem_der(path: &Path, pem: &str) -> Result<Vec<u8>, PkiError> {
     Ok(p.contents)
 }
 
+/// A generated password kept at `path` (0600): read when present, else 32 random hex digits
+/// written there, so re-runs use the same value (e.g. Harbor's database password, which Harbor
+/// keeps from its first start).
+pub fn load_or_create_secret(path: &Path) -> Result<String, PkiError> {
+    if path.exists() {
+        let text = read(path)?;
+        let value = text.trim();
+        if value.is_empty() {
+            return Err(PkiError::Parse {
+                path: path.to_path_buf(),
+                message: "empty secret".to_string(),
+            });
+        }
+        return Ok(value.to_string());
+    }
+    let mut bytes = [0u8; 16];
+    {
+        use std::io::Read as _;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .map_err(|source| PkiError::Io {
+                path: PathBuf::from("/dev/urandom"),
+                source,
+            })?;
+    }
+    let value = hex::encode(bytes);
+    write_atomic(path, format!("{value}\n").as_bytes(), 0o600)?;
+    Ok(value)
+}
+
 impl Ca {
     /// Loads `<dir>/<name>-ca.crt` and `-ca.key`, or creates them (CN `common_name`, 10 years).
     pub fn load_or_create(dir: &Path, name: &str, common_name: &str) -> Result<Self, PkiError> {

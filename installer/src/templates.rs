@@ -15,11 +15,24 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "containerd/config-v2.toml.tera",
     "containerd/config-v3.toml.tera",
     "containerd/containerd.service.tera",
-    "containerd/crictl.yaml.tera",
     "containerd/hosts.toml.tera",
+    "crictl/crictl.yaml.tera",
+    "crio/crio.conf.tera",
+    "crio/crio.service.tera",
+    "crio/policy.json.tera",
+    "crio/registries.conf.tera",
+    "docker/cri-docker.service.tera",
+    "docker/cri-docker.socket.tera",
+    "docker/daemon.json.tera",
+    "docker/docker.service.tera",
+    "docker/docker.socket.tera",
     "etcd/etcd.conf.yml.tera",
     "etcd/etcd.service.tera",
+    "harbor/harbor.yml.tera",
     "hosts/managed-block.tera",
+    "isulad/daemon.json.tera",
+    "isulad/isulad.service.tera",
+    "isulad/ld.so.conf.tera",
     "lb/haproxy.cfg.tera",
     "lb/keepalived.conf.tera",
     "lb/nginx.conf.tera",
@@ -38,14 +51,27 @@ pub fn render(name: &str, context: &tera::Context) -> Result<String, StepError> 
             message: "no such template is embedded".to_string(),
         });
     };
-    let mut tera = tera::Tera::default();
-    tera.autoescape_on(Vec::<&str>::new());
+    let mut tera = engine();
     tera.add_raw_template(name, source)
         .and_then(|()| tera.render(name, context))
         .map_err(|e| StepError::Template {
             name: name.to_string(),
             message: error_chain(&e),
         })
+}
+
+/// Tera as KubeXM uses it: no escaping (these are config files, not HTML) and a `json` filter
+/// (`{{ x | json }}`: the value as JSON, also a valid YAML scalar) for JSON configs and quoting.
+fn engine() -> tera::Tera {
+    let mut tera = tera::Tera::default();
+    tera.autoescape_on(Vec::<&str>::new());
+    tera.register_filter(
+        "json",
+        |v: tera::Value, _: tera::Kwargs, _: &tera::State| {
+            serde_json::to_string(&v).unwrap_or_default()
+        },
+    );
+    tera
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -84,7 +110,7 @@ mod tests {
         embedded.sort();
         assert_eq!(on_disk, embedded, "templates/ and TEMPLATES differ");
         for (name, source) in TEMPLATES {
-            let mut t = tera::Tera::default();
+            let mut t = engine();
             t.add_raw_template(name, source)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }

@@ -224,8 +224,19 @@ pub fn resolve(
             r.binary("crictl", None, NODES, "spec.runtime");
             r.binary("cni-plugins", None, NODES, "spec.network");
         }
-        RuntimeType::CriO => {}
-        RuntimeType::Isulad => r.binary("isulad", rt_version, NODES, "spec.runtime.version"),
+        RuntimeType::CriO => {
+            // The cri-o bundle carries crio, conmon, pinns, crun and runc; crictl and the CNI
+            // plugins come from their own components, as for the other runtimes.
+            r.binary("cri-o", rt_version, NODES, "spec.runtime.version");
+            r.binary("crictl", None, NODES, "spec.runtime");
+            r.binary("cni-plugins", None, NODES, "spec.network");
+        }
+        RuntimeType::Isulad => {
+            r.binary("isulad", rt_version, NODES, "spec.runtime.version");
+            r.binary("runc", None, NODES, "spec.runtime");
+            r.binary("crictl", None, NODES, "spec.runtime");
+            r.binary("cni-plugins", None, NODES, "spec.network");
+        }
     }
 
     // Network.
@@ -278,7 +289,12 @@ pub fn resolve(
                 &[Role::Registry],
                 "spec.registry.harborConfig.version",
             );
-            r.binary("docker", None, &[Role::Registry], "spec.registry");
+            // With runtime.type docker the registry host runs the same docker as the nodes
+            // (it may be one of them).
+            let docker = (spec.runtime.kind == RuntimeType::Docker)
+                .then_some(rt_version)
+                .flatten();
+            r.binary("docker", docker, &[Role::Registry], "spec.registry");
             r.binary("compose", None, &[Role::Registry], "spec.registry");
         }
         RegistryType::External | RegistryType::None => {}

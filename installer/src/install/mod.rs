@@ -71,6 +71,8 @@ impl ControlPlaneEndpoint {
 
 /// Port the bundled registry listens on when `privateRegistry` does not name one.
 pub const REGISTRY_PORT: u16 = 5000;
+/// Harbor's built-in public project, used when `registry.namespace` is not set.
+pub const HARBOR_DEFAULT_PROJECT: &str = "library";
 
 impl InstallContext {
     /// `HOST[:PORT]` nodes pull images from: `registry.privateRegistry`, else the registry host
@@ -84,9 +86,22 @@ impl InstallContext {
         let node = self.node(&host)?;
         match r.kind {
             RegistryType::Registry => Some(format!("{}:{REGISTRY_PORT}", node.internal_address)),
-            RegistryType::Harbor => Some(node.internal_address.clone()),
+            RegistryType::Harbor => Some(match r.harbor_config.https_port {
+                Some(port) if port != 443 => format!("{}:{port}", node.internal_address),
+                _ => node.internal_address.clone(),
+            }),
             RegistryType::External | RegistryType::None => None,
         }
+    }
+
+    /// The project (namespace) images are pushed under and pulled from: `registry.namespace`,
+    /// else `library` for Harbor (every Harbor repository lives in a project; `library` is the
+    /// one Harbor creates), else none.
+    pub fn registry_namespace(&self) -> Option<String> {
+        let r = &self.cluster.file.spec.registry;
+        r.namespace.clone().or_else(|| {
+            (r.kind == RegistryType::Harbor).then(|| HARBOR_DEFAULT_PROJECT.to_string())
+        })
     }
 
     /// Where nodes pull `reference` (as written in bundle.json) from: rewritten into the
@@ -100,7 +115,7 @@ impl InstallContext {
             .parse()
             .map_err(|e| StepError::Invalid(format!("image reference {reference}: {e}")))?;
         Ok(parsed
-            .in_private_registry(&endpoint, r.namespace.as_deref(), r.rewrite)
+            .in_private_registry(&endpoint, self.registry_namespace().as_deref(), r.rewrite)
             .to_string())
     }
 

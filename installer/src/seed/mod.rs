@@ -8,7 +8,7 @@
 mod client;
 pub mod harbor;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -47,6 +47,9 @@ pub struct SeedOptions {
     pub rewrite: RewriteMode,
     /// `Some(public)`: the target is Harbor; create missing projects (public or not) first.
     pub harbor: Option<bool>,
+    /// With `harbor`: projects to create too, each public or not (`registry.harborConfig.projects`);
+    /// a project the images need that is listed here gets this visibility.
+    pub harbor_projects: Vec<(String, bool)>,
     /// Parallel uploads.
     pub jobs: usize,
     /// Tries per request.
@@ -209,19 +212,32 @@ pub async fn seed(
         ..SeedReport::default()
     };
     if let Some(public) = opts.harbor {
-        let projects: BTreeSet<String> = plans
-            .iter()
-            .filter_map(|p| p.repo.split('/').next().map(str::to_owned))
-            .collect();
-        let projects: Vec<String> = projects.into_iter().collect();
-        report.projects_created = harbor::ensure_projects(
-            client.http(),
-            client.base(),
-            &opts.target,
-            &projects,
-            public,
-        )
-        .await?;
+        let mut wanted: BTreeMap<String, bool> = opts.harbor_projects.iter().cloned().collect();
+        for p in &plans {
+            if let Some(project) = p.repo.split('/').next() {
+                wanted.entry(project.to_owned()).or_insert(public);
+            }
+        }
+        for visibility in [true, false] {
+            let projects: Vec<String> = wanted
+                .iter()
+                .filter(|(_, v)| **v == visibility)
+                .map(|(p, _)| p.clone())
+                .collect();
+            if projects.is_empty() {
+                continue;
+            }
+            report.projects_created.extend(
+                harbor::ensure_projects(
+                    client.http(),
+                    client.base(),
+                    &opts.target,
+                    &projects,
+                    visibility,
+                )
+                .await?,
+            );
+        }
     }
 
     // An image whose tag already resolves to its top digest is complete (a registry refuses a

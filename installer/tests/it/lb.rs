@@ -28,10 +28,11 @@ pub(crate) fn lab_context(edit: impl Fn(String) -> String) -> Arc<InstallContext
 /// Every rendered file of `module` per node: (node, destination, text), in task/step order.
 pub(crate) fn rendered(ctx: &InstallContext, module: &dyn Module) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
+    let nodes = ctx.plan_nodes();
     for task in module.tasks().expect("tasks") {
         for step in &task.steps {
             for host in &task.hosts {
-                let node = ctx.node(host).expect("node");
+                let node = nodes.iter().find(|n| &n.name == host).expect("node");
                 for op in step.ops(node, &Facts::default()).expect("ops") {
                     if let Op::Template(t) = op {
                         out.push((

@@ -1,10 +1,14 @@
-//! The containerd runtime module on the lab cluster: the rendered files (snapshots), the
-//! config parsed by a real containerd, the binaries' layout, the pause pull and skip reasons.
+//! The runtime module on the lab cluster, for each runtime type: the rendered files
+//! (snapshots; TOML and JSON parsed by real parsers, containerd's config by a real containerd),
+//! the binaries' layout, the pause pull, the plans (snapshots) and the delete plans.
 
-use kubexm_install::install::runtime::RuntimeModule;
-use kubexm_install::pipeline::{Facts, Module};
+use std::sync::Arc;
 
-use crate::lb::{check_with, file_of, lab_context, rendered};
+use kubexm_install::install::runtime::{delete_module, RuntimeModule};
+use kubexm_install::install::{load_context, InstallContext};
+use kubexm_install::pipeline::{plan, Facts, Module, Pipeline};
+
+use crate::lb::{check_with, file_of, lab_context, rendered, repo};
 
 fn plan_lines(module: &dyn Module, ctx: &kubexm_install::install::InstallContext) -> Vec<String> {
     let mut out = Vec::new();
@@ -142,25 +146,6 @@ fn containerd_2_gets_a_version_3_config() {
 }
 
 #[test]
-fn other_runtimes_are_skipped_with_a_reason() {
-    for (kind, name) in [
-        ("docker", "docker"),
-        ("cri-o", "cri-o"),
-        ("isulad", "isulad"),
-    ] {
-        let ctx = lab_context(|t| {
-            t.replace(
-                "type: containerd\n    version: 1.6.20",
-                &format!("type: {kind}"),
-            )
-        });
-        let reason = RuntimeModule(ctx).skip().expect("skipped");
-        assert!(reason.contains(name), "{reason}");
-        assert!(reason.contains("not implemented"), "{reason}");
-    }
-}
-
-#[test]
 fn plain_http_registry_gets_an_http_host_and_a_plain_http_pull() {
     let ctx = lab_context(|t| {
         t.replace(
@@ -263,4 +248,321 @@ fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
         config.contains("sandbox_image = \"10.88.10.11:5000/pause:3.9-bundled\""),
         "{config}"
     );
+}
+
+/// The lab cluster with runtime `kind` (and `version`) instead of containerd 1.6.20.
+fn with_runtime(kind: &str, version: Option<&str>) -> impl Fn(String) -> String {
+    let to = match version {
+        Some(v) => format!("type: {kind}\n    version: {v}"),
+        None => format!("type: {kind}"),
+    };
+    move |t: String| t.replace("type: containerd\n    version: 1.6.20", &to)
+}
+
+/// The plan of `module` alone, as `kubexm-install plan` prints it.
+pub(crate) fn module_plan(ctx: &InstallContext, module: Box<dyn Module>, name: &str) -> String {
+    let pipeline = Pipeline {
+        name: name.to_string(),
+        modules: vec![module],
+    };
+    plan::build(&pipeline, &ctx.plan_nodes(), &Facts::default())
+        .expect("plan")
+        .to_text()
+}
+
+/// A real TOML parser (Python's tomllib) accepts `text`.
+fn check_toml(text: &str, name: &str) {
+    check_with(
+        "python3",
+        &[
+            "-c",
+            "import sys, tomllib; tomllib.load(open(sys.argv[1], 'rb'))",
+            "FILE",
+        ],
+        text,
+        name,
+    );
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+#[test]
+fn docker_with_cri_dockerd_files_and_plan() {
+    let ctx = lab_context(with_runtime("docker", Some("24.0.9")));
+    let module = RuntimeModule(ctx.clone());
+    let files = rendered(&ctx, &module);
+    let daemon = file_of(&files, "node1", "/etc/docker/daemon.json");
+    let v = json(&daemon);
+    assert_eq!(
+        v["exec-opts"],
+        serde_json::json!(["native.cgroupdriver=systemd"])
+    );
+    assert_eq!(v["log-opts"]["max-size"], "100m");
+    assert_eq!(
+        v["insecure-registries"],
+        serde_json::json!([]),
+        "TLS registry: its CA in certs.d instead"
+    );
+    insta::assert_snapshot!("docker-daemon.json", daemon);
+    let service = file_of(&files, "node2", "/etc/systemd/system/docker.service");
+    assert!(
+        service.contains("Environment=PATH=/usr/local/libexec/kubexm-docker:"),
+        "dockerd runs its own containerd first in PATH: {service}"
+    );
+    assert!(
+        service.contains(
+            "ExecStart=/usr/local/bin/dockerd -H fd:// --config-file=/etc/docker/daemon.json"
+        ),
+        "{service}"
+    );
+    insta::assert_snapshot!("docker.service", service);
+    insta::assert_snapshot!(
+        "docker.socket",
+        file_of(&files, "node3", "/etc/systemd/system/docker.socket")
+    );
+    let cri = file_of(&files, "node1", "/etc/systemd/system/cri-docker.service");
+    for flag in [
+        "--pod-infra-container-image=10.88.10.11:5000/pause:3.10",
+        "--network-plugin=cni",
+        "--cni-bin-dir=/opt/cni/bin",
+        "--container-runtime-endpoint fd://",
+    ] {
+        assert!(cri.contains(flag), "{flag} missing: {cri}");
+    }
+    insta::assert_snapshot!("cri-docker.service", cri);
+    insta::assert_snapshot!(
+        "cri-docker.socket",
+        file_of(&files, "node1", "/etc/systemd/system/cri-docker.socket")
+    );
+    let crictl = file_of(&files, "node1", "/etc/crictl.yaml");
+    assert!(
+        crictl.contains("runtime-endpoint: unix:///run/cri-dockerd.sock"),
+        "{crictl}"
+    );
+    insta::assert_snapshot!(
+        "runtime-docker-plan",
+        module_plan(&ctx, Box::new(module), "install")
+    );
+}
+
+#[test]
+fn docker_plain_http_registry_is_insecure_and_credentials_stay_out_of_the_plan() {
+    let ctx = lab_context(|t| {
+        with_runtime("docker", None)(t).replace(
+            "    type: registry\n",
+            "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: 'd0cker-secret', plainHTTP: true}\n",
+        )
+    });
+    let module = RuntimeModule(ctx.clone());
+    let daemon = file_of(&rendered(&ctx, &module), "node1", "/etc/docker/daemon.json");
+    assert_eq!(
+        json(&daemon)["insecure-registries"],
+        serde_json::json!(["10.88.10.11:5000"])
+    );
+    let plan = module_plan(&ctx, Box::new(module), "install");
+    assert!(!plan.contains("d0cker-secret"), "{plan}");
+    assert!(
+        plan.contains("-> /etc/docker/kubexm-pull/config.json (600)"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("/usr/local/bin/docker --config /etc/docker/kubexm-pull pull 10.88.10.11:5000/pause:3.10"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn cri_o_files_and_plan() {
+    let ctx = lab_context(with_runtime("cri-o", Some("1.33.12")));
+    let module = RuntimeModule(ctx.clone());
+    let files = rendered(&ctx, &module);
+    let dropin = file_of(&files, "node1", "/etc/crio/crio.conf.d/10-kubexm.conf");
+    check_toml(&dropin, "10-kubexm.conf");
+    for line in [
+        "cgroup_manager = \"systemd\"",
+        "pause_image = \"10.88.10.11:5000/pause:3.10\"",
+        "conmon = \"/usr/local/libexec/crio/conmon\"",
+        "runtime_path = \"/usr/local/libexec/crio/crun\"",
+        "signature_policy = \"/etc/crio/kubexm-policy.json\"",
+    ] {
+        assert!(dropin.contains(line), "{line} missing: {dropin}");
+    }
+    assert!(
+        !dropin.contains("global_auth_file"),
+        "no credentials configured: {dropin}"
+    );
+    insta::assert_snapshot!("crio-10-kubexm.conf", dropin);
+    let registries = file_of(
+        &files,
+        "node2",
+        "/etc/containers/registries.conf.d/10-kubexm.conf",
+    );
+    check_toml(&registries, "registries.conf");
+    assert!(registries.contains("insecure = false"), "{registries}");
+    insta::assert_snapshot!("crio-registries.conf", registries);
+    let policy = file_of(&files, "node1", "/etc/crio/kubexm-policy.json");
+    assert_eq!(
+        json(&policy)["default"][0]["type"],
+        "insecureAcceptAnything"
+    );
+    insta::assert_snapshot!("crio-policy.json", policy);
+    insta::assert_snapshot!(
+        "crio.service",
+        file_of(&files, "node1", "/etc/systemd/system/crio.service")
+    );
+    let crictl = file_of(&files, "node3", "/etc/crictl.yaml");
+    assert!(
+        crictl.contains("unix:///var/run/crio/crio.sock"),
+        "{crictl}"
+    );
+    insta::assert_snapshot!(
+        "runtime-cri-o-plan",
+        module_plan(&ctx, Box::new(module), "install")
+    );
+}
+
+#[test]
+fn cri_o_registry_credentials_go_to_a_root_only_auth_file() {
+    let ctx = lab_context(|t| {
+        with_runtime("cri-o", Some("1.33.12"))(t).replace(
+            "    type: registry\n",
+            "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: 'cr10-secret'}\n",
+        )
+    });
+    let module = RuntimeModule(ctx.clone());
+    let dropin = file_of(
+        &rendered(&ctx, &module),
+        "node1",
+        "/etc/crio/crio.conf.d/10-kubexm.conf",
+    );
+    assert!(
+        dropin.contains("global_auth_file = \"/etc/crio/kubexm-auth.json\""),
+        "{dropin}"
+    );
+    assert!(!dropin.contains("cr10-secret"), "{dropin}");
+    let plan = module_plan(&ctx, Box::new(module), "install");
+    assert!(
+        plan.contains("-> /etc/crio/kubexm-auth.json (600)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("cr10-secret"), "{plan}");
+}
+
+/// The lab catalog plus an operator's pin of iSulad (there is no public one).
+fn isulad_context() -> Arc<InstallContext> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, with_runtime("isulad", Some("2.1.5"))(text)).expect("write");
+    let catalog = std::fs::read_to_string(repo().join("tests/lab/mirror/catalog-lab.yaml"))
+        .expect("lab catalog")
+        .replace(
+            "components:\n",
+            &format!(
+                "components:\n  - name: isulad\n    url: \"https://mirror.example/isulad/{{version}}/isulad-{{version}}-linux-{{arch}}.tar.gz\"\n    versions: {{\"2.1.5\": {{amd64: \"{}\"}}}}\n",
+                "5".repeat(64)
+            ),
+        );
+    let catalog_file = dir.path().join("catalog.yaml");
+    std::fs::write(&catalog_file, catalog).expect("write catalog");
+    let work = dir.path().join("work");
+    Arc::new(load_context(&file, Some(&catalog_file), None, &work).expect("loads"))
+}
+
+#[test]
+fn isulad_files_and_plan() {
+    let ctx = isulad_context();
+    let module = RuntimeModule(ctx.clone());
+    let files = rendered(&ctx, &module);
+    let daemon = file_of(&files, "node1", "/etc/isulad/daemon.json");
+    let v = json(&daemon);
+    assert_eq!(v["pod-sandbox-image"], "10.88.10.11:5000/pause:3.10");
+    assert_eq!(v["systemd-cgroup"], true);
+    assert_eq!(v["network-plugin"], "cni");
+    assert_eq!(
+        v["registry-mirrors"],
+        serde_json::json!(["10.88.10.11:5000"])
+    );
+    assert_eq!(v["insecure-registries"], serde_json::json!([]));
+    insta::assert_snapshot!("isulad-daemon.json", daemon);
+    insta::assert_snapshot!(
+        "isulad.service",
+        file_of(&files, "node2", "/etc/systemd/system/isulad.service")
+    );
+    insta::assert_snapshot!(
+        "isulad-ld.so.conf",
+        file_of(&files, "node1", "/etc/ld.so.conf.d/kubexm-isulad.conf")
+    );
+    let crictl = file_of(&files, "node1", "/etc/crictl.yaml");
+    assert!(crictl.contains("unix:///var/run/isulad.sock"), "{crictl}");
+    let plan = module_plan(&ctx, Box::new(module), "install");
+    for line in [
+        "/var/lib/kubexm/extract/isulad-2.1.5/bin/isulad -> /usr/local/bin/isulad (755)",
+        "/var/lib/kubexm/artifacts/runc/v1.1.5/runc.amd64 -> /usr/local/sbin/runc (755)",
+        "/usr/local/bin/crictl pull 10.88.10.11:5000/pause:3.10",
+    ] {
+        assert!(plan.contains(line), "{line} missing:\n{plan}");
+    }
+    insta::assert_snapshot!("runtime-isulad-plan", plan);
+}
+
+#[test]
+fn every_runtime_has_a_delete_plan_removing_what_it_installed() {
+    let cases: Vec<(&str, Arc<InstallContext>, Vec<&str>)> = vec![
+        (
+            "containerd",
+            lab_context(|t| t),
+            vec!["/usr/local/bin/containerd", "/etc/containerd/config.toml"],
+        ),
+        (
+            "docker",
+            lab_context(with_runtime("docker", None)),
+            vec![
+                "systemctl disable --now cri-docker.service cri-docker.socket",
+                "/usr/local/bin/cri-dockerd",
+                "systemctl disable --now docker.service docker.socket",
+                "/usr/local/libexec/kubexm-docker/containerd",
+                "/etc/docker/daemon.json",
+                "/etc/docker/certs.d/10.88.10.11:5000/ca.crt",
+                "find /var/lib/docker -mindepth 1",
+            ],
+        ),
+        (
+            "cri-o",
+            lab_context(with_runtime("cri-o", Some("1.33.12"))),
+            vec![
+                "systemctl disable --now crio",
+                "/usr/local/libexec/crio/conmon",
+                "/etc/crio/crio.conf.d/10-kubexm.conf",
+                "/etc/containers/certs.d/10.88.10.11:5000/ca.crt",
+                "find /var/lib/containers/storage -mindepth 1",
+            ],
+        ),
+        (
+            "isulad",
+            isulad_context(),
+            vec![
+                "systemctl disable --now isulad",
+                "/usr/local/bin/isula ",
+                "/etc/isulad/daemon.json",
+                "rm -rf -- /usr/local/lib/kubexm-isulad",
+                "find /var/lib/isulad -mindepth 1",
+            ],
+        ),
+    ];
+    for (kind, ctx, expected) in cases {
+        let plan = module_plan(&ctx, Box::new(delete_module(&ctx)), "delete");
+        for e in &expected {
+            assert!(plan.contains(e), "{kind}: `{e}` missing:\n{plan}");
+        }
+        assert!(
+            plan.contains("/opt/cni/bin"),
+            "{kind}: CNI plugins:\n{plan}"
+        );
+        if kind != "containerd" {
+            insta::assert_snapshot!(format!("delete-runtime-{kind}-plan"), plan);
+        }
+    }
 }

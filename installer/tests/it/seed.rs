@@ -138,6 +138,7 @@ fn options(reg: &Registry, creds: Option<(&str, &str)>, ca: Option<Vec<u8>>) -> 
         project: Some("kubexm".into()),
         rewrite: RewriteMode::KeepPath,
         harbor: None,
+        harbor_projects: Vec::new(),
         jobs: 4,
         attempts: 3,
         retry_delay: Duration::from_millis(100),
@@ -326,12 +327,12 @@ fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
 
 /// A stand-in for Harbor's project API: `GET /api/v2.0/projects?name=X` and
 /// `POST /api/v2.0/projects`, with basic auth, as Harbor v2.0 documents them.
-struct HarborStandIn {
-    port: u16,
-    projects: Arc<Mutex<Vec<(String, String)>>>,
+pub(crate) struct HarborStandIn {
+    pub(crate) port: u16,
+    pub(crate) projects: Arc<Mutex<Vec<(String, String)>>>,
 }
 
-fn harbor_stand_in(existing: &[&str]) -> HarborStandIn {
+pub(crate) fn harbor_stand_in(existing: &[&str]) -> HarborStandIn {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let projects = Arc::new(Mutex::new(

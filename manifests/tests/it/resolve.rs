@@ -100,7 +100,7 @@ snap!(runtime_docker_with_cri_dockerd, "default", |f| f
     .runtime
     .kind =
     RuntimeType::Docker);
-snap!(runtime_cri_o_uses_os_packages, "default", |f| f
+snap!(runtime_cri_o_bundle_crictl_and_cni, "default", |f| f
     .spec
     .runtime
     .kind =
@@ -171,6 +171,16 @@ snap!(registry_harbor_on_arm64_host_fails, "default", |f| {
     f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
     f.spec.hosts[4].arch = Arch::Arm64;
 });
+snap!(
+    registry_harbor_with_docker_runtime_uses_its_docker,
+    "default",
+    |f| {
+        f.spec.registry.kind = RegistryType::Harbor;
+        f.spec.registry.harbor_config.admin_password = Some(Secret::new("pw"));
+        f.spec.runtime.kind = RuntimeType::Docker;
+        f.spec.runtime.version = Some("24.0.6".into());
+    }
+);
 snap!(registry_external, "default", |f| {
     f.spec.registry.kind = RegistryType::External;
     f.spec.registry.private_registry = Some("reg.corp:5000".into());
@@ -217,6 +227,19 @@ fn kubernetes_kubexm_with_pinned_server_binaries() {
         run(&catalog, "default", |f| {
             f.spec.kubernetes.kind = KubernetesType::Kubexm;
             f.spec.hosts[3].arch = Arch::Arm64;
+        })
+    );
+}
+
+#[test]
+fn runtime_isulad_with_a_pin_gets_runc_crictl_and_cni() {
+    let catalog = Catalog::builtin_with_override(Some(&fixture("catalog-isulad-pin.yaml")))
+        .expect("isulad pin merges");
+    insta::assert_snapshot!(
+        "runtime_isulad_with_a_pin_gets_runc_crictl_and_cni",
+        run(&catalog, "default", |f| {
+            f.spec.runtime.kind = RuntimeType::Isulad;
+            f.spec.runtime.version = Some("2.1.5".into());
         })
     );
 }

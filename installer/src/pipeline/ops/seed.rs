@@ -32,7 +32,7 @@ impl GenericStep for SeedImages {
         OpPlan {
             kind: "seed",
             detail: format!(
-                "{} image(s) from the bundle -> {}{} ({:?}{})",
+                "{} image(s) from the bundle -> {}{} ({:?}{}{})",
                 self.images,
                 if o.target.plain_http {
                     "http://"
@@ -44,6 +44,9 @@ impl GenericStep for SeedImages {
                 o.project
                     .as_deref()
                     .map(|p| format!(", project {p}"))
+                    .unwrap_or_default(),
+                o.harbor
+                    .map(|public| harbor_plan(public, &o.harbor_projects))
                     .unwrap_or_default()
             ),
             input: self.manifest.as_ref().map(|m| {
@@ -112,4 +115,19 @@ impl GenericStep for SeedImages {
     fn revert(&self) -> Option<String> {
         None
     }
+}
+
+/// `, Harbor projects created first: …` for the plan.
+fn harbor_plan(public: bool, listed: &[(String, bool)]) -> String {
+    let vis = |p: bool| if p { "public" } else { "private" };
+    let mut s = format!(
+        ", Harbor: missing projects created first ({} unless listed",
+        vis(public)
+    );
+    for (i, (name, p)) in listed.iter().enumerate() {
+        s.push_str(if i == 0 { ": " } else { ", " });
+        s.push_str(&format!("{name} {}", vis(*p)));
+    }
+    s.push(')');
+    s
 }

@@ -1,12 +1,19 @@
-//! The private registry: for `registry.type: registry`, the bundled distribution registry as a
-//! systemd service on the registry host, with TLS from a CA KubeXM makes (kept in the work dir)
-//! and optional htpasswd auth; every node trusts the CA (system store and containerd's
-//! certs.d); then the control host seeds it with every image of the bundle. For
-//! `registry.type: external` only the seeding (and trust of a given CA) applies.
+//! The private registry, per `registry.type`:
+//! * `registry`: the bundled distribution registry as a systemd service on the registry host,
+//!   with TLS from a CA KubeXM makes (kept in the work dir) and optional htpasswd auth.
+//! * `harbor`: docker, docker compose and Harbor's offline installer on the registry host, with
+//!   `harbor.yml` rendered from `harborConfig` and TLS from the same kind of CA ([`harbor`]).
+//! * `external`: only the seeding (and trust of a given CA).
+//!
+//! Every node trusts the CA (system store, and the directory its container runtime reads);
+//! then the control host seeds the registry with every image of the bundle (for Harbor,
+//! creating the projects first).
+
+pub mod harbor;
 
 use std::sync::Arc;
 
-use kubexm_manifests::model::RegistryType;
+use kubexm_manifests::model::{RegistryType, RuntimeType};
 use kubexm_manifests::secret::Secret;
 use sha2::{Digest, Sha256};
 
@@ -48,6 +55,8 @@ struct RegistryPlan {
     password: Option<Secret>,
     plain_http: bool,
     data_dir: String,
+    runtime: RuntimeType,
+    kind: RegistryType,
 }
 
 fn port_of(endpoint: &str) -> Option<u16> {
@@ -81,8 +90,13 @@ impl RegistryModule {
         })?;
         let port = port_of(&endpoint).unwrap_or(443);
         let auth = spec.auths.get(&endpoint);
-        let username = auth.and_then(|a| a.username.clone());
-        let password = auth.and_then(|a| a.password.clone());
+        let mut username = auth.and_then(|a| a.username.clone());
+        let mut password = auth.and_then(|a| a.password.clone());
+        if spec.kind == RegistryType::Harbor && username.is_none() {
+            // Seeding (and project creation) as Harbor's admin.
+            username = Some(harbor::ADMIN.to_string());
+            password = spec.harbor_config.admin_password.clone();
+        }
         let plain_http = auth.is_some_and(|a| a.plain_http);
         let host_node = ctx
             .with_role("registry")
@@ -91,7 +105,7 @@ impl RegistryModule {
             .cloned();
         let cluster = ctx.cluster.cluster_name().to_string();
         let (mut ca_pem, mut server, mut htpasswd) = (None, None, None);
-        if spec.kind == RegistryType::Registry {
+        if matches!(spec.kind, RegistryType::Registry | RegistryType::Harbor) {
             let node = host_node.as_ref().ok_or_else(|| {
                 StepError::Invalid("spec.roleGroups.registry: name the registry host".into())
             })?;
@@ -106,13 +120,13 @@ impl RegistryModule {
                 San::Dns(node.name.clone()),
             ];
             sans.dedup();
-            let spec = CertSpec::new(host_of(&endpoint), Usage::Server).sans(sans);
+            let cert = CertSpec::new(host_of(&endpoint), Usage::Server).sans(sans);
             server = Some(
-                ca.load_or_issue(&dir, "registry-server", &spec)
+                ca.load_or_issue(&dir, "registry-server", &cert)
                     .map_err(pki)?,
             );
             ca_pem = Some(ca.cert_pem().to_string());
-            if let (Some(u), Some(p)) = (&username, &password) {
+            if let (Some(u), Some(p), RegistryType::Registry) = (&username, &password, spec.kind) {
                 htpasswd = Some(htpasswd_line(&cluster, u, p.expose())?);
             }
         } else if let Some(f) = auth.and_then(|a| a.ca_file.as_ref()) {
@@ -133,10 +147,15 @@ impl RegistryModule {
             username,
             password,
             plain_http,
-            data_dir: spec
-                .data_dir
-                .clone()
-                .unwrap_or_else(|| DATA_DIR.to_string()),
+            data_dir: spec.data_dir.clone().unwrap_or_else(|| {
+                match spec.kind {
+                    RegistryType::Harbor => harbor::DATA_DIR,
+                    _ => DATA_DIR,
+                }
+                .to_string()
+            }),
+            runtime: ctx.cluster.file.spec.runtime.kind,
+            kind: spec.kind,
         })
     }
 }
@@ -148,11 +167,10 @@ impl Module for RegistryModule {
 
     fn skip(&self) -> Option<String> {
         match self.0.cluster.file.spec.registry.kind {
-            RegistryType::None => Some("registry.type is none: nodes pull from the zone's registries".into()),
-            RegistryType::Harbor => Some(
-                "registry.type harbor: Harbor deployment is not implemented yet; seed it with `kubexm-install seed --harbor`".into(),
-            ),
-            RegistryType::Registry | RegistryType::External => None,
+            RegistryType::None => {
+                Some("registry.type is none: nodes pull from the zone's registries".into())
+            }
+            RegistryType::Registry | RegistryType::Harbor | RegistryType::External => None,
         }
     }
 
@@ -160,12 +178,16 @@ impl Module for RegistryModule {
         let p = Arc::new(self.plan()?);
         let ctx = &self.0;
         let mut tasks = Vec::new();
-        if let (Some(node), true) = (&p.host_node, p.server.is_some()) {
-            tasks.push(
+        match (&p.host_node, &p.server, p.kind) {
+            (Some(node), Some(_), RegistryType::Registry) => tasks.push(
                 Task::new("deploy-registry", [node.name.clone()])
                     .step(InstallRegistryBinary { ctx: ctx.clone() })
                     .step(ConfigureRegistry { p: p.clone() }),
-            );
+            ),
+            (Some(node), Some(_), RegistryType::Harbor) => {
+                tasks.push(harbor::deploy_task(ctx, &p, node)?)
+            }
+            _ => {}
         }
         if p.ca_pem.is_some() {
             tasks.push(
@@ -174,11 +196,14 @@ impl Module for RegistryModule {
         }
         let bundle = ctx.bundle.as_ref();
         let spec = &ctx.cluster.file.spec.registry;
-        // The control host reaches the registry host by its SSH address; the certificate names it.
-        let seed_host = match (&p.host_node, spec.kind == RegistryType::Registry) {
-            (Some(n), true) => format!("{}:{}", n.address, p.port),
+        // The control host reaches the registry host by its SSH address; the certificate names
+        // it. Harbor's token service sends clients to its `hostname` (the endpoint), so Harbor
+        // is seeded by that name: the control host must resolve it.
+        let seed_host = match (&p.host_node, spec.kind) {
+            (Some(n), RegistryType::Registry) => format!("{}:{}", n.address, p.port),
             _ => p.endpoint.clone(),
         };
+        let harbor = spec.kind == RegistryType::Harbor;
         tasks.push(
             Task::new("seed-registry", [CONTROL_HOST]).step(SeedRegistry {
                 op: SeedImages {
@@ -194,9 +219,18 @@ impl Module for RegistryModule {
                             username: p.username.clone(),
                             password: p.password.clone(),
                         },
-                        project: spec.namespace.clone(),
+                        project: ctx.registry_namespace(),
                         rewrite: spec.rewrite,
-                        harbor: None,
+                        harbor: harbor.then_some(true),
+                        harbor_projects: if harbor {
+                            spec.harbor_config
+                                .projects
+                                .iter()
+                                .map(|p| (p.name.clone(), p.public))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        },
                         jobs: 8,
                         attempts: 4,
                         retry_delay: std::time::Duration::from_millis(500),
@@ -374,7 +408,7 @@ impl Step for TrustRegistryCa {
             Op::Upload(UploadFile::bytes(ca.clone().into_bytes(), NODE_CA, 0o644)),
             Op::Upload(UploadFile::bytes(
                 ca.clone().into_bytes(),
-                format!("/etc/containerd/certs.d/{ep}/ca.crt"),
+                super::runtime::registry_ca_path(self.p.runtime, ep),
                 0o644,
             )),
             Op::Run(
@@ -425,25 +459,26 @@ impl Module for RegistryDeleteModule {
     }
     fn skip(&self) -> Option<String> {
         match self.0.cluster.file.spec.registry.kind {
-            RegistryType::Registry => None,
+            RegistryType::Registry | RegistryType::Harbor => None,
             other => Some(format!(
                 "registry.type is {other:?}: KubeXM deployed no registry"
             )),
         }
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let data_dir = self
-            .0
-            .cluster
-            .file
-            .spec
-            .registry
+        let spec = &self.0.cluster.file.spec.registry;
+        let harbor = spec.kind == RegistryType::Harbor;
+        let data_dir = spec
             .data_dir
             .clone()
-            .unwrap_or_else(|| DATA_DIR.to_string());
+            .unwrap_or_else(|| if harbor { harbor::DATA_DIR } else { DATA_DIR }.to_string());
         let mut tasks = Vec::new();
         if let Some(host) = self.0.with_role("registry").into_iter().next() {
-            tasks.push(Task::new("delete-registry", [host]).step(RemoveRegistry { data_dir }));
+            tasks.push(if harbor {
+                harbor::delete_task(&self.0, host, data_dir)
+            } else {
+                Task::new("delete-registry", [host]).step(RemoveRegistry { data_dir })
+            });
         }
         tasks.push(Task::new("untrust-registry-ca", self.0.all()).step(UntrustRegistryCa));
         Ok(tasks)

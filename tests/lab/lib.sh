@@ -1,0 +1,118 @@
+# Shared by tests/lab/e2e and tests/lab/demo (sourced, bash): the local mirror and the bundle
+# built from it, a three-node lab with the lab cluster, the installer run inside it, and the
+# checks of what an install claims. The caller sets HERE (tests/lab), REPO, LAB (tests/lab/lab),
+# NAME (the lab) and work (a scratch directory) and defines `die MESSAGE`.
+
+pids=() # background services (HTTP mirror, source registry) stopped by stop_services
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { local i; for i in $(seq 100); do curl -fso /dev/null "$1" && return; sleep 0.1; done; die "$1 did not answer"; }
+
+stop_services() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+# Builds kubexm-build and kubexm-install; sets BIN.
+build_tools() {
+  (cd "$REPO" && cargo build -q -p kubexm-build -p kubexm-install)
+  BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug
+}
+
+# The local mirror served over HTTP, a source registry filled with stand-in images, and
+# `kubexm-build bundle` of the lab cluster from them: $work/lab.tar.zst.
+build_bundle() {
+  local mirror http_port reg_port
+  mirror=$("$HERE/mirror/build-mirror")
+  http_port=$(free_port)
+  (cd "$mirror/files" && exec python3 -m http.server --bind 127.0.0.1 "$http_port") >"$work/http.log" 2>&1 &
+  pids+=($!)
+  reg_port=$(free_port)
+  cat >"$work/registry.yml" <<EOF2
+version: 0.1
+log: {level: error}
+storage: {filesystem: {rootdirectory: $work/registry}}
+http: {addr: 127.0.0.1:$reg_port}
+EOF2
+  docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+  pids+=($!)
+  wait_http "http://127.0.0.1:$http_port/"
+  wait_http "http://127.0.0.1:$reg_port/v2/"
+  sed -e "s/127.0.0.1:28080/127.0.0.1:$http_port/; s/127.0.0.1:25000/127.0.0.1:$reg_port/" \
+    "$HERE/mirror/zone-lab.yaml" >"$work/zone.yaml"
+  local args=(-f "$HERE/cluster.yaml" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
+  "$BIN/kubexm-build" resolve "${args[@]}" -o json >"$work/resolve.json"
+  "$HERE/mirror/fill-registry" "$work/resolve.json" >/dev/null
+  KUBEXM_CACHE_DIR=$work/cache "$BIN/kubexm-build" bundle "${args[@]}" -o "$work/lab.tar.zst" >/dev/null 2>&1 ||
+    die "kubexm-build bundle failed"
+}
+
+# lab_start [10.88.X]: a fresh three-node lab NAME (on that subnet, else on one no other lab
+# uses), its variables (LAB_IP_node1, LAB_VIP, LAB_SSH_KEY, ...) and $work/cluster.yaml for it.
+lab_start() {
+  local subnet=${1:-}
+  # Nodes share the host kernel: load the modules Kubernetes needs here (a container cannot).
+  modprobe -a br_netfilter overlay ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack 2>/dev/null || true
+  "$LAB" down "$NAME" >/dev/null 2>&1 || true
+  "$LAB" up --name "$NAME" --nodes 3 ${subnet:+--subnet "$subnet"} >/dev/null
+  . <("$LAB" env "$NAME")
+  "$LAB" cluster-yaml "$NAME" >"$work/cluster.yaml"
+}
+
+sshx() { # node cmd...
+  local ipv=LAB_IP_$1; shift
+  "$LAB" exec "$NAME" ssh -i "$LAB_SSH_KEY" -o UserKnownHostsFile="$LAB_KNOWN_HOSTS" \
+    -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 "root@${!ipv}" "$@"
+}
+
+install() {
+  "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
+    "$BIN/kubexm-install" --work-dir "$work/kubexm" --bundle "$work/lab.tar.zst" -f "$work/cluster.yaml" \
+    --known-hosts "$LAB_KNOWN_HOSTS" "$@"
+}
+
+delete() {
+  "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
+    "$BIN/kubexm-install" --work-dir "$work/kubexm" delete --bundle "$work/lab.tar.zst" -f "$work/cluster.yaml" \
+    --known-hosts "$LAB_KNOWN_HOSTS" "$@"
+}
+
+# What the install claims, checked on the nodes (each check dies with what is wrong); prints a
+# line per check. Sets VIP_HOLDER to the node holding the VIP.
+check_install() {
+  local n holders=0
+  for n in node1 node2 node3; do
+    [ "$(sshx $n hostname)" = "$n" ] || die "$n: hostname"
+    sshx $n "grep -q '^# BEGIN KubeXM Managed Block' /etc/hosts && grep -q ' node3\$' /etc/hosts" || die "$n: /etc/hosts block"
+    sshx $n "grep -qx 'name=$NAME' /etc/kubexm/cluster" || die "$n: node marker"
+    sshx $n "systemctl is-active -q chrony" || die "$n: chrony not active"
+    sshx $n "test \$(cat /proc/sys/net/ipv4/ip_forward) = 1" || die "$n: ip_forward"
+    echo "   $n: hostname, /etc/hosts block, marker, chrony, ip_forward ok"
+  done
+  sshx node2 "grep -q 'server $LAB_IP_node1 iburst' /etc/chrony/chrony.conf" || die "node2 does not follow node1's time"
+  # etcd: a healthy 3-member cluster over TLS, asked from node1 with the admin certificate.
+  sshx node1 "ETCDCTL_API=3 etcdctl --endpoints=https://$LAB_IP_node1:2379,https://$LAB_IP_node2:2379,https://$LAB_IP_node3:2379 \
+    --cacert=/etc/ssl/etcd/ssl/ca.pem --cert=/etc/ssl/etcd/ssl/admin-node1.pem --key=/etc/ssl/etcd/ssl/admin-node1-key.pem \
+    endpoint health" >"$work/etcd-health" 2>&1 || { cat "$work/etcd-health" >&2; die "etcd is not healthy"; }
+  [ "$(grep -c 'is healthy' "$work/etcd-health")" = 3 ] || { cat "$work/etcd-health" >&2; die "not 3 healthy etcd members"; }
+  echo "   etcd: 3 members healthy over TLS"
+  # The registry on node1 (TLS from the installer's CA) holds every bundle image; skopeo checks one.
+  local ca
+  ca=$(ls "$work"/kubexm/pki/*/registry/registry-ca.crt)
+  mkdir -p "$work/certs.d" && cp "$ca" "$work/certs.d/ca.crt"
+  "$LAB" exec "$NAME" skopeo inspect --cert-dir "$work/certs.d" "docker://$LAB_IP_node1:5000/pause:3.10" >/dev/null ||
+    die "skopeo cannot read pause:3.10 from the seeded registry over TLS"
+  echo "   registry: seeded, pause:3.10 readable over TLS with the installer's CA (skopeo)"
+  VIP_HOLDER=
+  for n in node1 node2 node3; do
+    sshx $n "systemctl is-active -q containerd" || die "$n: containerd not active"
+    sshx $n "ctr -n k8s.io images ls -q | grep -qx '$LAB_IP_node1:5000/pause:3.10'" || die "$n: pause image not pulled"
+    sshx $n "systemctl is-active -q haproxy && systemctl is-active -q keepalived" || die "$n: haproxy/keepalived not active"
+    if sshx $n "ip -o -4 addr show dev eth0 | grep -q ' $LAB_VIP/'"; then holders=$((holders + 1)); VIP_HOLDER=$n; fi
+    echo "   $n: containerd active with pause from the private registry; haproxy + keepalived active"
+  done
+  [ "$holders" = 1 ] || die "$holders nodes hold the VIP $LAB_VIP (want exactly 1)"
+  echo "   VIP $LAB_VIP held by exactly one node ($VIP_HOLDER)"
+}
