@@ -158,6 +158,41 @@ pub struct IssuedCert {
     pub key_pem: String,
 }
 
+/// A signing key pair without a certificate (the Kubernetes service-account token key), PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFiles {
+    /// The private key (PKCS#8).
+    pub private_pem: String,
+    /// The public key (SubjectPublicKeyInfo, `PUBLIC KEY`).
+    pub public_pem: String,
+}
+
+/// Loads `<dir>/<stem>.key` (and writes `<dir>/<stem>.pub` beside it when missing), or creates
+/// a new ECDSA P-256 key pair there; a re-run returns the same keys.
+pub fn load_or_create_key(dir: &Path, stem: &str) -> Result<KeyFiles, PkiError> {
+    let key_path = dir.join(format!("{stem}.key"));
+    let pub_path = dir.join(format!("{stem}.pub"));
+    let key = if key_path.exists() {
+        let pem = read(&key_path)?;
+        KeyPair::from_pem(&pem).map_err(|e| PkiError::Parse {
+            path: key_path.clone(),
+            message: format!("not a private key: {e}"),
+        })?
+    } else {
+        let key = KeyPair::generate().map_err(gen_err(stem))?;
+        write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
+        key
+    };
+    let files = KeyFiles {
+        private_pem: key.serialize_pem(),
+        public_pem: key.public_key_pem(),
+    };
+    if read(&pub_path).ok().as_deref() != Some(files.public_pem.as_str()) {
+        write_atomic(&pub_path, files.public_pem.as_bytes(), 0o644)?;
+    }
+    Ok(files)
+}
+
 /// A certificate authority loaded from (or created in) a directory.
 pub struct Ca {
     cert_pem: String,
@@ -309,6 +344,12 @@ impl Ca {
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
+    }
+
+    /// The CA's private key, PEM (PKCS#8). Only for a component that signs with it (the
+    /// Kubernetes controller-manager's CSR signer).
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
     }
 
     /// Issues a new leaf (new key) for `spec`.
