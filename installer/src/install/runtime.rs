@@ -89,7 +89,7 @@ impl Module for RuntimeModule {
 }
 
 /// A component's bundle file for `node` (the first one; runtime components have one per arch).
-fn bundle_file(
+pub(crate) fn bundle_file(
     ctx: &InstallContext,
     component: &str,
     node: &Node,
@@ -106,7 +106,7 @@ fn bundle_file(
 }
 
 /// Upload of a bundle file to `ARTIFACTS/<name>/<version>/<file>`; returns the op and the path.
-fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
+pub(crate) fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
     let file = rec.path.rsplit('/').next().unwrap_or(&rec.path);
     let dest = format!("{ARTIFACTS}/{}/{}/{file}", rec.name, rec.version);
     (
@@ -132,7 +132,8 @@ fn extract(archive: &str, rec: &FileRecord) -> (Op, String) {
     )
 }
 
-fn copy(src: String, dest: impl Into<String>) -> Op {
+/// Copies a file already on the node into place (mode 0755).
+pub(crate) fn copy(src: String, dest: impl Into<String>) -> Op {
     Op::Copy(CopyFile {
         src,
         dest: dest.into(),
@@ -235,14 +236,19 @@ fn major(version: &str) -> Option<u32> {
 /// The pause image's canonical reference: the bundle's (or the resolution's) image whose
 /// repository's last component is `pause`.
 pub fn pause_reference(ctx: &InstallContext) -> Result<String, StepError> {
+    bundled_image(ctx, "pause")
+}
+
+/// The canonical reference of the bundle's (or the resolution's) image whose repository's last
+/// component is `basename` (`pause`, `coredns`).
+pub fn bundled_image(ctx: &InstallContext, basename: &str) -> Result<String, StepError> {
     ctx.image_references()
         .into_iter()
-        .find(|r| r.parse::<ImageRef>().is_ok_and(|i| i.basename() == "pause"))
+        .find(|r| r.parse::<ImageRef>().is_ok_and(|i| i.basename() == basename))
         .ok_or_else(|| {
-            StepError::Invalid(
-                "no pause image in the bundle (or the catalog's resolution): rebuild the bundle for this cluster"
-                    .to_string(),
-            )
+            StepError::Invalid(format!(
+                "no {basename} image in the bundle (or the catalog's resolution): rebuild the bundle for this cluster"
+            ))
         })
 }
 

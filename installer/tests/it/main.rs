@@ -2,6 +2,7 @@
 
 mod delete;
 mod etcd;
+mod kubexm;
 mod lb;
 mod pipeline;
 mod plan_cli;
