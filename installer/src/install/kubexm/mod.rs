@@ -225,6 +225,17 @@ impl KubexmCluster {
         c.insert("version", &self.version.to_string());
         c
     }
+
+    /// [`Self::context`] for a file on `node`, with the node name and `featureGates`.
+    pub fn node_context(&self, node: &Node) -> tera::Context {
+        let mut c = self.context();
+        c.insert("node", &node.name);
+        c.insert(
+            "feature_gates",
+            &feature_gate_lines(&self.spec().feature_gates),
+        );
+        c
+    }
 }
 
 /// `featureGates` entries as YAML lines (`Name: true`), sorted (templates do not iterate maps:

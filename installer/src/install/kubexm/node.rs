@@ -98,8 +98,7 @@ impl Kubelet {
         let k = &self.k;
         let l = &k.layout;
         let spec = k.spec();
-        let mut c = k.context();
-        c.insert("node", &node.name);
+        let mut c = k.node_context(node);
         c.insert("client_ca", &l.pki("ca.crt"));
         c.insert("runtime_endpoint", k.runtime_endpoint());
         c.insert("cluster_dns", &k.dns_ip.to_string());
@@ -112,10 +111,6 @@ impl Kubelet {
         c.insert(
             "control_plane_taint",
             &(node.has_role("master") && !node.has_role("worker")),
-        );
-        c.insert(
-            "feature_gates",
-            &super::feature_gate_lines(&spec.feature_gates),
         );
         Ok(vec![
             RenderTemplate::new(
@@ -170,8 +165,7 @@ impl KubeProxy {
         let k = &self.k;
         let l = &k.layout;
         let spec = k.spec();
-        let mut c = k.context();
-        c.insert("node", &node.name);
+        let mut c = k.node_context(node);
         c.insert("kubeconfig", &l.conf("kube-proxy.conf"));
         c.insert(
             "cluster_cidr",
@@ -184,10 +178,6 @@ impl KubeProxy {
                 ProxyMode::Iptables => "iptables",
                 ProxyMode::Nftables => "nftables",
             },
-        );
-        c.insert(
-            "feature_gates",
-            &super::feature_gate_lines(&spec.feature_gates),
         );
         let flags = Flags::new()
             .with("config", l.conf("kube-proxy.yaml"))
