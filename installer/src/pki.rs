@@ -1,5 +1,5 @@
-//! A small typed PKI for the certificates KubeXM makes on the control host (etcd, and later the
-//! Kubernetes components of `kubernetes.type: kubexm`).
+//! A small typed PKI for the certificates KubeXM makes on the control host (etcd, the registry,
+//! and the Kubernetes components of `kubernetes.type: kubexm`).
 //!
 //! * [`Ca::load_or_create`] keeps a CA as `<dir>/<name>-ca.crt` + `<dir>/<name>-ca.key` so
 //!   re-runs reuse it (10 years, ECDSA P-256).
@@ -8,6 +8,7 @@
 //!   new one only when the stored one no longer matches the spec (CN, O, SANs, usages), was not
 //!   signed by this CA, does not match its key, or expires within [`RENEW_BEFORE_DAYS`] days.
 //!   So a re-run uploads byte-identical files and the upload steps are skipped.
+//! * [`load_or_create_key`] keeps a bare key pair (the service-account signing key) the same way.
 //!
 //! Keys are written 0600 and every file atomically (temporary file + rename in the same
 //! directory).
@@ -705,6 +706,26 @@ mod tests {
             .load_or_issue(dir.path(), "m", &renamed)
             .expect("theirs");
         assert_ne!(mine, theirs, "a cert of another CA is re-issued");
+    }
+
+    #[test]
+    fn a_key_pair_is_made_once_and_its_public_half_matches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = load_or_create_key(dir.path(), "sa").expect("key");
+        assert!(first.public_pem.starts_with("-----BEGIN PUBLIC KEY-----"));
+        let again = load_or_create_key(dir.path(), "sa").expect("again");
+        assert_eq!(first, again, "a re-run returns the stored key");
+        let (ok, derived) = openssl(&[
+            "pkey",
+            "-pubout",
+            "-in",
+            dir.path().join("sa.key").to_str().expect("utf-8"),
+        ]);
+        assert!(ok, "{derived}");
+        assert_eq!(derived, first.public_pem);
+        std::fs::write(dir.path().join("sa.key"), "garbage").expect("write");
+        let err = load_or_create_key(dir.path(), "sa").expect_err("garbage");
+        assert!(err.to_string().contains("sa.key"), "{err}");
     }
 
     #[test]
