@@ -1,5 +1,5 @@
-//! A small typed PKI for the certificates KubeXM makes on the control host (etcd, and later the
-//! Kubernetes components of `kubernetes.type: kubexm`).
+//! A small typed PKI for the certificates KubeXM makes on the control host (etcd, the registry,
+//! and the Kubernetes components of `kubernetes.type: kubexm`).
 //!
 //! * [`Ca::load_or_create`] keeps a CA as `<dir>/<name>-ca.crt` + `<dir>/<name>-ca.key` so
 //!   re-runs reuse it (10 years, ECDSA P-256).
@@ -8,6 +8,7 @@
 //!   new one only when the stored one no longer matches the spec (CN, O, SANs, usages), was not
 //!   signed by this CA, does not match its key, or expires within [`RENEW_BEFORE_DAYS`] days.
 //!   So a re-run uploads byte-identical files and the upload steps are skipped.
+//! * [`load_or_create_key`] keeps a bare key pair (the service-account signing key) the same way.
 //!
 //! Keys are written 0600 and every file atomically (temporary file + rename in the same
 //! directory).
@@ -156,6 +157,41 @@ pub struct IssuedCert {
     pub cert_pem: String,
     /// Its PKCS#8 private key.
     pub key_pem: String,
+}
+
+/// A signing key pair without a certificate (the Kubernetes service-account token key), PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFiles {
+    /// The private key (PKCS#8).
+    pub private_pem: String,
+    /// The public key (SubjectPublicKeyInfo, `PUBLIC KEY`).
+    pub public_pem: String,
+}
+
+/// Loads `<dir>/<stem>.key` (and writes `<dir>/<stem>.pub` beside it when missing), or creates
+/// a new ECDSA P-256 key pair there; a re-run returns the same keys.
+pub fn load_or_create_key(dir: &Path, stem: &str) -> Result<KeyFiles, PkiError> {
+    let key_path = dir.join(format!("{stem}.key"));
+    let pub_path = dir.join(format!("{stem}.pub"));
+    let key = if key_path.exists() {
+        let pem = read(&key_path)?;
+        KeyPair::from_pem(&pem).map_err(|e| PkiError::Parse {
+            path: key_path.clone(),
+            message: format!("not a private key: {e}"),
+        })?
+    } else {
+        let key = KeyPair::generate().map_err(gen_err(stem))?;
+        write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
+        key
+    };
+    let files = KeyFiles {
+        private_pem: key.serialize_pem(),
+        public_pem: key.public_key_pem(),
+    };
+    if read(&pub_path).ok().as_deref() != Some(files.public_pem.as_str()) {
+        write_atomic(&pub_path, files.public_pem.as_bytes(), 0o644)?;
+    }
+    Ok(files)
 }
 
 /// A certificate authority loaded from (or created in) a directory.
@@ -339,6 +375,12 @@ impl Ca {
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
+    }
+
+    /// The CA's private key, PEM (PKCS#8). Only for a component that signs with it (the
+    /// Kubernetes controller-manager's CSR signer).
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
     }
 
     /// Issues a new leaf (new key) for `spec`.
@@ -694,6 +736,26 @@ mod tests {
             .load_or_issue(dir.path(), "m", &renamed)
             .expect("theirs");
         assert_ne!(mine, theirs, "a cert of another CA is re-issued");
+    }
+
+    #[test]
+    fn a_key_pair_is_made_once_and_its_public_half_matches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = load_or_create_key(dir.path(), "sa").expect("key");
+        assert!(first.public_pem.starts_with("-----BEGIN PUBLIC KEY-----"));
+        let again = load_or_create_key(dir.path(), "sa").expect("again");
+        assert_eq!(first, again, "a re-run returns the stored key");
+        let (ok, derived) = openssl(&[
+            "pkey",
+            "-pubout",
+            "-in",
+            dir.path().join("sa.key").to_str().expect("utf-8"),
+        ]);
+        assert!(ok, "{derived}");
+        assert_eq!(derived, first.public_pem);
+        std::fs::write(dir.path().join("sa.key"), "garbage").expect("write");
+        let err = load_or_create_key(dir.path(), "sa").expect_err("garbage");
+        assert!(err.to_string().contains("sa.key"), "{err}");
     }
 
     #[test]

@@ -11,8 +11,8 @@ use serde::Serialize;
 use crate::catalog::Catalog;
 use crate::image_ref::ImageRef;
 use crate::model::{
-    AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, LbMode, Plugin, ProxyMode,
-    RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
+    AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
+    Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
 };
 use crate::ranges;
 use crate::version::KubeVersion;
@@ -389,6 +389,13 @@ fn check_etcd(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
             }
         }
         EtcdType::Kubeadm => {
+            if f.spec.kubernetes.kind == KubernetesType::Kubexm {
+                c.add(
+                    "spec.etcd.type",
+                    "etcd.type kubeadm (etcd static pods made by kubeadm) does not work with kubernetes.type kubexm, which runs no kubeadm",
+                    "use etcd.type kubexm (etcd as a systemd service on roleGroups.etcd) or external, or kubernetes.type kubeadm",
+                );
+            }
             if !roles.etcd.is_empty() && roles.etcd != roles.master {
                 c.add(
                     "spec.roleGroups.etcd",
@@ -613,9 +620,7 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
             );
         }
     }
-    if f.spec.kubernetes.kind == crate::model::KubernetesType::Kubexm
-        && r.kind == RuntimeType::Isulad
-    {
+    if f.spec.kubernetes.kind == KubernetesType::Kubexm && r.kind == RuntimeType::Isulad {
         c.add(
             "spec.runtime.type",
             "isulad is supported only with kubernetes.type kubeadm",

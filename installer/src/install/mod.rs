@@ -2,6 +2,7 @@
 
 pub mod delete;
 pub mod etcd;
+pub mod kubexm;
 pub mod loadbalancer;
 pub mod os;
 pub mod preflight;
@@ -277,6 +278,10 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
             Box::new(registry::RegistryModule(ctx.clone())),
             Box::new(runtime::RuntimeModule(ctx.clone())),
+            Box::new(kubexm::certs::KubexmCertsModule(ctx.clone())),
+            Box::new(kubexm::control_plane::KubexmControlPlaneModule(ctx.clone())),
+            Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
+            Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
         ],
     }
 }

@@ -3,6 +3,7 @@
 mod delete;
 mod etcd;
 mod harbor;
+mod kubexm;
 mod lb;
 mod pipeline;
 mod plan_cli;

@@ -8,7 +8,8 @@ fn example() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples/cluster.yaml")
 }
 
-fn plan(args: &[&str]) -> std::process::Output {
+/// `kubexm-install plan ARGS` in a fresh work directory.
+pub(crate) fn plan(args: &[&str]) -> std::process::Output {
     let work = tempfile::tempdir().expect("tempdir");
     Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
         .arg("--work-dir")
@@ -37,19 +38,28 @@ fn plan_of_the_example_cluster() {
     insta::assert_snapshot!(without_generated_keys(&text));
 }
 
-/// The plan with the sizes and digests of generated certificates and keys (new random keys in
-/// every fresh work directory) replaced by placeholders.
-fn without_generated_keys(text: &str) -> String {
+/// The plan with the sizes and digests of generated certificates, keys and kubeconfigs (new
+/// random keys in every fresh work directory) replaced by placeholders.
+pub(crate) fn without_generated_keys(text: &str) -> String {
     text.lines()
         .map(|l| {
-            let generated = ["/etc/ssl/", "registry-ca.crt", "/tls/", "/certs.d/"];
-            if !(l.contains("upload") && generated.iter().any(|g| l.contains(g))) {
+            let generated = [
+                "/etc/ssl/",
+                "registry-ca.crt",
+                "/tls/",
+                "/certs.d/",
+                "/etc/kubernetes/pki/",
+            ];
+            let upload = l.contains("upload") && generated.iter().any(|g| l.contains(g));
+            let kubeconfig = l.contains("template kubexm/kubeconfig.tera");
+            if !(upload || kubeconfig) {
                 return l.to_string();
             }
-            let (Some(open), Some(close)) = (l.find('<'), l.find(" bytes>")) else {
-                return l.to_string();
+            let mut l = match (l.find('<'), l.find(" bytes>")) {
+                (Some(open), Some(close)) => format!("{}<N{}", &l[..open], &l[close..]),
+                _ if kubeconfig => l.to_string(),
+                _ => return l.to_string(),
             };
-            let mut l = format!("{}<N{}", &l[..open], &l[close..]);
             if let Some(d) = l.find("[sha256:") {
                 l.truncate(d);
                 l.push_str("[sha256:GENERATED]");

@@ -324,6 +324,24 @@ fn network() {
 }
 
 #[test]
+fn kubexm_kubernetes_needs_an_etcd_it_does_not_leave_to_kubeadm() {
+    expect(
+        |f| {
+            f.spec.kubernetes.kind = KubernetesType::Kubexm;
+            f.spec.etcd.kind = EtcdType::Kubeadm;
+            f.spec.role_groups.etcd.clear();
+        },
+        "spec.etcd.type",
+        "does not work with kubernetes.type kubexm",
+    );
+    // kubexm etcd is fine with it.
+    let ok = problems_with(&builtin(), |f| {
+        f.spec.kubernetes.kind = KubernetesType::Kubexm
+    });
+    assert!(ok.iter().all(|p| p.path != "spec.etcd.type"), "{ok:#?}");
+}
+
+#[test]
 fn runtime() {
     expect(
         |f| {

@@ -391,14 +391,19 @@ pub(crate) fn toml_str(s: &str) -> String {
 /// The pause image's canonical reference: the bundle's (or the resolution's) image whose
 /// repository's last component is `pause`.
 pub fn pause_reference(ctx: &InstallContext) -> Result<String, StepError> {
+    bundled_image(ctx, "pause")
+}
+
+/// The canonical reference of the bundle's (or the resolution's) image whose repository's last
+/// component is `basename` (`pause`, `coredns`).
+pub fn bundled_image(ctx: &InstallContext, basename: &str) -> Result<String, StepError> {
     ctx.image_references()
         .into_iter()
-        .find(|r| r.parse::<ImageRef>().is_ok_and(|i| i.basename() == "pause"))
+        .find(|r| r.parse::<ImageRef>().is_ok_and(|i| i.basename() == basename))
         .ok_or_else(|| {
-            StepError::Invalid(
-                "no pause image in the bundle (or the catalog's resolution): rebuild the bundle for this cluster"
-                    .to_string(),
-            )
+            StepError::Invalid(format!(
+                "no {basename} image in the bundle (or the catalog's resolution): rebuild the bundle for this cluster"
+            ))
         })
 }
 
