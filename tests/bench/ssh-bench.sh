@@ -55,7 +55,9 @@ SUDOERS=/etc/sudoers.d/kubexm-ssh-bench-$$
 # Section 3's hosts each get HOST_CPU cores of their own (cgroup v1 cpu quota), as separate
 # machines would: without it the three "hosts" and the control host share this machine's cores
 # and the figure measures CPU contention, not the engine.
-CPU_CGROUPS=/sys/fs/cgroup/cpu/kubexm-ssh-bench-$$
+# (nested in the script's own cpu cgroup, so whatever share the bench was given covers them too).
+CPU_CGROUPS=/sys/fs/cgroup/cpu$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' /proc/self/cgroup)
+CPU_CGROUPS=${CPU_CGROUPS%/}/kubexm-ssh-bench-$$
 cleanup() {
   local rc=$?
   ssh -o ControlPath="$CTL" -O exit -p "${PORT:-22}" "$BENCH_USER@127.0.0.1" >/dev/null 2>&1 || true
