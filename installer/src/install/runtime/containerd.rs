@@ -10,14 +10,12 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{
-    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, data_marker, runc_ops,
-    runtime_hosts, sandbox_image, toml_str, upload_and_extract, PrivateRegistry, ARTIFACTS,
-    BIN_DIR, EXTRACT, RUNC,
+    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
+    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
+    EXTRACT, RUNC,
 };
 use crate::install::InstallContext;
-use crate::pipeline::ops::{
-    Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile, WaitFor,
-};
+use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
 use crate::runner::shell;
 
@@ -187,27 +185,16 @@ impl Step for ContainerdConfig {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut ops: Vec<Op> = self.files.iter().cloned().map(Op::Template).collect();
-        ops.push(Op::Run(
-            RunCommand::new("systemctl daemon-reload")
-                .when_changed()
-                .undo("systemctl daemon-reload"),
-        ));
-        ops.push(data_marker(DATA_MARKER, DATA_DIR));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
-            "containerd".to_string(),
-        ))));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
-            unit: "containerd".to_string(),
-            always: false,
-        })));
-        ops.push(Op::Wait(WaitFor {
-            what: "containerd answers on its socket".to_string(),
-            check: format!(
-                "{BIN_DIR}/ctr --address /run/containerd/containerd.sock version >/dev/null"
+        ops.extend(start_daemon(
+            &["containerd"],
+            (DATA_MARKER, DATA_DIR),
+            (
+                "containerd",
+                format!(
+                    "{BIN_DIR}/ctr --address /run/containerd/containerd.sock version >/dev/null"
+                ),
             ),
-            timeout: std::time::Duration::from_secs(60),
-            interval: std::time::Duration::from_secs(1),
-        }));
+        ));
         Ok(ops)
     }
 }

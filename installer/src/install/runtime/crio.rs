@@ -13,15 +13,13 @@
 use std::sync::Arc;
 
 use super::{
-    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, data_marker, runtime_hosts,
-    sandbox_image, toml_str, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR, CNI_BIN_DIR,
-    EXTRACT,
+    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runtime_hosts,
+    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
+    CNI_BIN_DIR, EXTRACT,
 };
 use crate::install::delete::Ops;
 use crate::install::InstallContext;
-use crate::pipeline::ops::{
-    Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile, WaitFor,
-};
+use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
 use crate::runner::shell;
 
@@ -166,25 +164,11 @@ impl Step for CrioConfig {
                 0o600,
             )));
         }
-        ops.push(Op::Run(
-            RunCommand::new("systemctl daemon-reload")
-                .when_changed()
-                .undo("systemctl daemon-reload"),
+        ops.extend(start_daemon(
+            &["crio"],
+            (DATA_MARKER, DATA_DIR),
+            ("cri-o", format!("{BIN_DIR}/crio status info >/dev/null")),
         ));
-        ops.push(data_marker(DATA_MARKER, DATA_DIR));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
-            "crio".to_string(),
-        ))));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
-            unit: "crio".to_string(),
-            always: false,
-        })));
-        ops.push(Op::Wait(WaitFor {
-            what: "cri-o answers on its socket".to_string(),
-            check: format!("{BIN_DIR}/crio status info >/dev/null"),
-            timeout: std::time::Duration::from_secs(60),
-            interval: std::time::Duration::from_secs(1),
-        }));
         Ok(ops)
     }
 }

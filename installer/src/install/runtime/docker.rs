@@ -20,8 +20,8 @@ use std::sync::Arc;
 use kubexm_manifests::model::RegistryType;
 
 use super::{
-    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, data_marker, none_exist,
-    runtime_hosts, sandbox_image, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
+    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, none_exist, runtime_hosts,
+    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
     CNI_BIN_DIR, EXTRACT,
 };
 use crate::install::delete::Ops;
@@ -152,27 +152,11 @@ impl Step for DockerEngine {
             ));
         }
         ops.extend(self.files.iter().cloned().map(Op::Template));
-        ops.push(Op::Run(
-            RunCommand::new("systemctl daemon-reload")
-                .when_changed()
-                .undo("systemctl daemon-reload"),
+        ops.extend(start_daemon(
+            &["docker.socket", "docker.service"],
+            (DATA_MARKER, DATA_DIR),
+            ("docker", format!("{BIN_DIR}/docker version >/dev/null")),
         ));
-        ops.push(data_marker(DATA_MARKER, DATA_DIR));
-        for unit in ["docker.socket", "docker.service"] {
-            ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
-                unit.to_string(),
-            ))));
-        }
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
-            unit: "docker.service".to_string(),
-            always: false,
-        })));
-        ops.push(Op::Wait(WaitFor {
-            what: "docker answers on its socket".to_string(),
-            check: format!("{BIN_DIR}/docker version >/dev/null"),
-            timeout: std::time::Duration::from_secs(60),
-            interval: std::time::Duration::from_secs(1),
-        }));
         Ok(ops)
     }
 }

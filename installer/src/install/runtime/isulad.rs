@@ -13,15 +13,13 @@
 use std::sync::Arc;
 
 use super::{
-    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, data_marker, runc_ops,
-    runtime_hosts, sandbox_image, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
+    cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
+    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
     CNI_BIN_DIR, EXTRACT, RUNC,
 };
 use crate::install::delete::Ops;
 use crate::install::InstallContext;
-use crate::pipeline::ops::{
-    Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile, WaitFor,
-};
+use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
 use crate::runner::shell;
 
@@ -156,25 +154,11 @@ impl Step for IsuladConfig {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut ops: Vec<Op> = self.files.iter().cloned().map(Op::Template).collect();
-        ops.push(Op::Run(
-            RunCommand::new("systemctl daemon-reload")
-                .when_changed()
-                .undo("systemctl daemon-reload"),
+        ops.extend(start_daemon(
+            &["isulad"],
+            (DATA_MARKER, DATA_DIR),
+            ("iSulad", format!("{BIN_DIR}/isula info >/dev/null")),
         ));
-        ops.push(data_marker(DATA_MARKER, DATA_DIR));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
-            "isulad".to_string(),
-        ))));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
-            unit: "isulad".to_string(),
-            always: false,
-        })));
-        ops.push(Op::Wait(WaitFor {
-            what: "iSulad answers on its socket".to_string(),
-            check: format!("{BIN_DIR}/isula info >/dev/null"),
-            timeout: std::time::Duration::from_secs(60),
-            interval: std::time::Duration::from_secs(1),
-        }));
         Ok(ops)
     }
 }

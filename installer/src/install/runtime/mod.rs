@@ -29,7 +29,10 @@ use kubexm_manifests::model::RuntimeType;
 use kubexm_manifests::secret::Secret;
 
 use super::InstallContext;
-use crate::pipeline::ops::{CopyFile, ExtractTarball, Op, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{
+    CopyFile, ExtractTarball, Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile,
+    WaitFor,
+};
 use crate::pipeline::{Module, Node, StepError, Task};
 use crate::runner::{shell, UploadSource};
 
@@ -286,6 +289,43 @@ pub(crate) fn data_marker(marker: &str, data_dir: &str) -> Op {
             ))
             .undo(format!("rm -f {marker}")),
     )
+}
+
+/// Starts a runtime daemon after its files were written: `daemon-reload` when a unit changed,
+/// the data marker (see [`data_marker`]), `enable --now` of every unit in `units`, a restart of
+/// the last one when its configuration changed, then a wait until `ready` (a command proving the
+/// daemon answers on its socket) succeeds.
+pub(crate) fn start_daemon(
+    units: &[&str],
+    (marker, data_dir): (&str, &str),
+    (what, ready): (&str, String),
+) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Run(
+            RunCommand::new("systemctl daemon-reload")
+                .when_changed()
+                .undo("systemctl daemon-reload"),
+        ),
+        data_marker(marker, data_dir),
+    ];
+    for unit in units {
+        ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
+            (*unit).to_string(),
+        ))));
+    }
+    if let Some(main) = units.last() {
+        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
+            unit: (*main).to_string(),
+            always: false,
+        })));
+    }
+    ops.push(Op::Wait(WaitFor {
+        what: format!("{what} answers on its socket"),
+        check: ready,
+        timeout: std::time::Duration::from_secs(60),
+        interval: std::time::Duration::from_secs(1),
+    }));
+    ops
 }
 
 /// Delete side: stops and disables `units` when `unit_file` is KubeXM's and any is enabled or
