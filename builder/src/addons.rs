@@ -90,6 +90,32 @@ pub async fn collect(
                 name,
                 version,
             } => {
+                // A chart version is immutable: what an earlier build learned from the index
+                // (URL and sum) is reused while the archive is in the cache, so a warm build
+                // makes no request.
+                let key = format!(
+                    "chart-{}",
+                    kubexm_bundles::hash::sha256_hex(
+                        format!("{repo}\0{name}\0{version}").as_bytes()
+                    )
+                );
+                let known: Option<(String, String)> = std::fs::read(cache.ref_path(&key))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                if let Some((url, sum)) = known.filter(|(_, sum)| {
+                    cache.contains(sum) && e.sha256.as_deref().is_none_or(|s| s == sum)
+                }) {
+                    let file = format!("{name}-{version}.tgz");
+                    out.push(file_of(
+                        e,
+                        &file,
+                        version,
+                        &sum,
+                        &url,
+                        &cache.blob_path(&sum),
+                    ));
+                    continue;
+                }
                 let index_url = format!("{}/index.yaml", repo.trim_end_matches('/'));
                 let text = fetcher.get_text(&index_url).await?;
                 let index: Index = kubexm_manifests::yaml::from_str(&text, &index_url)
@@ -123,6 +149,8 @@ pub async fn collect(
                 let blob = fetcher
                     .fetch(&chart_url, sum, &format!("addon {}", e.addon))
                     .await?;
+                let record = serde_json::to_vec(&(&chart_url, sum)).unwrap_or_default();
+                Cache::write_atomic(&cache.ref_path(&key), &record)?;
                 let file = format!("{name}-{version}.tgz");
                 out.push(file_of(e, &file, version, sum, &chart_url, &blob));
             }

@@ -176,6 +176,16 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
 /// Files the catalog cannot pin (`userPinned` components with no sum for the version) are never
 /// downloaded unverified: the error says exactly what to pin.
 fn refuse_unpinned(lists: &Resolution) -> Result<()> {
+    for a in &lists.addons {
+        if let (kubexm_manifests::resolve::AddonLocation::Url { url }, None) =
+            (&a.source, &a.sha256)
+        {
+            anyhow::bail!(
+                "spec.addons `{}`: source.url `{url}` has no source.sha256; set it to the sha256sum of the file (sums are never guessed)",
+                a.addon
+            );
+        }
+    }
     let unpinned: Vec<_> = lists.binaries.iter().filter(|b| b.unpinned).collect();
     if unpinned.is_empty() {
         return Ok(());
