@@ -11,15 +11,29 @@ macro_rules! embed {
 
 /// (name, source) of every embedded template; a unit test keeps it equal to `templates/`.
 pub const TEMPLATES: &[(&str, &str)] = embed![
+    "addons/values.yaml.tera",
     "chrony/managed-block.tera",
+    "cni/calico-values.yaml.tera",
+    "cni/cilium-values.yaml.tera",
     "containerd/config-v2.toml.tera",
     "containerd/config-v3.toml.tera",
     "containerd/containerd.service.tera",
     "containerd/crictl.yaml.tera",
     "containerd/hosts.toml.tera",
+    "dns/nodelocaldns.yaml.tera",
     "etcd/etcd.conf.yml.tera",
     "etcd/etcd.service.tera",
     "hosts/managed-block.tera",
+    "internal-lb/haproxy-pod.yaml.tera",
+    "internal-lb/haproxy.cfg.tera",
+    "internal-lb/kube-vip.yaml.tera",
+    "internal-lb/nginx-pod.yaml.tera",
+    "internal-lb/nginx.conf.tera",
+    "kubeadm/10-kubeadm.conf.tera",
+    "kubeadm/init-config.yaml.tera",
+    "kubeadm/join-config.yaml.tera",
+    "kubeadm/kube-apiserver-patch.yaml.tera",
+    "kubeadm/kubelet.service.tera",
     "lb/haproxy.cfg.tera",
     "lb/keepalived.conf.tera",
     "lb/nginx.conf.tera",
@@ -38,14 +52,24 @@ pub fn render(name: &str, context: &tera::Context) -> Result<String, StepError> 
             message: "no such template is embedded".to_string(),
         });
     };
-    let mut tera = tera::Tera::default();
-    tera.autoescape_on(Vec::<&str>::new());
+    let mut tera = engine();
     tera.add_raw_template(name, source)
         .and_then(|()| tera.render(name, context))
         .map_err(|e| StepError::Template {
             name: name.to_string(),
             message: error_chain(&e),
         })
+}
+
+/// A template engine without autoescaping, with the `json` filter: `{{ x | json }}` writes a
+/// string as a JSON (and so YAML) double-quoted scalar.
+fn engine() -> tera::Tera {
+    let mut tera = tera::Tera::default();
+    tera.autoescape_on(Vec::<&str>::new());
+    tera.register_filter("json", |s: &str, _: tera::Kwargs, _: &tera::State| {
+        serde_json::to_string(s).unwrap_or_default()
+    });
+    tera
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -84,7 +108,7 @@ mod tests {
         embedded.sort();
         assert_eq!(on_disk, embedded, "templates/ and TEMPLATES differ");
         for (name, source) in TEMPLATES {
-            let mut t = tera::Tera::default();
+            let mut t = engine();
             t.add_raw_template(name, source)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }

@@ -15,13 +15,14 @@
 //!   removed), and their units are disabled only when KubeXM had enabled them.
 //! * **OS packages stay installed** (an air-gapped host may have no way to get them back).
 //!
-//! Order: `delete-preflight` (refuses nodes marked for another cluster), runtime, registry,
+//! Order: `delete-preflight` (refuses nodes marked for another cluster), Kubernetes (kubeadm
+//! reset, kubelet, CNI traces), runtime, registry,
 //! load balancer, etcd, node preparation (last: it removes `/etc/kubexm` and the staging
 //! directories the other modules read).
 
 use std::sync::Arc;
 
-use super::{etcd, loadbalancer, os, registry, runtime, InstallContext, NODE_MARKER};
+use super::{etcd, kubeadm, loadbalancer, os, registry, runtime, InstallContext, NODE_MARKER};
 use crate::pipeline::ops::{Check, Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Pipeline, Step, StepError, Task};
 use crate::runner::shell;
@@ -86,6 +87,7 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         name: "delete".to_string(),
         modules: vec![
             Box::new(DeletePreflight(ctx.clone())),
+            Box::new(kubeadm::delete_module(ctx)),
             Box::new(runtime::delete_module(ctx)),
             Box::new(registry::delete_module(ctx)),
             Box::new(loadbalancer::delete_module(ctx)),

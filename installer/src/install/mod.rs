@@ -1,8 +1,15 @@
 //! The install pipeline: modules built from a validated cluster description.
 
+pub mod addons;
+pub mod apply;
 pub mod delete;
+pub mod dns;
 pub mod etcd;
+pub mod images;
+pub mod internal_lb;
+pub mod kubeadm;
 pub mod loadbalancer;
+pub mod network;
 pub mod os;
 pub mod preflight;
 pub mod registry;
@@ -262,6 +269,10 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
             Box::new(registry::RegistryModule(ctx.clone())),
             Box::new(runtime::RuntimeModule(ctx.clone())),
+            Box::new(kubeadm::KubeadmModule(ctx.clone())),
+            Box::new(network::NetworkModule(ctx.clone())),
+            Box::new(dns::NodeLocalDnsModule(ctx.clone())),
+            Box::new(addons::AddonsModule(ctx.clone())),
         ],
     }
 }

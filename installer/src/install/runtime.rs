@@ -89,7 +89,7 @@ impl Module for RuntimeModule {
 }
 
 /// A component's bundle file for `node` (the first one; runtime components have one per arch).
-fn bundle_file(
+pub(crate) fn bundle_file(
     ctx: &InstallContext,
     component: &str,
     node: &Node,
@@ -106,7 +106,7 @@ fn bundle_file(
 }
 
 /// Upload of a bundle file to `ARTIFACTS/<name>/<version>/<file>`; returns the op and the path.
-fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
+pub(crate) fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
     let file = rec.path.rsplit('/').next().unwrap_or(&rec.path);
     let dest = format!("{ARTIFACTS}/{}/{}/{file}", rec.name, rec.version);
     (
@@ -120,7 +120,9 @@ fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
     )
 }
 
-fn extract(archive: &str, rec: &FileRecord) -> (Op, String) {
+/// Extraction of an uploaded archive into `EXTRACT/<name>-<version>`; returns the op and the
+/// directory.
+pub(crate) fn extract(archive: &str, rec: &FileRecord) -> (Op, String) {
     let dest = format!("{EXTRACT}/{}-{}", rec.name, rec.version);
     (
         Op::Extract(ExtractTarball {
@@ -132,7 +134,8 @@ fn extract(archive: &str, rec: &FileRecord) -> (Op, String) {
     )
 }
 
-fn copy(src: String, dest: impl Into<String>) -> Op {
+/// An executable copied into place (0755).
+pub(crate) fn copy(src: String, dest: impl Into<String>) -> Op {
     Op::Copy(CopyFile {
         src,
         dest: dest.into(),

@@ -2,6 +2,7 @@
 
 mod delete;
 mod etcd;
+mod kubeadm;
 mod lb;
 mod pipeline;
 mod plan_cli;
