@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use kubexm_bundles::manifest::FileRecord;
 use kubexm_manifests::model::{Addon, AddonType};
-use kubexm_manifests::resolve::{AddonLocation, ADDONS_DIR};
+use kubexm_manifests::resolve::{network_file, AddonLocation, ADDONS_DIR};
 
 use super::apply::{
     bundle_upload, values_file, ApplyManifest, HelmBinary, HelmRelease, MANIFESTS_DIR,
@@ -46,7 +46,10 @@ impl Module for AddonsModule {
         let first = ctx.first_master()?.name.clone();
         let mut task = Task::new("addons", [first]);
         let addons = &ctx.cluster.file.spec.addons;
-        if addons.iter().any(|a| a.kind == AddonType::Helm) {
+        // The network module installs helm already for a chart-based plugin.
+        let network_helm = network_file(ctx.cluster.file.spec.network.plugin)
+            .is_some_and(|f| f.ends_with("-chart"));
+        if !network_helm && addons.iter().any(|a| a.kind == AddonType::Helm) {
             task = task.step(HelmBinary { ctx: ctx.clone() });
         }
         for a in addons {

@@ -27,7 +27,12 @@ pub const HELM: &str = "/usr/local/bin/helm";
 pub fn bundle_upload(path: PathBuf, rec: &FileRecord, dest: String) -> UploadFile {
     UploadFile {
         source: UploadSource::File(path),
-        sha256: rec.sha256.clone(),
+        // Planning without a bundle, a file the catalog cannot pin has no sum yet.
+        sha256: if rec.sha256.is_empty() {
+            "UNPINNED".to_string()
+        } else {
+            rec.sha256.clone()
+        },
         dest,
         mode: 0o600,
     }

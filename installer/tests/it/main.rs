@@ -4,6 +4,7 @@ mod delete;
 mod etcd;
 mod kubeadm;
 mod lb;
+mod network;
 mod pipeline;
 mod plan_cli;
 mod runtime;
