@@ -168,6 +168,43 @@ impl Fetcher {
         })
     }
 
+    /// A small text document no sum is known for (a Helm repository's `index.yaml`), retried
+    /// like downloads; never cached. What it says is checked by its user.
+    pub async fn get_text(&self, url: &str) -> Result<String, FetchError> {
+        let mut last = String::new();
+        for attempt in 1..=self.retry.attempts {
+            if attempt > 1 {
+                tokio::time::sleep(self.retry.delay(attempt)).await;
+            }
+            let resp = match self.client.get(url).send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            match resp.status().as_u16() {
+                200 => match resp.text().await {
+                    Ok(t) => return Ok(t),
+                    Err(e) => last = e.to_string(),
+                },
+                s if s == 429 || s >= 500 => last = format!("HTTP {s}"),
+                s => {
+                    return Err(self.status(
+                        url,
+                        s,
+                        ": check the chart repository URL (spec.addons[].source.chart.repo) or your zone's mirror",
+                    ))
+                }
+            }
+        }
+        Err(FetchError::Exhausted {
+            url: url.to_owned(),
+            attempts: self.retry.attempts,
+            last,
+        })
+    }
+
     /// One try: resume from the partial file if any, stream the rest while hashing.
     async fn attempt(
         &self,

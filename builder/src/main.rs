@@ -1,5 +1,6 @@
 //! `kubexm-build`: resolves, downloads and packs KubeXM offline bundles.
 
+mod addons;
 mod cache;
 mod cli;
 mod commands;

@@ -33,6 +33,9 @@ pub enum Archive {
     /// A zip archive.
     #[serde(rename = "zip")]
     Zip,
+    /// A file used as it is (e.g. a Kubernetes manifest applied with kubectl).
+    #[serde(rename = "file")]
+    File,
 }
 
 /// sha256 per arch for one version.
@@ -56,6 +59,12 @@ pub struct ComponentDoc {
     /// Where the sums come from.
     #[serde(default)]
     pub source: Option<String>,
+    /// The catalog cannot pin these files (no public sha256 list exists, and sums are never
+    /// invented): the user pins every version they bundle with `--catalog FILE`. An unpinned
+    /// version still resolves (marked `unpinned`, so `resolve` and `plan` work), but
+    /// `kubexm-build bundle` refuses it.
+    #[serde(default)]
+    pub user_pinned: Option<bool>,
     /// Pinned sums per version and arch.
     #[serde(default)]
     pub versions: BTreeMap<String, ArchSums>,
@@ -113,6 +122,8 @@ pub struct Component {
     pub zone_urls: BTreeMap<String, String>,
     /// Where the sums come from.
     pub source: Option<String>,
+    /// Versions the catalog does not pin resolve as `unpinned` (see [`ComponentDoc::user_pinned`]).
+    pub user_pinned: bool,
     /// Pinned sums.
     pub versions: BTreeMap<String, ArchSums>,
 }
@@ -207,6 +218,9 @@ impl Catalog {
                 if c.source.is_some() {
                     existing.source = c.source;
                 }
+                if let Some(u) = c.user_pinned {
+                    existing.user_pinned = u;
+                }
                 existing.zone_urls.extend(c.zone_urls);
                 for (version, sums) in c.versions {
                     existing.versions.entry(version).or_default().extend(sums);
@@ -228,6 +242,7 @@ impl Catalog {
                     url,
                     zone_urls: c.zone_urls,
                     source: c.source,
+                    user_pinned: c.user_pinned.unwrap_or(false),
                     versions: c.versions,
                 },
             );

@@ -830,6 +830,11 @@ pub struct AddonSource {
     /// Chart (type helm).
     #[serde(default)]
     pub chart: Chart,
+    /// sha256 of what `url` (or the chart repository) serves. Required to bundle a `url`
+    /// source; for a `chart.repo` chart it defaults to the digest the repository's index.yaml
+    /// gives, and must match it when both are known. Local `path` sources are hashed at build.
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 /// `spec.addons[]`.

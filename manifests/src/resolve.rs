@@ -13,6 +13,9 @@ use crate::model::{
     AddonType, Arch, EtcdType, InternalLbType, KubernetesType, LbMode, Plugin, RegistryType,
     RuntimeType,
 };
+
+/// Bundle directory of the addons' sources: `files/addons/<addon>/<file>`.
+pub const ADDONS_DIR: &str = "files/addons";
 use crate::validate::{Problem, ValidCluster};
 use crate::zone::Zone;
 
@@ -63,7 +66,7 @@ pub struct BinaryEntry {
     pub arch: Arch,
     /// Download URL after the zone's rewrites.
     pub url: String,
-    /// Pinned sha256 (hex).
+    /// Pinned sha256 (hex); empty when `unpinned`.
     pub sha256: String,
     /// How the file is packed.
     pub archive: Archive,
@@ -71,6 +74,52 @@ pub struct BinaryEntry {
     pub roles: BTreeSet<Role>,
     /// Path inside the bundle: `files/<name>/<version>/<arch>/<file>`.
     pub path: String,
+    /// The catalog pins no sha256 for this version (a `userPinned` component): `resolve` and
+    /// `plan` list it, `kubexm-build bundle` refuses it until it is pinned with `--catalog`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpinned: bool,
+}
+
+/// Where one addon's source comes from (bundled under [`ADDONS_DIR`]`/<addon>/`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AddonEntry {
+    /// `spec.addons[].name`.
+    pub addon: String,
+    /// `yaml` or `helm`.
+    pub kind: AddonType,
+    /// The source.
+    pub source: AddonLocation,
+    /// Its sha256 when known before downloading (`source.sha256`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Directory inside the bundle holding the addon's files.
+    pub dir: String,
+}
+
+/// Where an addon's files are fetched from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum AddonLocation {
+    /// A file or directory on the build host.
+    Path {
+        /// The path as written in cluster.yaml.
+        path: String,
+    },
+    /// A file at a URL (after the zone's rewrites).
+    Url {
+        /// The URL.
+        url: String,
+    },
+    /// A chart in a Helm repository (its index.yaml names the archive).
+    Chart {
+        /// Repository URL.
+        repo: String,
+        /// Chart name.
+        name: String,
+        /// Chart version.
+        version: String,
+    },
 }
 
 /// One image to pull and bundle.
@@ -109,6 +158,9 @@ pub struct Resolution {
     pub binaries: Vec<BinaryEntry>,
     /// Images, sorted by reference.
     pub images: Vec<ImageEntry>,
+    /// Addon sources, in `spec.addons` order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub addons: Vec<AddonEntry>,
 }
 
 struct Resolver<'a> {
@@ -254,6 +306,18 @@ pub fn resolve(
             let ctl = version.or_else(|| r.defaults.get("calico").map(String::as_str));
             r.binary("calicoctl", ctl, MASTERS, &field);
         }
+        // The plugin's upstream manifest or chart, applied from the first master.
+        if let Some(file) = network_file(p) {
+            let chosen = version
+                .map(str::to_owned)
+                .or_else(|| r.defaults.get(p.as_str()).cloned());
+            if let Some(v) = chosen {
+                r.binary_at(file, &v, MASTERS, &field);
+            }
+            if file.ends_with("-chart") {
+                r.binary("helm", None, MASTERS, &field);
+            }
+        }
     }
 
     // Load balancer.
@@ -304,7 +368,32 @@ pub fn resolve(
     if spec.addons.iter().any(|a| a.kind == AddonType::Helm) {
         r.binary("helm", None, MASTERS, "spec.addons");
     }
+    let mut addons = Vec::new();
     for (i, addon) in spec.addons.iter().enumerate() {
+        let src = &addon.source;
+        let location = match (&src.path, &src.url, &src.chart) {
+            (Some(path), _, _) => Some(AddonLocation::Path { path: path.clone() }),
+            (None, Some(url), _) => Some(AddonLocation::Url {
+                url: zone.rewrite_url(url),
+            }),
+            (None, None, c) => match (&c.repo, &c.name, &c.version) {
+                (Some(repo), Some(name), Some(version)) => Some(AddonLocation::Chart {
+                    repo: zone.rewrite_url(repo),
+                    name: name.clone(),
+                    version: version.clone(),
+                }),
+                _ => None,
+            },
+        };
+        if let Some(source) = location {
+            addons.push(AddonEntry {
+                addon: addon.name.clone(),
+                kind: addon.kind,
+                source,
+                sha256: src.sha256.clone(),
+                dir: format!("{ADDONS_DIR}/{}", addon.name),
+            });
+        }
         for img in &addon.images {
             r.image_at(
                 img,
@@ -327,7 +416,18 @@ pub fn resolve(
         arches: spec.hosts.iter().map(|h| h.arch).collect(),
         binaries: r.binaries.into_values().collect(),
         images: r.images.into_values().collect(),
+        addons,
     })
+}
+
+/// The catalog component holding a network plugin's upstream manifest or Helm chart.
+pub fn network_file(plugin: Plugin) -> Option<&'static str> {
+    match plugin {
+        Plugin::Flannel => Some("flannel-manifest"),
+        Plugin::Calico => Some("calico-chart"),
+        Plugin::Cilium => Some("cilium-chart"),
+        Plugin::KubeOvn | Plugin::Hybridnet | Plugin::Multus => None,
+    }
 }
 
 fn field_name(p: Plugin) -> &'static str {
@@ -395,6 +495,23 @@ impl Resolver<'_> {
             );
             return;
         };
+        if component.user_pinned {
+            let sums = component.versions.get(version);
+            for arch in self.arches(roles) {
+                let (sum, unpinned) = match sums.and_then(|s| s.get(&arch)) {
+                    Some(sum) => (sum.clone(), false),
+                    None => (String::new(), true),
+                };
+                let mut entry = self.entry(component, version, arch, &sum);
+                entry.unpinned = unpinned;
+                self.binaries
+                    .entry((name.to_owned(), version.to_owned(), arch))
+                    .or_insert(entry)
+                    .roles
+                    .extend(roles.iter().copied());
+            }
+            return;
+        }
         if !component.versions.contains_key(version) {
             let hint = if component.versions.is_empty() {
                 format!("the built-in catalog pins no `{name}` version; pin one (url + sha256 per arch) with --catalog FILE")
@@ -451,6 +568,7 @@ impl Resolver<'_> {
             archive: c.archive,
             roles: BTreeSet::new(),
             path: format!("files/{}/{version}/{arch}/{file}", c.name),
+            unpinned: false,
         }
     }
 

@@ -687,6 +687,17 @@ fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
             "set vip to the address the API server is reached at",
         );
     }
+    if lb.mode == LbMode::Internal && lb.port != 6443 {
+        c.add(
+            "spec.loadBalancer.port",
+            format!(
+                "loadBalancer mode {} serves the API on the API servers' own port 6443, not {}",
+                mode_name(lb),
+                lb.port
+            ),
+            "remove port (or set 6443); only an external load balancer can listen on another port",
+        );
+    }
     if needs_iface_and_vip && lb.interface.is_none() {
         c.add(
             "spec.loadBalancer.interface",

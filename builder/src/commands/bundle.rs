@@ -24,6 +24,7 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     let inputs = Inputs::load(&args.source)?;
     let lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
         .map_err(|p| problems_error(&args.source.file, &p))?;
+    refuse_unpinned(&lists)?;
     let cache_root = args.cache_dir.clone().unwrap_or_else(Cache::default_root);
     let cache = Cache::open(&cache_root).context("Failed to open the cache")?;
     let jobs = args.jobs.max(1);
@@ -55,7 +56,7 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .build()
         .context("Failed to start the async runtime")?;
-    let (files, images) = runtime.block_on(async {
+    let (files, images, addon_files) = runtime.block_on(async {
         let fetcher = Fetcher::new(cache.clone(), retry, progress.clone())
             .context("Failed to set up the HTTP client")?;
         // One download per distinct sha256 (identical files share one cache entry), each on
@@ -113,20 +114,38 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             .iter()
             .map(|b| cache.blob_path(&b.sha256))
             .collect();
-        anyhow::Ok((files, images))
+        let base_dir = args
+            .source
+            .file
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
+            .await
+            .context("Failed to fetch the addons' sources")?;
+        anyhow::Ok((files, images, addon_files))
     })?;
 
     let cluster_yaml = std::fs::read(&args.source.file)
         .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
     let mtime = source_date_epoch()?;
-    let manifest = bundle_manifest(&lists, &files, &images, mtime);
+    let mut manifest = bundle_manifest(&lists, &files, &images, mtime);
+    manifest
+        .files
+        .extend(addon_files.iter().map(|a| a.record.clone()));
     let catalog_yaml = match &args.source.catalog {
         Some(p) => {
             Some(std::fs::read(p).with_context(|| format!("Failed to read `{}`", p.display()))?)
         }
         None => None,
     };
-    let entries = bundle_entries(&cache, &lists, &images, cluster_yaml, catalog_yaml)?;
+    let mut entries = bundle_entries(&cache, &lists, &images, cluster_yaml, catalog_yaml)?;
+    entries.extend(addon_files.iter().map(|a| Entry {
+        path: a.record.path.clone(),
+        source: Source::Stored(a.blob.clone()),
+        sha256: Some(a.record.sha256.clone()),
+        mode: 0o644,
+    }));
     let output = args.output.clone().unwrap_or_else(|| {
         PathBuf::from(format!(
             "kubexm-{}-{}.tar.zst",
@@ -152,6 +171,43 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         report.sha256
     )?;
     Ok(())
+}
+
+/// Files the catalog cannot pin (`userPinned` components with no sum for the version) are never
+/// downloaded unverified: the error says exactly what to pin.
+fn refuse_unpinned(lists: &Resolution) -> Result<()> {
+    for a in &lists.addons {
+        if let (kubexm_manifests::resolve::AddonLocation::Url { url }, None) =
+            (&a.source, &a.sha256)
+        {
+            anyhow::bail!(
+                "spec.addons `{}`: source.url `{url}` has no source.sha256; set it to the sha256sum of the file (sums are never guessed)",
+                a.addon
+            );
+        }
+    }
+    let unpinned: Vec<_> = lists.binaries.iter().filter(|b| b.unpinned).collect();
+    if unpinned.is_empty() {
+        return Ok(());
+    }
+    let mut msg = format!(
+        "{} file(s) have no pinned sha256, and KubeXM never downloads a file it cannot verify:\n",
+        unpinned.len()
+    );
+    for b in &unpinned {
+        msg.push_str(&format!(
+            "  - {} {} ({}): {}\n",
+            b.name, b.version, b.arch, b.url
+        ));
+    }
+    msg.push_str("pin them in a catalog file passed with --catalog FILE, with the sha256sum of each file you checked:\ncomponents:\n");
+    for b in &unpinned {
+        msg.push_str(&format!(
+            "  - name: {}\n    versions: {{\"{}\": {{{}: \"<sha256>\"}}}}\n",
+            b.name, b.version, b.arch
+        ));
+    }
+    Err(anyhow::anyhow!(msg.trim_end().to_owned()))
 }
 
 /// `SOURCE_DATE_EPOCH` when set (reproducible builds), else 0.

@@ -52,7 +52,11 @@ pub fn write_table(l: &Resolution, out: &mut dyn Write) -> std::io::Result<()> {
                 b.version.clone(),
                 b.arch.to_string(),
                 roles(&b.roles),
-                b.sha256[..12.min(b.sha256.len())].to_owned(),
+                if b.unpinned {
+                    "UNPINNED".to_owned()
+                } else {
+                    b.sha256[..12.min(b.sha256.len())].to_owned()
+                },
                 b.url.clone(),
             ]
         })
@@ -62,6 +66,36 @@ pub fn write_table(l: &Resolution, out: &mut dyn Write) -> std::io::Result<()> {
         ["NAME", "VERSION", "ARCH", "ROLES", "SHA256", "URL"],
         &rows,
     )?;
+    if l.binaries.iter().any(|b| b.unpinned) {
+        writeln!(
+            out,
+            "UNPINNED: no sha256 is known for these files; pin them with --catalog FILE before `bundle`"
+        )?;
+    }
+    if !l.addons.is_empty() {
+        writeln!(out, "\nADDON SOURCES ({})", l.addons.len())?;
+        let rows: Vec<[String; 3]> = l
+            .addons
+            .iter()
+            .map(|a| {
+                let from = match &a.source {
+                    kubexm_manifests::resolve::AddonLocation::Path { path } => path.clone(),
+                    kubexm_manifests::resolve::AddonLocation::Url { url } => url.clone(),
+                    kubexm_manifests::resolve::AddonLocation::Chart {
+                        repo,
+                        name,
+                        version,
+                    } => format!("{name} {version} from {repo}"),
+                };
+                [
+                    a.addon.clone(),
+                    format!("{:?}", a.kind).to_lowercase(),
+                    from,
+                ]
+            })
+            .collect();
+        table(out, ["ADDON", "TYPE", "SOURCE"], &rows)?;
+    }
     writeln!(out, "\nIMAGES ({})", l.images.len())?;
     let rows: Vec<[String; 5]> = l
         .images

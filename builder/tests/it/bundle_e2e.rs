@@ -39,7 +39,16 @@ pub(crate) const FILES: &[(&str, &str, &str, &str)] = &[
     ("crictl", "v1.33.0", "arm64", "github.com/kubernetes-sigs/cri-tools/releases/download/v1.33.0/crictl-v1.33.0-linux-arm64.tar.gz"),
     ("cni-plugins", "v1.9.1", "amd64", "github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-amd64-v1.9.1.tgz"),
     ("cni-plugins", "v1.9.1", "arm64", "github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-arm64-v1.9.1.tgz"),
+    // The network plugin's chart (a `userPinned` component: pinned here like a user pins it)
+    // and helm, which installs it.
+    ("calico-chart", "v3.99.0", "amd64", "github.com/projectcalico/calico/releases/download/v3.99.0/tigera-operator-v3.99.0.tgz"),
+    ("helm", "v3.18.4", "amd64", "get.helm.sh/helm-v3.18.4-linux-amd64.tar.gz"),
 ];
+
+/// The Helm chart an addon takes from the mirror's chart repository (`charts/index.yaml`).
+pub(crate) const ADDON_CHART: &str = "charts.example/charts/demo-chart-1.0.0.tgz";
+/// The YAML an addon takes from the build host (relative to cluster.yaml).
+pub(crate) const ADDON_YAML: &str = "addons/demo.yaml";
 
 pub(crate) struct Lab {
     pub(crate) dir: tempfile::TempDir,
@@ -87,6 +96,26 @@ pub(crate) fn setup() -> Lab {
             "  - name: {name}\n    versions:\n      \"{version}\": {{{arch}: \"{sum}\"}}\n"
         ));
     }
+    // Addon sources: a chart repository on the mirror (index.yaml with the archive's digest,
+    // as Helm repositories publish it) and a YAML file on the build host.
+    let chart = stand_in(ADDON_CHART);
+    std::fs::create_dir_all(root.join("charts.example/charts")).expect("mkdir charts");
+    std::fs::write(root.join(ADDON_CHART), &chart).expect("write chart");
+    std::fs::write(
+        root.join("charts.example/charts/index.yaml"),
+        format!(
+            "apiVersion: v1\nentries:\n  demo-chart:\n  - name: demo-chart\n    version: 1.0.0\n    digest: {}\n    urls: [demo-chart-1.0.0.tgz]\n  - name: demo-chart\n    version: 0.9.0\n    digest: {}\n    urls: [demo-chart-0.9.0.tgz]\n",
+            kubexm_testkit::sha256_hex(&chart),
+            "0".repeat(64)
+        ),
+    )
+    .expect("write index");
+    std::fs::create_dir_all(dir.path().join("addons")).expect("mkdir addons");
+    std::fs::write(
+        dir.path().join(ADDON_YAML),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo}\n",
+    )
+    .expect("write addon yaml");
     let mirror = HttpMirror::start(&root);
     let open = Registry::start(RegistryOptions::default());
     let private = Registry::start(RegistryOptions {
@@ -196,7 +225,17 @@ spec:
   loadBalancer: {{mode: internal, internal: {{type: kube-vip}}, vip: 10.0.0.100, interface: eth0}}
   registry:
     type: none
-{auths}"
+{auths}  addons:
+    - name: demo-yaml
+      namespace: demo
+      type: yaml
+      source: {{path: {ADDON_YAML}}}
+    - name: demo-chart
+      namespace: demo
+      type: helm
+      source:
+        chart: {{name: demo-chart, version: 1.0.0, repo: 'https://charts.example/charts'}}
+"
     );
     std::fs::write(dir.join("cluster.yaml"), cluster).expect("write cluster");
 }
@@ -300,12 +339,50 @@ fn bundle_from_mirror_and_registries_is_complete_readable_and_reproducible() {
     assert_eq!(manifest["cluster"], "lab");
     assert_eq!(
         manifest["files"].as_array().map(Vec::len),
-        Some(FILES.len())
+        Some(FILES.len() + 2),
+        "every catalog file and the two addon sources"
     );
     for f in manifest["files"].as_array().expect("files") {
         let path = f["path"].as_str().expect("path");
         assert!(x.join(path).is_file(), "{path} missing");
     }
+    let file = |name: &str| {
+        manifest["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in bundle.json"))
+            .clone()
+    };
+    // The network plugin's chart, under its upstream file name.
+    let cni = file("calico-chart");
+    assert_eq!(
+        cni["path"],
+        "files/calico-chart/v3.99.0/amd64/tigera-operator-v3.99.0.tgz"
+    );
+    // Addons: the local YAML as it is, the chart from the repository index's URL, verified
+    // against the index's digest.
+    let yaml = file("addon/demo-yaml");
+    assert_eq!(yaml["path"], "files/addons/demo-yaml/demo.yaml");
+    assert_eq!(
+        std::fs::read(x.join("files/addons/demo-yaml/demo.yaml")).expect("yaml"),
+        std::fs::read(lab.path(ADDON_YAML)).expect("source yaml")
+    );
+    let chart = file("addon/demo-chart");
+    assert_eq!(
+        chart["path"],
+        "files/addons/demo-chart/demo-chart-1.0.0.tgz"
+    );
+    assert_eq!(chart["version"], "1.0.0");
+    assert_eq!(
+        chart["url"],
+        format!("{}/{ADDON_CHART}", lab.mirror.base_url())
+    );
+    assert_eq!(
+        std::fs::read(x.join("files/addons/demo-chart/demo-chart-1.0.0.tgz")).expect("chart"),
+        stand_in(ADDON_CHART)
+    );
     assert!(x.join("cluster.yaml").is_file());
 
     // skopeo reads every image from the layout, digests match the source registries, and the
@@ -460,4 +537,51 @@ fn verify_refuses_damaged_copies(lab: &Lab, good: &[u8]) {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains(&target), "the tampered entry is named: {err}");
+}
+
+#[test]
+fn unpinned_network_files_and_unsummed_addon_urls_are_refused_before_any_download() {
+    let lab = setup();
+    let cluster = lab.path("cluster.yaml");
+    let original = std::fs::read_to_string(&cluster).expect("cluster");
+    // flannel: its upstream manifest is a `userPinned` component the built-in catalog cannot pin.
+    std::fs::write(
+        &cluster,
+        original.replace(
+            "plugin: calico\n    calico: {version: v3.99.0}",
+            "plugin: flannel",
+        ),
+    )
+    .expect("write");
+    let out = bundle(&lab, "u.tar.zst", "c-u", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    for want in [
+        "no pinned sha256",
+        "flannel-manifest v0.27.4 (amd64)",
+        "/github.com/flannel-io/flannel/releases/download/v0.27.4/kube-flannel.yml",
+        "--catalog FILE",
+        "  - name: flannel-manifest",
+    ] {
+        assert!(err.contains(want), "{want} missing from:\n{err}");
+    }
+    assert_eq!(lab.mirror.requests(), 0, "nothing is downloaded");
+    assert!(!lab.path("u.tar.zst").exists());
+
+    // An addon URL without source.sha256.
+    std::fs::write(
+        &cluster,
+        format!(
+            "{original}    - name: from-url\n      type: yaml\n      source: {{url: 'https://example.org/x.yaml'}}\n"
+        ),
+    )
+    .expect("write");
+    let out = bundle(&lab, "v.tar.zst", "c-v", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("from-url") && err.contains("source.sha256"),
+        "{err}"
+    );
+    assert_eq!(lab.mirror.requests(), 0, "nothing is downloaded");
 }

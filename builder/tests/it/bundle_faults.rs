@@ -155,8 +155,8 @@ fn images_sharing_a_config_blob_are_fetched_once_without_racing() {
         .expect("cluster")
         .replace("{name: w1, address: 10.0.0.21, arch: arm64}", "{name: w1, address: 10.0.0.21}")
         .replace(
-            "  registry:\n",
-            "  addons:\n    - {name: twins, type: yaml, source: {path: twins.yaml}, images: [\"ghcr.io/x/a:v1\", \"ghcr.io/x/b:v1\"]}\n  registry:\n",
+            "  addons:\n",
+            "  addons:\n    - {name: twins, type: yaml, source: {path: addons/demo.yaml}, images: [\"ghcr.io/x/a:v1\", \"ghcr.io/x/b:v1\"]}\n",
         );
     std::fs::write(lab.path("cluster.yaml"), cluster).expect("write");
     let out = bundle(&lab, "twins.tar.zst", "c-twins", &[]);

@@ -16,13 +16,16 @@
 //! * **OS packages stay installed** (an air-gapped host may have no way to get them back).
 //!
 //! Order: `delete-preflight` (refuses nodes marked for another cluster), Kubernetes (kubexm
-//! path: services, pods, kubelet state, files), runtime, registry,
+//! path: services, pods, kubelet state, files; kubeadm path: kubeadm reset, kubelet, CNI
+//! traces), runtime, registry,
 //! load balancer, etcd, node preparation (last: it removes `/etc/kubexm` and the staging
 //! directories the other modules read).
 
 use std::sync::Arc;
 
-use super::{etcd, kubexm, loadbalancer, os, registry, runtime, InstallContext, NODE_MARKER};
+use super::{
+    etcd, kubeadm, kubexm, loadbalancer, os, registry, runtime, InstallContext, NODE_MARKER,
+};
 use crate::pipeline::ops::{Check, Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Pipeline, Step, StepError, Task};
 use crate::runner::shell;
@@ -88,6 +91,7 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         modules: vec![
             Box::new(DeletePreflight(ctx.clone())),
             Box::new(kubexm::delete::delete_module(ctx)),
+            Box::new(kubeadm::delete_module(ctx)),
             Box::new(runtime::delete_module(ctx)),
             Box::new(registry::delete_module(ctx)),
             Box::new(loadbalancer::delete_module(ctx)),

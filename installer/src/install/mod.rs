@@ -1,9 +1,16 @@
 //! The install pipeline: modules built from a validated cluster description.
 
+pub mod addons;
+pub mod apply;
 pub mod delete;
+pub mod dns;
 pub mod etcd;
+pub mod images;
+pub mod internal_lb;
+pub mod kubeadm;
 pub mod kubexm;
 pub mod loadbalancer;
+pub mod network;
 pub mod os;
 pub mod preflight;
 pub mod registry;
@@ -282,6 +289,10 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(kubexm::control_plane::KubexmControlPlaneModule(ctx.clone())),
             Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
             Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
+            Box::new(kubeadm::KubeadmModule(ctx.clone())),
+            Box::new(network::NetworkModule(ctx.clone())),
+            Box::new(dns::NodeLocalDnsModule(ctx.clone())),
+            Box::new(addons::AddonsModule(ctx.clone())),
         ],
     }
 }

@@ -384,7 +384,13 @@ impl Executor {
             })
             .collect();
         let inputs = inputs_hash(key, &plans);
+        // What a task learns lives in this run's memory only: a task that learns facts for
+        // later tasks always runs.
+        let learns = built
+            .iter()
+            .any(|(_, ops)| ops.iter().any(|o| matches!(o, Op::Learn(_))));
         if self.options.resume
+            && !learns
             && state
                 .lock()
                 .map(|s| s.is_done(key, host, &inputs))

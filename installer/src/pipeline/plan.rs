@@ -66,6 +66,7 @@ pub struct OpGroup {
 
 /// Builds the plan. Nodes named by tasks but missing from `nodes` are an error.
 pub fn build(pipeline: &Pipeline, nodes: &[Node], facts: &Facts) -> Result<Plan, StepError> {
+    let facts = &facts.for_plan();
     let mut modules = Vec::new();
     for m in &pipeline.modules {
         if let Some(reason) = m.skip() {

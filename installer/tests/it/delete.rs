@@ -36,6 +36,7 @@ fn delete_plan_of_the_lab_cluster() {
         [
             "delete-preflight",
             "delete-kubexm",
+            "delete-kubeadm",
             "delete-runtime",
             "delete-registry",
             "delete-loadbalancer",
@@ -56,6 +57,10 @@ fn delete_plan_of_the_lab_cluster() {
         "systemctl disable --now keepalived",
         "rm -f -- /etc/sysctl.d/99-kubexm.conf /etc/modules-load.d/kubexm.conf",
         "rm -rf -- /etc/kubexm",
+        "/usr/local/bin/kubeadm reset -f",
+        "systemctl disable --now kubelet",
+        "/usr/local/bin/kubectl /usr/local/bin/helm /etc/kubernetes /var/lib/kubelet",
+        "for i in cni0 flannel.1",
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }

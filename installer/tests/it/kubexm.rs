@@ -1122,8 +1122,13 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
     .expect("delete plan");
     let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(
-        names[..3],
-        ["delete-preflight", "delete-kubexm", "delete-runtime"]
+        names[..4],
+        [
+            "delete-preflight",
+            "delete-kubexm",
+            "delete-kubeadm",
+            "delete-runtime"
+        ]
     );
     let m = &p.modules[1];
     assert!(m.skipped.is_none());

@@ -3,8 +3,10 @@
 mod delete;
 mod etcd;
 mod harbor;
+mod kubeadm;
 mod kubexm;
 mod lb;
+mod network;
 mod pipeline;
 mod plan_cli;
 mod runtime;

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use kubexm_install::pipeline::executor::{ExecOptions, Executor, PipelineError, RunReport};
 use kubexm_install::pipeline::journal::Journal;
-use kubexm_install::pipeline::ops::{CreateDir, ManagedBlock, Op, RunCommand, UploadFile};
+use kubexm_install::pipeline::ops::{
+    CreateDir, FetchFile, LearnFacts, ManagedBlock, Op, RunCommand, UploadFile,
+};
 use kubexm_install::pipeline::{
     plan, Facts, Module, Node, Pipeline, Policy, Step, StepError, Task,
 };
@@ -720,4 +722,204 @@ fn plan_lists_every_module_task_step_and_command_without_connecting() {
     };
     let plan = plan::build(&pipeline, &nodes(2), &Facts::default()).expect("plan");
     insta::assert_snapshot!(plan.to_text());
+}
+
+/// Learns `key=value` lines from `<dir>/secret` into facts.
+struct LearnSecret {
+    root: PathBuf,
+}
+
+fn key_values(out: &str) -> Result<Vec<(String, String)>, String> {
+    let v: Vec<(String, String)> = out
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if v.is_empty() {
+        Err("no key=value line in the output".to_string())
+    } else {
+        Ok(v)
+    }
+}
+
+impl Step for LearnSecret {
+    fn name(&self) -> &str {
+        "learn-secret"
+    }
+    fn ops(&self, node: &Node, facts: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Learn(LearnFacts {
+            what: "the secret".into(),
+            script: format!("cat {}/{}/secret", self.root.display(), node.name),
+            parse: key_values,
+            facts: facts.clone(),
+            timeout: Duration::from_secs(10),
+        })])
+    }
+}
+
+/// Writes the learned `token` into `<dir>/learned` (a placeholder when planning).
+struct UseSecret {
+    root: PathBuf,
+}
+
+impl Step for UseSecret {
+    fn name(&self) -> &str {
+        "use-secret"
+    }
+    fn ops(&self, node: &Node, facts: &Facts) -> Result<Vec<Op>, StepError> {
+        let token = match facts.get("token") {
+            Some(t) => t,
+            None if facts.is_planning() => "<learned>".to_string(),
+            None => return Err(StepError::Invalid("token not learned".into())),
+        };
+        WriteFile {
+            name: "use-secret",
+            root: self.root.clone(),
+            file: "learned",
+            content: token,
+        }
+        .ops(node, facts)
+    }
+}
+
+fn learn_pipeline(lab: &Lab) -> Pipeline {
+    Pipeline {
+        name: "test".to_string(),
+        modules: vec![module(
+            "learn",
+            vec![
+                Task::new("learn", ["node1"]).step(LearnSecret {
+                    root: lab.root.clone(),
+                }),
+                Task::new("use", ["node2", "node3"]).step(UseSecret {
+                    root: lab.root.clone(),
+                }),
+            ],
+        )],
+    }
+}
+
+#[tokio::test]
+async fn learned_facts_reach_later_tasks_stay_out_of_the_journal_and_are_relearned_on_resume() {
+    let lab = Lab::new();
+    std::fs::create_dir_all(lab.root.join("node1")).expect("mkdir");
+    std::fs::write(lab.node_file("node1", "secret"), "token=s3cret-t0ken\n").expect("secret");
+    let (exec, journal) = lab.executor(3, false, vec![]);
+    let report = exec.run(&learn_pipeline(&lab)).await.expect("run");
+    for n in ["node2", "node3"] {
+        assert_eq!(lab.read(n, "learned").as_deref(), Some("s3cret-t0ken"));
+    }
+    assert_eq!(report.steps_checked, 1, "learning is a check, not a change");
+    for f in [&journal.paths().log, &journal.paths().events] {
+        let text = std::fs::read_to_string(f).expect("journal");
+        assert!(!text.contains("s3cret-t0ken"), "{}: {text}", f.display());
+    }
+
+    // --resume: `use` is done with the same inputs and skipped, but the facts it needs live in
+    // memory only, so `learn` runs again.
+    let (exec, journal) = lab.executor(3, true, vec![]);
+    let report = exec.run(&learn_pipeline(&lab)).await.expect("resume");
+    assert_eq!((report.tasks_run, report.tasks_resumed), (1, 2));
+    let ev = events(&journal);
+    assert!(ev
+        .iter()
+        .any(|e| e["event"] == "TaskSucceeded" && e["task"] == "learn"));
+
+    // A changed fact changes the inputs of `use`: it runs again.
+    std::fs::write(lab.node_file("node1", "secret"), "token=n3w\n").expect("secret");
+    let (exec, _) = lab.executor(3, true, vec![]);
+    let report = exec.run(&learn_pipeline(&lab)).await.expect("changed");
+    assert_eq!((report.tasks_run, report.tasks_resumed), (3, 0));
+    assert_eq!(lab.read("node3", "learned").as_deref(), Some("n3w"));
+
+    // Output the parser cannot read: the step fails with the parser's message, not the output.
+    std::fs::write(lab.node_file("node1", "secret"), "garbage s3cret\n").expect("secret");
+    let (exec, _) = lab.executor(3, false, vec![]);
+    let err = exec
+        .run(&learn_pipeline(&lab))
+        .await
+        .expect_err("unparsable");
+    let msg = err.to_string();
+    assert!(msg.contains("no key=value line"), "{msg}");
+    assert!(!msg.contains("s3cret"), "{msg}");
+
+    // The plan shows the script, and later steps plan with placeholders.
+    let text = plan::build(&learn_pipeline(&lab), &nodes(3), &Facts::default())
+        .expect("plan")
+        .to_text();
+    assert!(text.contains("learn    the secret: cat "), "{text}");
+    assert!(text.contains("upload   <9 bytes>"), "{text}");
+}
+
+struct Fetch {
+    root: PathBuf,
+    dest: PathBuf,
+}
+
+impl Step for Fetch {
+    fn name(&self) -> &str {
+        "fetch"
+    }
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Fetch(FetchFile {
+            src: self
+                .root
+                .join(&node.name)
+                .join("admin.conf")
+                .display()
+                .to_string(),
+            dest: self.dest.clone(),
+            mode: 0o600,
+        })])
+    }
+}
+
+#[tokio::test]
+async fn a_node_file_is_fetched_to_the_control_host_once() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let lab = Lab::new();
+    std::fs::create_dir_all(lab.root.join("node1")).expect("mkdir");
+    std::fs::write(lab.node_file("node1", "admin.conf"), "kind: Config\n").expect("write");
+    let dest = lab.work.path().join("control/pki/admin.conf");
+    let pipeline = || Pipeline {
+        name: "test".to_string(),
+        modules: vec![module(
+            "fetch",
+            vec![Task::new("fetch", ["node1"]).step(Fetch {
+                root: lab.root.clone(),
+                dest: dest.clone(),
+            })],
+        )],
+    };
+    let (exec, _) = lab.executor(1, false, vec![]);
+    let report = exec.run(&pipeline()).await.expect("fetch");
+    assert_eq!(report.steps_changed, 1);
+    assert_eq!(
+        std::fs::read_to_string(&dest).expect("fetched"),
+        "kind: Config\n"
+    );
+    let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode(&dest), 0o600);
+    assert_eq!(mode(dest.parent().expect("dir")), 0o700);
+    let (exec, _) = lab.executor(1, false, vec![]);
+    let report = exec.run(&pipeline()).await.expect("again");
+    assert_eq!((report.steps_changed, report.steps_unchanged), (0, 1));
+    // A changed node file is fetched again; a missing one is an error naming it.
+    std::fs::write(lab.node_file("node1", "admin.conf"), "kind: Config\nv: 2\n").expect("write");
+    let (exec, _) = lab.executor(1, false, vec![]);
+    exec.run(&pipeline()).await.expect("refetch");
+    assert!(std::fs::read_to_string(&dest)
+        .expect("fetched")
+        .contains("v: 2"));
+    std::fs::remove_file(lab.node_file("node1", "admin.conf")).expect("rm");
+    let (exec, _) = lab.executor(1, false, vec![]);
+    let err = exec
+        .run(&pipeline())
+        .await
+        .expect_err("missing")
+        .to_string();
+    assert!(
+        err.contains("admin.conf does not exist on the node"),
+        "{err}"
+    );
 }

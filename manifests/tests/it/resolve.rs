@@ -42,19 +42,35 @@ fn render(r: &Resolution) -> String {
     for b in &r.binaries {
         let _ = writeln!(
             s,
-            "file  {} {} {} [{}] {} sha256:{}",
+            "file  {} {} {} [{}] {} {}",
             b.name,
             b.version,
             b.arch,
             roles(&b.roles),
             b.url,
-            &b.sha256[..16]
+            if b.unpinned {
+                "UNPINNED".to_string()
+            } else {
+                format!("sha256:{}", &b.sha256[..16])
+            }
         );
+        assert_eq!(b.unpinned, b.sha256.is_empty(), "{}", b.name);
         assert!(
             b.path
                 .starts_with(&format!("files/{}/{}/{}/", b.name, b.version, b.arch)),
             "{}",
             b.path
+        );
+    }
+    for a in &r.addons {
+        let _ = writeln!(
+            s,
+            "addon {} {:?} {:?} sha256:{} -> {}/",
+            a.addon,
+            a.kind,
+            a.source,
+            a.sha256.as_deref().unwrap_or("-"),
+            a.dir
         );
     }
     for i in &r.images {

@@ -6,6 +6,7 @@
 
 mod command;
 mod files;
+mod learn;
 mod seed;
 mod systemd;
 mod wait;
@@ -15,6 +16,7 @@ pub use files::{
     CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile,
     BLOCK_BEGIN, BLOCK_END,
 };
+pub use learn::{FactParser, FetchFile, LearnFacts};
 pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};
 pub use wait::WaitFor;
@@ -120,6 +122,10 @@ pub enum Op {
     Wait(WaitFor),
     /// Push the bundle's images into a registry (control host).
     Seed(SeedImages),
+    /// Learn values from a node's output for later tasks.
+    Learn(LearnFacts),
+    /// Copy a file from the node to the control host.
+    Fetch(FetchFile),
 }
 
 impl Op {
@@ -139,6 +145,8 @@ impl Op {
             Op::Systemd(o) => o,
             Op::Wait(o) => o,
             Op::Seed(o) => o,
+            Op::Learn(o) => o,
+            Op::Fetch(o) => o,
         }
     }
 }

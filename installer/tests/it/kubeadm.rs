@@ -1,0 +1,842 @@
+//! The kubeadm module: every file it renders over a matrix (etcd types kubexm / kubeadm /
+//! external, load balancers none / external / internal haproxy / nginx / kube-vip, configuration
+//! APIs v1beta4 (v1.31, v1.33) and v1beta3 (v1.30)), parsed back as YAML and snapshotted; the
+//! join-credentials parser on kubeadm output in the exact formats kubeadm versions print; the
+//! module's task order; and the plan of a 3-master / 2-worker cluster.
+
+use std::sync::Arc;
+
+use kubexm_install::install::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
+use kubexm_install::install::kubeadm::config::{ApiVersion, KubeadmSettings};
+use kubexm_install::install::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
+use kubexm_install::install::kubeadm::join::{parse, JoinCredentials, JoinParseError};
+use kubexm_install::install::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
+use kubexm_install::install::{install_pipeline, load_context, InstallContext};
+use kubexm_install::pipeline::ops::Op;
+use kubexm_install::pipeline::{plan, Facts, Module};
+use kubexm_manifests::version::KubeVersion;
+
+use crate::lb::{check_with, file_of, lab_context, rendered, repo};
+
+/// The example cluster (3 masters, 2 workers; calico, internal haproxy, KubeXM's etcd, a
+/// private registry) with `edit` applied to its text, against the built-in catalog.
+pub(crate) fn example_context(edit: impl Fn(String) -> String) -> Arc<InstallContext> {
+    let text =
+        std::fs::read_to_string(repo().join("manifests/examples/cluster.yaml")).expect("example");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, edit(text)).expect("write yaml");
+    Arc::new(load_context(&file, None, None, dir.path()).expect("example cluster loads"))
+}
+
+/// Parses every `---` document of a rendered YAML file (a real YAML parser, not a snapshot).
+pub(crate) fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    text.split("\n---\n")
+        .map(|d| {
+            kubexm_manifests::yaml::from_str::<serde_json::Value>(d, "rendered")
+                .unwrap_or_else(|e| panic!("not YAML: {e}\n{text}"))
+        })
+        .collect()
+}
+
+fn credentials() -> JoinCredentials {
+    JoinCredentials {
+        endpoint: "lb.kubexm.internal:6443".into(),
+        token: "7r2k9x.q4m8z1c0v5b3n6h2".into(),
+        ca_cert_hashes: vec![format!("sha256:{}", "ab".repeat(32))],
+        certificate_key: Some("cd".repeat(32)),
+    }
+}
+
+fn init_text(ctx: &InstallContext, s: &KubeadmSettings, node: &str, prefilled: bool) -> String {
+    let n = s.node(ctx.node(node).expect("node"), true, prefilled);
+    String::from_utf8(s.render_init(&n).expect("init").text().to_vec()).expect("utf-8")
+}
+
+fn join_text(ctx: &InstallContext, s: &KubeadmSettings, node: &str, cp: bool) -> String {
+    let n = s.node(ctx.node(node).expect("node"), cp, false);
+    String::from_utf8(
+        s.render_join(&n, &credentials())
+            .expect("join")
+            .text()
+            .to_vec(),
+    )
+    .expect("utf-8")
+}
+
+#[test]
+fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
+    let ctx = lab_context(|t| t);
+    let s = KubeadmSettings::new(&ctx).expect("settings");
+    assert_eq!(s.api, ApiVersion::V1beta4);
+    let init = init_text(&ctx, &s, "node1", false);
+    assert!(init.starts_with("# Written by KubeXM"), "{init}");
+    let docs = yaml_docs(&init);
+    let kinds: Vec<&str> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "InitConfiguration",
+            "ClusterConfiguration",
+            "KubeletConfiguration",
+            "KubeProxyConfiguration"
+        ]
+    );
+    assert_eq!(docs[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
+    assert_eq!(
+        docs[0]["localAPIEndpoint"]["advertiseAddress"],
+        "10.88.10.11"
+    );
+    // v1beta4 extra arguments are {name, value} lists.
+    assert_eq!(
+        docs[0]["nodeRegistration"]["kubeletExtraArgs"],
+        serde_json::json!([{"name": "node-ip", "value": "10.88.10.11"}])
+    );
+    // Every lab master is also a KubeXM load-balancer node on 6443: a per-node patch binds
+    // the API server to the node's address.
+    assert_eq!(
+        docs[0]["patches"]["directory"],
+        "/etc/kubernetes/kubexm/patches"
+    );
+    let cc = &docs[1];
+    assert_eq!(cc["controlPlaneEndpoint"], "lb.kubexm.internal:6443");
+    assert_eq!(cc["kubernetesVersion"], "v1.33.11");
+    assert_eq!(cc["imageRepository"], "10.88.10.11:5000");
+    assert_eq!(cc["dns"]["imageRepository"], "10.88.10.11:5000/coredns");
+    assert_eq!(cc["dns"]["imageTag"], "v1.12.0");
+    assert_eq!(cc["networking"]["podSubnet"], "10.233.64.0/18");
+    assert_eq!(
+        cc["etcd"]["external"]["endpoints"],
+        serde_json::json!([
+            "https://10.88.10.11:2379",
+            "https://10.88.10.12:2379",
+            "https://10.88.10.13:2379"
+        ])
+    );
+    assert_eq!(
+        cc["etcd"]["external"]["certFile"],
+        "/etc/kubernetes/pki/apiserver-etcd-client.crt"
+    );
+    let sans = cc["apiServer"]["certSANs"].as_array().expect("sans");
+    for want in [
+        "lb.kubexm.internal",
+        "10.88.10.100",
+        "node2",
+        "10.88.10.13",
+        "127.0.0.1",
+    ] {
+        assert!(sans.iter().any(|s| s == want), "{want} not in {sans:?}");
+    }
+    assert_eq!(docs[2]["cgroupDriver"], "systemd");
+    assert_eq!(docs[2]["clusterDNS"], serde_json::json!(["169.254.25.10"]));
+    assert_eq!(docs[3]["mode"], "ipvs");
+    insta::assert_snapshot!("kubeadm-init-lab-v1beta4", init);
+
+    let join = join_text(&ctx, &s, "node2", true);
+    let j = &yaml_docs(&join)[0];
+    assert_eq!(j["kind"], "JoinConfiguration");
+    assert_eq!(
+        j["discovery"]["bootstrapToken"]["token"],
+        "7r2k9x.q4m8z1c0v5b3n6h2"
+    );
+    assert_eq!(
+        j["controlPlane"]["localAPIEndpoint"]["advertiseAddress"],
+        "10.88.10.12"
+    );
+    assert_eq!(j["controlPlane"]["certificateKey"], "cd".repeat(32));
+    insta::assert_snapshot!("kubeadm-join-lab-node2-control-plane", join);
+
+    // The patch and the etcd client files come before kubeadm runs.
+    let n = s.node(ctx.node("node1").expect("node1"), true, false);
+    let files = s.control_plane_files(&n).expect("files");
+    let plan: Vec<String> = files.iter().map(|o| o.generic().plan().detail).collect();
+    assert!(plan.contains(
+        &"/etc/ssl/etcd/ssl/node-node1-key.pem -> /etc/kubernetes/pki/apiserver-etcd-client.key (600)"
+            .to_string()
+    ), "{plan:?}");
+    let patch = files
+        .iter()
+        .find_map(|o| match o {
+            Op::Template(t) if t.file.dest.ends_with("kube-apiserver+json.yaml") => {
+                Some(String::from_utf8(t.text().to_vec()).expect("utf-8"))
+            }
+            _ => None,
+        })
+        .expect("patch rendered");
+    assert_eq!(
+        yaml_docs(&patch)[0],
+        serde_json::json!([{"op": "add", "path": "/spec/containers/0/command/-", "value": "--bind-address=10.88.10.11"}])
+    );
+    insta::assert_snapshot!("kube-apiserver-patch-node1", patch);
+}
+
+#[test]
+fn stacked_etcd_no_lb_and_component_settings_on_v1_31() {
+    let ctx = example_context(|t| {
+        t.replace("version: v1.33.11", "version: v1.31.13")
+            .replace("etcd: [\"master[1:3]\"]", "etcd: []")
+            .replace("  etcd:\n    type: kubexm\n", "  etcd:\n    type: kubeadm\n")
+            .replace("proxyMode: ipvs", "proxyMode: iptables\n    featureGates: {SidecarContainers: true, InPlacePodVerticalScaling: false}\n    apiserverArgs: {audit-log-maxage: \"30\"}\n    kubeletArgs: {max-open-files: \"1000000\"}")
+            .replace("master: [\"master[1:3]\"]", "master: [master1]")
+            .replace("worker: [\"node[1:2]\"]", "worker: [master2, master3, \"node[1:2]\"]")
+            .replace("    mode: internal\n    internal:\n      type: haproxy\n", "    mode: none\n")
+    });
+    let s = KubeadmSettings::new(&ctx).expect("settings");
+    assert_eq!(s.api, ApiVersion::V1beta4);
+    let init = init_text(&ctx, &s, "master1", false);
+    let docs = yaml_docs(&init);
+    let cc = &docs[1];
+    assert_eq!(cc["kubernetesVersion"], "v1.31.13");
+    // No load balancer: the endpoint's domain resolves to the first master.
+    assert_eq!(cc["controlPlaneEndpoint"], "lb.kubexm.internal:6443");
+    assert_eq!(cc["imageRepository"], "dockerhub.kubexm.local/kubexm");
+    assert_eq!(
+        cc["etcd"]["local"]["imageRepository"],
+        "dockerhub.kubexm.local/kubexm"
+    );
+    assert_eq!(cc["etcd"]["local"]["imageTag"], "3.5.15-0");
+    assert_eq!(cc["etcd"]["local"]["dataDir"], "/var/lib/etcd");
+    assert!(cc["etcd"]["external"].is_null());
+    assert_eq!(
+        cc["apiServer"]["extraArgs"],
+        serde_json::json!([
+            {"name": "audit-log-maxage", "value": "30"},
+            {"name": "feature-gates", "value": "InPlacePodVerticalScaling=false,SidecarContainers=true"}
+        ])
+    );
+    assert!(cc["apiServer"]["certSANs"]
+        .as_array()
+        .expect("sans")
+        .iter()
+        .any(|s| s == "api.demo.example.com"));
+    assert_eq!(
+        docs[0]["nodeRegistration"]["kubeletExtraArgs"][0],
+        serde_json::json!({"name": "max-open-files", "value": "1000000"})
+    );
+    assert!(docs[0]["patches"].is_null(), "no load balancer on masters");
+    assert_eq!(docs[2]["featureGates"]["SidecarContainers"], true);
+    assert_eq!(docs[3]["mode"], "iptables");
+    assert!(docs[3]["ipvs"].is_null());
+    insta::assert_snapshot!("kubeadm-init-stacked-etcd-v1.31", init);
+    // The etcd image is bundled for the masters (stacked etcd).
+    assert!(ctx
+        .image_references()
+        .contains(&"registry.k8s.io/etcd:3.5.15-0".to_string()));
+}
+
+#[test]
+fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
+    let pki = tempfile::tempdir().expect("tempdir");
+    for f in ["ca.pem", "client.pem", "client-key.pem"] {
+        std::fs::write(pki.path().join(f), format!("--- {f} ---\n")).expect("write pem");
+    }
+    let p = |f: &str| pki.path().join(f).display().to_string();
+    let etcd = format!(
+        "  etcd:\n    type: external\n    endpoints: [\"https://10.0.0.5:2379\"]\n    caFile: {}\n    certFile: {}\n    keyFile: {}\n",
+        p("ca.pem"),
+        p("client.pem"),
+        p("client-key.pem")
+    );
+    let ctx = example_context(|t| {
+        t.replace("etcd: [\"master[1:3]\"]", "etcd: []")
+            .replace("  etcd:\n    type: kubexm\n", &etcd)
+            .replace(
+                "apiserverCertExtraSans: [api.demo.example.com]",
+                "apiserverCertExtraSans: [api.demo.example.com]\n    schedulerArgs: {v: \"2\"}",
+            )
+    });
+    let v130: KubeVersion = "v1.30.14".parse().expect("version");
+    assert_eq!(
+        ApiVersion::for_version(v130).expect("api"),
+        ApiVersion::V1beta3
+    );
+    assert!(ApiVersion::for_version("v1.21.14".parse().expect("v")).is_err());
+    let s = KubeadmSettings::for_version(&ctx, v130).expect("settings");
+    let init = init_text(&ctx, &s, "master1", false);
+    let docs = yaml_docs(&init);
+    assert_eq!(docs[0]["apiVersion"], "kubeadm.k8s.io/v1beta3");
+    // v1beta3 extra arguments are maps.
+    assert_eq!(
+        docs[0]["nodeRegistration"]["kubeletExtraArgs"],
+        serde_json::json!({"node-ip": "192.168.10.11"})
+    );
+    assert_eq!(
+        docs[1]["scheduler"]["extraArgs"],
+        serde_json::json!({"v": "2"})
+    );
+    assert_eq!(
+        docs[1]["etcd"]["external"]["endpoints"],
+        serde_json::json!(["https://10.0.0.5:2379"])
+    );
+    insta::assert_snapshot!("kubeadm-init-external-etcd-v1beta3", init);
+    // The user's files are uploaded from the control host to kubeadm's paths.
+    let n = s.node(ctx.node("master2").expect("master2"), true, false);
+    let files = s.control_plane_files(&n).expect("files");
+    let uploads: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .filter_map(|o| match o {
+            Op::Upload(u) => match &u.source {
+                kubexm_install::runner::UploadSource::Bytes(b) => Some((u.dest.clone(), b.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        uploads,
+        vec![
+            (
+                "/etc/kubernetes/pki/etcd/ca.crt".to_string(),
+                b"--- ca.pem ---\n".to_vec()
+            ),
+            (
+                "/etc/kubernetes/pki/apiserver-etcd-client.crt".to_string(),
+                b"--- client.pem ---\n".to_vec()
+            ),
+            (
+                "/etc/kubernetes/pki/apiserver-etcd-client.key".to_string(),
+                b"--- client-key.pem ---\n".to_vec()
+            ),
+        ]
+    );
+    let join = join_text(&ctx, &s, "node1", false);
+    let j = &yaml_docs(&join)[0];
+    assert_eq!(j["apiVersion"], "kubeadm.k8s.io/v1beta3");
+    assert!(j["controlPlane"].is_null(), "a worker");
+    assert_eq!(
+        j["nodeRegistration"]["kubeletExtraArgs"],
+        serde_json::json!({"node-ip": "192.168.10.21"})
+    );
+    insta::assert_snapshot!("kubeadm-join-worker-v1beta3", join);
+}
+
+#[test]
+fn kubelet_unit_and_kubeadm_drop_in() {
+    let ctx = lab_context(|t| t);
+    let module = KubeadmModule(ctx.clone());
+    let files: Vec<(String, String, String)> = rendered(&ctx, &OnlyFirstTask(&module));
+    let unit = file_of(&files, "node2", "/etc/systemd/system/kubelet.service");
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/kubelet\n"),
+        "{unit}"
+    );
+    insta::assert_snapshot!("kubelet.service", unit);
+    let dropin = file_of(
+        &files,
+        "node3",
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+    );
+    assert!(dropin.contains("EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env"));
+    insta::assert_snapshot!("10-kubeadm.conf", dropin);
+}
+
+/// The first task of a module (the others need facts learned at run time).
+struct OnlyFirstTask<'a>(&'a dyn Module);
+
+impl Module for OnlyFirstTask<'_> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn tasks(
+        &self,
+    ) -> Result<Vec<kubexm_install::pipeline::Task>, kubexm_install::pipeline::StepError> {
+        Ok(self.0.tasks()?.into_iter().take(1).collect())
+    }
+}
+
+fn module_tasks(ctx: &Arc<InstallContext>) -> Vec<(String, Vec<String>, Vec<String>)> {
+    KubeadmModule(ctx.clone())
+        .tasks()
+        .expect("tasks")
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.hosts.clone(),
+                t.steps.iter().map(|s| s.name().to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn task_order_per_load_balancer_mode() {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    // Internal haproxy (the example): workers get the local proxy after joining.
+    let ctx = example_context(|t| t);
+    let tasks = module_tasks(&ctx);
+    let names: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "kubernetes-binaries",
+            "kubeadm-init",
+            "fetch-admin-kubeconfig",
+            "join-credentials",
+            "join-control-plane",
+            "join-workers",
+            "kube-proxy-via-local-proxy",
+            "node-roles"
+        ]
+    );
+    assert_eq!(tasks[4].1, v(&["master2", "master3"]));
+    assert_eq!(tasks[5].1, v(&["node1", "node2"]));
+    assert_eq!(
+        tasks[5].2,
+        v(&["kubeadm-join", "local-api-proxy", "kubelet-via-local-proxy"])
+    );
+    let m = KubeadmModule(ctx.clone()).tasks().expect("tasks");
+    assert!(!m[4].parallel, "control-plane nodes join one at a time");
+    assert!(m[5].parallel, "workers join in parallel");
+
+    // kube-vip: on the first master before init (super-admin.conf), switched to admin.conf
+    // after init, and on the other masters after they joined.
+    let ctx = example_context(|t| {
+        t.replace(
+            "      type: haproxy\n",
+            "      type: kube-vip\n    vip: 192.168.10.100\n    interface: eth0\n",
+        )
+    });
+    let tasks = module_tasks(&ctx);
+    let names: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "kubernetes-binaries",
+            "kube-vip-first-master",
+            "kubeadm-init",
+            "fetch-admin-kubeconfig",
+            "join-credentials",
+            "join-control-plane",
+            "join-workers",
+            "node-roles"
+        ]
+    );
+    assert_eq!(tasks[2].2, v(&["kubeadm-init", "kube-vip"]));
+    assert_eq!(tasks[5].2, v(&["kubeadm-join-control-plane", "kube-vip"]));
+    // kubeadm accepts the manifest placed before init.
+    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let init = init_text(&ctx, &s, "master1", true);
+    assert_eq!(
+        yaml_docs(&init)[0]["nodeRegistration"]["ignorePreflightErrors"],
+        serde_json::json!(["DirAvailable--etc-kubernetes-manifests"])
+    );
+    // One master, no workers: nothing to join.
+    let ctx = example_context(|t| {
+        t.replace("master: [\"master[1:3]\"]", "master: [master1]")
+            .replace("etcd: [\"master[1:3]\"]", "etcd: [master1]")
+            .replace("worker: [\"node[1:2]\"]", "worker: [master1]")
+            .replace(
+                "    mode: internal\n    internal:\n      type: haproxy\n",
+                "    mode: none\n",
+            )
+    });
+    let names: Vec<String> = module_tasks(&ctx).into_iter().map(|t| t.0).collect();
+    assert_eq!(
+        names,
+        v(&[
+            "kubernetes-binaries",
+            "kubeadm-init",
+            "fetch-admin-kubeconfig",
+            "node-roles"
+        ])
+    );
+}
+
+#[test]
+fn kube_vip_static_pods() {
+    let ctx = example_context(|t| {
+        t.replace(
+            "      type: haproxy\n",
+            "      type: kube-vip\n    vip: 192.168.10.100\n    interface: eth0\n",
+        )
+    });
+    let before = KubeVip::new(&ctx, SUPER_ADMIN_CONF).expect("kube-vip");
+    let text = String::from_utf8(before.render().expect("render").text().to_vec()).expect("utf-8");
+    let pod = &yaml_docs(&text)[0];
+    assert_eq!(pod["kind"], "Pod");
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(
+        c["image"],
+        "dockerhub.kubexm.local/kubexm/kube-vip/kube-vip:v1.0.3"
+    );
+    let env: std::collections::BTreeMap<String, String> = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or("").to_string(),
+                e["value"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(env["address"], "192.168.10.100");
+    assert_eq!(env["vip_interface"], "eth0");
+    assert_eq!(env["cp_enable"], "true");
+    assert_eq!(
+        pod["spec"]["volumes"][0]["hostPath"]["path"],
+        "/etc/kubernetes/super-admin.conf"
+    );
+    insta::assert_snapshot!("kube-vip-before-init", text);
+    let after = KubeVip::new(&ctx, ADMIN_CONF).expect("kube-vip");
+    let text = String::from_utf8(after.render().expect("render").text().to_vec()).expect("utf-8");
+    assert_eq!(
+        yaml_docs(&text)[0]["spec"]["volumes"][0]["hostPath"]["path"],
+        "/etc/kubernetes/admin.conf"
+    );
+}
+
+#[test]
+fn local_proxies_of_the_internal_load_balancer_pass_haproxy_and_nginx() {
+    let ctx = example_context(|t| t);
+    let files = LocalProxy::new(&ctx, LocalProxyKind::Haproxy)
+        .expect("haproxy")
+        .render()
+        .expect("render");
+    let cfg = String::from_utf8(files[0].text().to_vec()).expect("utf-8");
+    assert_eq!(files[0].file.dest, "/etc/kubexm/kube-lb/haproxy.cfg");
+    assert!(cfg.contains("bind 127.0.0.1:6443"), "{cfg}");
+    for a in [
+        "192.168.10.11:6443",
+        "192.168.10.12:6443",
+        "192.168.10.13:6443",
+    ] {
+        assert!(cfg.contains(a), "{cfg}");
+    }
+    check_with("haproxy", &["-c", "-q", "-f", "FILE"], &cfg, "haproxy.cfg");
+    insta::assert_snapshot!("internal-lb-haproxy.cfg", cfg);
+    let pod = String::from_utf8(files[1].text().to_vec()).expect("utf-8");
+    let p = &yaml_docs(&pod)[0];
+    assert_eq!(
+        p["spec"]["containers"][0]["image"],
+        "dockerhub.kubexm.local/kubexm/library/haproxy:3.2.19-alpine"
+    );
+    assert_eq!(
+        p["metadata"]["annotations"]["kubexm.io/config-sha256"],
+        files[0].file.sha256
+    );
+    insta::assert_snapshot!("internal-lb-haproxy-pod", pod);
+
+    let ctx = example_context(|t| t.replace("      type: haproxy\n", "      type: nginx\n"));
+    let files = LocalProxy::new(&ctx, LocalProxyKind::Nginx)
+        .expect("nginx")
+        .render()
+        .expect("render");
+    let cfg = String::from_utf8(files[0].text().to_vec()).expect("utf-8");
+    // nginx -t binds its listeners: in a network namespace of its own with loopback up.
+    // The nginx image has the stream module built in; this host's Debian nginx loads it as a
+    // dynamic module.
+    let local = format!("include /etc/nginx/modules-enabled/*.conf;\n{cfg}");
+    check_with(
+        "unshare",
+        &["-n", "sh", "-c", "ip link set lo up && nginx -q -t -c FILE"],
+        &local,
+        "nginx.conf",
+    );
+    insta::assert_snapshot!("internal-lb-nginx.conf", cfg);
+    let pod = String::from_utf8(files[1].text().to_vec()).expect("utf-8");
+    assert_eq!(
+        yaml_docs(&pod)[0]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/etc/nginx/nginx.conf"
+    );
+    insta::assert_snapshot!("internal-lb-nginx-pod", pod);
+}
+
+// ---- the join-credentials parser on kubeadm's real output formats ----
+
+const HASH: &str = "sha256:9f1b2c7e4a0d3c6b8e5f7a2d1c4b6e8f0a3c5d7e9b1f2a4c6d8e0b2a4c6e8f01";
+const KEY: &str = "3b7e1f9a2c4d6e8f0a1b3c5d7e9f1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f";
+
+/// `kubeadm init --upload-certs` with a control-plane endpoint, as kubeadm v1.21+ (v1.31,
+/// v1.33) prints it: continuation lines start with a tab; the control-plane command is indented
+/// by two spaces, the worker command not; the worker command ends with a space.
+fn init_output_v133() -> String {
+    format!(
+        "[init] Using Kubernetes version: v1.33.11\n\
+[preflight] Running pre-flight checks\n\
+[upload-certs] Storing the certificates in Secret \"kubeadm-certs\" in the \"kube-system\" Namespace\n\
+[upload-certs] Using certificate key:\n\
+{KEY}\n\
+[bootstrap-token] Using token: 7r2k9x.q4m8z1c0v5b3n6h2\n\
+[addons] Applied essential addon: CoreDNS\n\
+[addons] Applied essential addon: kube-proxy\n\
+\n\
+Your Kubernetes control-plane has initialized successfully!\n\
+\n\
+To start using your cluster, you need to run the following as a regular user:\n\
+\n\
+  mkdir -p $HOME/.kube\n\
+  sudo cp -i /etc/kubernetes/admin.conf $HOME/.kube/config\n\
+  sudo chown $(id -u):$(id -g) $HOME/.kube/config\n\
+\n\
+Alternatively, if you are the root user, you can run:\n\
+\n\
+  export KUBECONFIG=/etc/kubernetes/admin.conf\n\
+\n\
+You should now deploy a pod network to the cluster.\n\
+Run \"kubectl apply -f [podnetwork].yaml\" with one of the options listed at:\n\
+  https://kubernetes.io/docs/concepts/cluster-administration/addons/\n\
+\n\
+You can now join any number of the control-plane node running the following command on each as root:\n\
+\n\
+  kubeadm join lb.kubexm.internal:6443 --token 7r2k9x.q4m8z1c0v5b3n6h2 \\\n\
+\t--discovery-token-ca-cert-hash {HASH} \\\n\
+\t--control-plane --certificate-key {KEY}\n\
+\n\
+Please note that the certificate-key gives access to cluster sensitive data, keep it secret!\n\
+As a safeguard, uploaded-certs will be deleted in two hours; If necessary, you can use\n\
+\"kubeadm init phase upload-certs --upload-certs\" to reload certs afterward.\n\
+\n\
+Then you can join any number of worker nodes by running the following on each as root:\n\
+\n\
+kubeadm join lb.kubexm.internal:6443 --token 7r2k9x.q4m8z1c0v5b3n6h2 \\\n\
+\t--discovery-token-ca-cert-hash {HASH} \n"
+    )
+}
+
+/// The same from kubeadm v1.14–v1.20: continuation lines indented by four spaces, no
+/// "Alternatively" paragraph.
+fn init_output_v119() -> String {
+    format!(
+        "Your Kubernetes control-plane has initialized successfully!\n\
+\n\
+To start using your cluster, you need to run the following as a regular user:\n\
+\n\
+  mkdir -p $HOME/.kube\n\
+  sudo cp -i /etc/kubernetes/admin.conf $HOME/.kube/config\n\
+  sudo chown $(id -u):$(id -g) $HOME/.kube/config\n\
+\n\
+You should now deploy a pod network to the cluster.\n\
+Run \"kubectl apply -f [podnetwork].yaml\" with one of the options listed at:\n\
+  https://kubernetes.io/docs/concepts/cluster-administration/addons/\n\
+\n\
+You can now join any number of the control-plane node running the following command on each as root:\n\
+\n\
+  kubeadm join 10.0.0.10:6443 --token abcdef.0123456789abcdef \\\n\
+    --discovery-token-ca-cert-hash {HASH} \\\n\
+    --control-plane --certificate-key {KEY}\n\
+\n\
+Please note that the certificate-key gives access to cluster sensitive data, keep it secret!\n\
+As a safeguard, uploaded-certs will be deleted in two hours; If necessary, you can use\n\
+\"kubeadm init phase upload-certs --upload-certs\" to reload certs afterward.\n\
+\n\
+Then you can join any number of worker nodes by running the following on each as root:\n\
+\n\
+kubeadm join 10.0.0.10:6443 --token abcdef.0123456789abcdef \\\n\
+    --discovery-token-ca-cert-hash {HASH} \n"
+    )
+}
+
+#[test]
+fn join_credentials_from_init_output_v1_21_and_later() {
+    let c = parse(&init_output_v133()).expect("parsed");
+    assert_eq!(c.endpoint, "lb.kubexm.internal:6443");
+    assert_eq!(c.token, "7r2k9x.q4m8z1c0v5b3n6h2");
+    assert_eq!(c.token_id(), "7r2k9x");
+    assert_eq!(c.ca_cert_hashes, vec![HASH.to_string()]);
+    assert_eq!(c.certificate_key.as_deref(), Some(KEY));
+    // The token and key never show in debug output.
+    let dbg = format!("{c:?}");
+    assert!(
+        !dbg.contains("q4m8z1c0v5b3n6h2") && !dbg.contains(KEY),
+        "{dbg}"
+    );
+}
+
+#[test]
+fn join_credentials_from_init_output_v1_19() {
+    let c = parse(&init_output_v119()).expect("parsed");
+    assert_eq!(c.endpoint, "10.0.0.10:6443");
+    assert_eq!(c.token, "abcdef.0123456789abcdef");
+    assert_eq!(c.ca_cert_hashes, vec![HASH.to_string()]);
+    assert_eq!(c.certificate_key.as_deref(), Some(KEY));
+}
+
+#[test]
+fn fresh_token_and_reuploaded_certificates_replace_the_init_ones() {
+    // The first master's credentials file: the init output, then a fresh token from
+    // `kubeadm token create --print-join-command` (one line, trailing space) and the output of
+    // `kubeadm init phase upload-certs --upload-certs`.
+    let key2 = "0".repeat(63) + "1";
+    let text = format!(
+        "kubeadm join lb.kubexm.internal:6443 --token z9y8x7.w6v5u4t3s2r1q0p9 --discovery-token-ca-cert-hash {HASH} \n\
+[upload-certs] Storing the certificates in Secret \"kubeadm-certs\" in the \"kube-system\" Namespace\n\
+[upload-certs] Using certificate key:\n\
+{key2}\n"
+    );
+    let c = parse(&text).expect("parsed");
+    assert_eq!(c.token, "z9y8x7.w6v5u4t3s2r1q0p9");
+    assert_eq!(c.certificate_key, Some(key2.clone()));
+    // Appended to an init output, the newest values win.
+    let both = format!("{}{text}", init_output_v133());
+    let c = parse(&both).expect("parsed");
+    assert_eq!(c.token, "z9y8x7.w6v5u4t3s2r1q0p9");
+    assert_eq!(c.certificate_key, Some(key2));
+    // A control-plane command from `token create --certificate-key` carries its key itself.
+    let cp = format!(
+        "kubeadm join 10.0.0.10:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash {HASH} --control-plane --certificate-key {KEY}\n"
+    );
+    assert_eq!(
+        parse(&cp).expect("parsed").certificate_key.as_deref(),
+        Some(KEY)
+    );
+    // Without a control-plane endpoint kubeadm prints only the worker command and no key.
+    let worker_only = init_output_v133()
+        .split("You can now join")
+        .next()
+        .unwrap_or("")
+        .replace(&format!("[upload-certs] Using certificate key:\n{KEY}\n"), "")
+        + &format!("Then you can join any number of worker nodes by running the following on each as root:\n\nkubeadm join 10.0.0.10:6443 --token abcdef.0123456789abcdef \\\n\t--discovery-token-ca-cert-hash {HASH} \n");
+    let c = parse(&worker_only).expect("parsed");
+    assert_eq!(c.certificate_key, None);
+}
+
+#[test]
+fn malformed_outputs_are_named_without_quoting_the_token() {
+    assert_eq!(
+        parse("[init] Using Kubernetes version: v1.33.11\nerror execution phase preflight\n"),
+        Err(JoinParseError::NoJoinCommand)
+    );
+    let withheld = format!(
+        "kubeadm join 10.0.0.10:6443 --token <value withheld> --discovery-token-ca-cert-hash {HASH} \n"
+    );
+    assert_eq!(parse(&withheld), Err(JoinParseError::TokenWithheld));
+    let bad_token = format!(
+        "kubeadm join 10.0.0.10:6443 --token ABCDEF.0123456789abcdef --discovery-token-ca-cert-hash {HASH}\n"
+    );
+    let err = parse(&bad_token).expect_err("uppercase token").to_string();
+    assert!(err.contains("--token") && !err.contains("ABCDEF"), "{err}");
+    let no_hash = "kubeadm join 10.0.0.10:6443 --token abcdef.0123456789abcdef\n";
+    assert!(parse(no_hash)
+        .expect_err("no hash")
+        .to_string()
+        .contains("--discovery-token-ca-cert-hash"));
+    let bad_key = init_output_v133().replace(KEY, "tooshort");
+    assert!(parse(&bad_key)
+        .expect_err("bad key")
+        .to_string()
+        .contains("certificate key"));
+    let no_port = format!(
+        "kubeadm join lb.kubexm.internal --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash {HASH}\n"
+    );
+    assert!(parse(&no_port).is_err());
+}
+
+#[test]
+fn learned_credentials_round_trip_through_facts() {
+    let facts = Facts::default();
+    assert!(JoinCredentials::from_facts(&facts).is_none());
+    for (k, v) in kubexm_install::install::kubeadm::join::learn(&init_output_v133()).expect("learn")
+    {
+        facts.set(k, v);
+    }
+    assert_eq!(
+        JoinCredentials::from_facts(&facts),
+        Some(parse(&init_output_v133()).expect("parsed"))
+    );
+    let err = kubexm_install::install::kubeadm::join::learn("nothing").expect_err("nothing");
+    assert!(err.contains("kubeadm join"), "{err}");
+}
+
+#[test]
+fn the_credentials_script_renews_tokens_and_certificates_only_when_needed() {
+    let cp = LearnJoinCredentials {
+        control_planes: true,
+    }
+    .script();
+    for want in [
+        "cp /etc/kubernetes/kubexm/kubeadm-init.log \"$cur\"",
+        "get secret \"bootstrap-token-$id\" -o 'jsonpath={.data.expiration}'",
+        "if [ \"$left\" -lt 3600 ]; then",
+        "/usr/local/bin/kubeadm token create --print-join-command",
+        "get secret kubeadm-certs -o name",
+        "/usr/local/bin/kubeadm init phase upload-certs --upload-certs --config /etc/kubernetes/kubeadm-config.yaml",
+    ] {
+        assert!(cp.contains(want), "{want} missing from\n{cp}");
+    }
+    let workers = LearnJoinCredentials {
+        control_planes: false,
+    }
+    .script();
+    assert!(!workers.contains("upload-certs"), "{workers}");
+    // The token-id extraction of the script agrees with the parser, on real output.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("out");
+    std::fs::write(&f, init_output_v133()).expect("write");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "sed -n 's/.*--token \\([a-z0-9]\\{{6\\}}\\)\\.[a-z0-9]\\{{16\\}}.*/\\1/p' {} | tail -n 1",
+            f.display()
+        ))
+        .output()
+        .expect("sh");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7r2k9x");
+    assert!(cp.contains("sed -n 's/.*--token \\([a-z0-9]\\{6\\}\\)\\.[a-z0-9]\\{16\\}.*/\\1/p'"));
+}
+
+/// `kubexm-install plan` of the example cluster (3 masters, 2 workers) lists the kubeadm path
+/// in order, with no secret anywhere (the join configurations appear as size and digest).
+#[test]
+fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
+    let ctx = example_context(|t| t);
+    let p = plan::build(
+        &install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Facts::default(),
+    )
+    .expect("plan");
+    let modules: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        modules,
+        [
+            "preflight",
+            "node-prep",
+            "etcd",
+            "loadbalancer",
+            "registry",
+            "runtime",
+            "kubexm-certs",
+            "kubexm-control-plane",
+            "kubexm-nodes",
+            "coredns",
+            "kubeadm",
+            "network",
+            "nodelocaldns",
+            "addons"
+        ]
+    );
+    let text = p.to_text();
+    let order = [
+        "task kubernetes-binaries on master1,master2,master3,node1,node2",
+        "task kubeadm-init on master1",
+        "kubeadm init --config /etc/kubernetes/kubeadm-config.yaml --upload-certs",
+        "task fetch-admin-kubeconfig on master1",
+        "task join-credentials on master1",
+        "task join-control-plane on master2,master3 (one at a time)",
+        "task join-workers on node1,node2 (parallel)",
+        "task node-roles on master1",
+        "label node node1 --overwrite node-role.kubernetes.io/worker=",
+        "task pod-network on master1",
+        "helm upgrade --install calico",
+        "task nodes-ready on master1",
+        "task nodelocaldns on master1",
+        "task addons on master1",
+        "helm upgrade --install metrics-server",
+    ];
+    let mut at = 0;
+    for want in order {
+        let found = text[at..]
+            .find(want)
+            .unwrap_or_else(|| panic!("`{want}` missing after byte {at} of\n{text}"));
+        at += found + want.len();
+    }
+    assert!(
+        !text.contains("learned from kubeadm init"),
+        "placeholders stay inside files"
+    );
+}

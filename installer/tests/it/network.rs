@@ -1,0 +1,455 @@
+//! The pod network, NodeLocal DNSCache and addons: the flannel manifest rendered from the
+//! bundle (pod CIDR, backend, images), calico's and cilium's chart values, the NodeLocal
+//! DNSCache manifest, addons (YAML rendered with values, charts with nested values) — parsed
+//! back as YAML and snapshotted — and the steps that apply them from the first master.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kubexm_bundles::manifest::{BundleManifest, FileRecord, ImageRecord};
+use kubexm_install::install::addons::{nested_values, AddonsModule};
+use kubexm_install::install::network::{render_flannel, NetworkModule};
+use kubexm_install::install::{dns, load_context, BundleRef, InstallContext};
+use kubexm_install::pipeline::ops::Op;
+use kubexm_install::pipeline::{Facts, Module};
+use kubexm_install::runner::UploadSource;
+
+use crate::kubeadm::{example_context, yaml_docs};
+use crate::lb::{lab_context, repo};
+
+/// The stand-in kube-flannel.yml the lab mirror serves (the upstream file's shape).
+fn flannel_stand_in() -> String {
+    std::fs::read_to_string(repo().join("tests/lab/mirror/kube-flannel.yml")).expect("stand-in")
+}
+
+fn flannel_net_conf(rendered: &str) -> serde_json::Value {
+    let docs = yaml_docs(rendered);
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("ConfigMap");
+    serde_json::from_str(cm["data"]["net-conf.json"].as_str().expect("net-conf")).expect("JSON")
+}
+
+fn images_of(rendered: &str) -> Vec<String> {
+    rendered
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("image:")
+                .map(|i| i.trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn flannel_manifest_gets_the_pod_cidr_the_backend_and_private_registry_images() {
+    let ctx = lab_context(|t| t);
+    let out = render_flannel(&ctx, &flannel_stand_in()).expect("rendered");
+    let net = flannel_net_conf(&out);
+    assert_eq!(net["Network"], "10.233.64.0/18");
+    assert_eq!(net["Backend"]["Type"], "vxlan");
+    assert_eq!(
+        images_of(&out),
+        [
+            "10.88.10.11:5000/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+            "10.88.10.11:5000/flannel-io/flannel:v0.27.4",
+            "10.88.10.11:5000/flannel-io/flannel:v0.27.4"
+        ]
+    );
+    // Nothing else changed: the same objects in the same order.
+    let kinds = |t: &str| -> Vec<String> {
+        yaml_docs(t)
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(kinds(&out), kinds(&flannel_stand_in()));
+    insta::assert_snapshot!("kube-flannel-lab", out);
+
+    // Dual-stack and host-gw.
+    let ctx = lab_context(|t| {
+        t.replace(
+            "    plugin: flannel\n",
+            "    plugin: flannel\n    podCidr: 10.233.64.0/18,fd00:10:233::/56\n    serviceCidr: 10.233.0.0/18,fd00:10:96::/112\n    flannel: {mode: host-gw}\n",
+        )
+    });
+    let out = render_flannel(&ctx, &flannel_stand_in()).expect("rendered");
+    let net = flannel_net_conf(&out);
+    assert_eq!(net["Network"], "10.233.64.0/18");
+    assert_eq!(net["EnableIPv6"], true);
+    assert_eq!(net["IPv6Network"], "fd00:10:233::/56");
+    assert_eq!(net["Backend"]["Type"], "host-gw");
+}
+
+#[test]
+fn flannel_manifests_it_cannot_render_are_refused_by_name() {
+    let ctx = lab_context(|t| t);
+    let unknown = flannel_stand_in().replace(
+        "ghcr.io/flannel-io/flannel:v0.27.4",
+        "ghcr.io/flannel-io/flannel:v9.9.9",
+    );
+    let err = render_flannel(&ctx, &unknown)
+        .expect_err("not bundled")
+        .to_string();
+    assert!(
+        err.contains("ghcr.io/flannel-io/flannel:v9.9.9") && err.contains("not in the bundle"),
+        "{err}"
+    );
+    let no_network = flannel_stand_in().replace("\"Network\"", "\"Netwerk\"");
+    let err = render_flannel(&ctx, &no_network)
+        .expect_err("no Network")
+        .to_string();
+    assert!(err.contains("\"Network\""), "{err}");
+}
+
+#[test]
+fn calico_chart_values() {
+    let ctx = example_context(|t| t);
+    let values = values_of(&ctx, "calico-values.yaml");
+    let v = &yaml_docs(&values)[0];
+    let i = &v["installation"];
+    // calico/node is at dockerhub.kubexm.local/kubexm/calico/node: registry + imagePath.
+    assert_eq!(i["registry"], "dockerhub.kubexm.local/");
+    assert_eq!(i["imagePath"], "kubexm/calico");
+    assert_eq!(
+        i["calicoNetwork"]["ipPools"],
+        serde_json::json!([{
+            "name": "default-ipv4-ippool", "cidr": "10.233.64.0/18", "encapsulation": "IPIP",
+            "natOutgoing": "Enabled", "nodeSelector": "all()", "blockSize": 26
+        }])
+    );
+    assert_eq!(
+        v["tigeraOperator"],
+        serde_json::json!({"registry": "dockerhub.kubexm.local/kubexm", "image": "tigera/operator", "version": "v1.40.3"})
+    );
+    insta::assert_snapshot!("calico-values", values);
+
+    let vxlan = example_context(|t| t.replace("mode: ipip", "mode: vxlan\n      mtu: 1400"));
+    let v = &yaml_docs(&values_of(&vxlan, "calico-values.yaml"))[0];
+    assert_eq!(v["installation"]["calicoNetwork"]["bgp"], "Disabled");
+    assert_eq!(v["installation"]["calicoNetwork"]["mtu"], 1400);
+    assert_eq!(
+        v["installation"]["calicoNetwork"]["ipPools"][0]["encapsulation"],
+        "VXLAN"
+    );
+
+    // Flattened without a namespace, calico's images would have no path of their own.
+    let flat = example_context(|t| t.replace("    namespace: kubexm\n", "    rewrite: flatten\n"));
+    let err = NetworkModule(flat)
+        .tasks()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("registry.namespace"), "{err}");
+}
+
+#[test]
+fn cilium_chart_values() {
+    let ctx = example_context(|t| {
+        t.replace("plugin: calico", "plugin: cilium")
+            .replace("    calico:\n      mode: ipip\n", "")
+    });
+    let values = values_of(&ctx, "cilium-values.yaml");
+    let v = &yaml_docs(&values)[0];
+    assert_eq!(v["k8sServiceHost"], "lb.kubexm.internal");
+    assert_eq!(v["k8sServicePort"], 6443);
+    assert_eq!(
+        v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"],
+        serde_json::json!(["10.233.64.0/18"])
+    );
+    assert_eq!(
+        v["image"],
+        serde_json::json!({"repository": "dockerhub.kubexm.local/kubexm/cilium/cilium", "tag": "v1.19.3", "useDigest": false})
+    );
+    // The chart adds `-generic` to the operator's repository itself.
+    assert_eq!(
+        v["operator"]["image"]["repository"],
+        "dockerhub.kubexm.local/kubexm/cilium/operator"
+    );
+    assert_eq!(
+        v["hubble"]["ui"]["backend"]["image"]["repository"],
+        "dockerhub.kubexm.local/kubexm/cilium/hubble-ui-backend"
+    );
+    insta::assert_snapshot!("cilium-values", values);
+}
+
+/// The rendered values file (`name`) of the network module's chart step.
+fn values_of(ctx: &Arc<InstallContext>, name: &str) -> String {
+    let first = ctx.first_master().expect("first").clone();
+    for task in NetworkModule(ctx.clone()).tasks().expect("tasks") {
+        for step in &task.steps {
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                if let Op::Upload(u) = op {
+                    if u.dest.ends_with(name) {
+                        if let UploadSource::Bytes(b) = u.source {
+                            return String::from_utf8(b).expect("utf-8");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    panic!("{name} not rendered")
+}
+
+#[test]
+fn nodelocaldns_manifest() {
+    let ctx = lab_context(|t| t);
+    let text = dns::render(&ctx).expect("rendered");
+    let docs = yaml_docs(&text);
+    let kinds: Vec<&str> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["ServiceAccount", "Service", "ConfigMap", "DaemonSet"]
+    );
+    let c = &docs[3]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "10.88.10.11:5000/dns/k8s-dns-node-cache:1.25.0");
+    assert_eq!(c["args"][1], "169.254.25.10");
+    let corefile = docs[2]["data"]["Corefile"].as_str().expect("Corefile");
+    assert!(corefile.starts_with("cluster.local:53 {"), "{corefile}");
+    assert!(corefile.contains("bind 169.254.25.10"), "{corefile}");
+    insta::assert_snapshot!("nodelocaldns", text);
+}
+
+#[test]
+fn unsupported_plugins_are_skipped_with_a_reason() {
+    let ctx = lab_context(|t| t.replace("plugin: flannel", "plugin: kube-ovn"));
+    let reason = NetworkModule(ctx).skip().expect("skipped");
+    assert!(
+        reason.contains("kube-ovn") && reason.contains("not implemented"),
+        "{reason}"
+    );
+    assert!(NetworkModule(lab_context(|t| t)).skip().is_none());
+}
+
+/// A bundle directory holding `files` (name, bundle path, content) and the cluster's images.
+fn with_bundle(
+    yaml: &str,
+    catalog: Option<&Path>,
+    files: &[(&str, &str, &[u8])],
+) -> (tempfile::TempDir, Arc<InstallContext>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, yaml).expect("write yaml");
+    let planned = load_context(&file, catalog, None, dir.path()).expect("context");
+    let bundle = dir.path().join("bundle");
+    let mut records = Vec::new();
+    for (name, path, content) in files {
+        let p = bundle.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, content).expect("write");
+        records.push(FileRecord {
+            name: (*name).into(),
+            version: "-".into(),
+            arch: "amd64".into(),
+            path: (*path).into(),
+            sha256: kubexm_bundles::hash::sha256_hex(content),
+            size: content.len() as u64,
+            url: String::new(),
+            roles: Default::default(),
+        });
+    }
+    let images = planned
+        .image_references()
+        .into_iter()
+        .map(|r| ImageRecord {
+            reference: r.clone(),
+            source: r,
+            digest: format!("sha256:{}", "0".repeat(64)),
+            source_digest: None,
+            layout_digest: None,
+            media_type: "application/vnd.oci.image.index.v1+json".into(),
+            size: 1,
+            platforms: Default::default(),
+            roles: Default::default(),
+        })
+        .collect();
+    let manifest = BundleManifest {
+        format_version: 1,
+        tool_version: "test".into(),
+        cluster: "lab".into(),
+        kubernetes_version: "v1.33.11".into(),
+        zone: "default".into(),
+        arches: ["amd64".to_string()].into(),
+        created: 0,
+        files: records,
+        images,
+    };
+    let ctx = Arc::new(
+        load_context(
+            &file,
+            catalog,
+            Some(BundleRef {
+                dir: bundle,
+                manifest,
+            }),
+            dir.path(),
+        )
+        .expect("context with bundle"),
+    );
+    (dir, ctx)
+}
+
+fn plan_text(ctx: &Arc<InstallContext>, module: &dyn Module) -> String {
+    let first = ctx.first_master().expect("first").clone();
+    let mut out = Vec::new();
+    for task in module.tasks().expect("tasks") {
+        for step in &task.steps {
+            out.push(format!("step {}", step.name()));
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                let p = op.generic().plan();
+                out.push(format!("{} {}", p.kind, p.detail));
+            }
+        }
+    }
+    out.join("\n")
+}
+
+#[test]
+fn the_flannel_step_uploads_the_rendered_bundle_file_and_applies_it_once() {
+    let yaml = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab");
+    let catalog = repo().join("tests/lab/mirror/catalog-lab.yaml");
+    let (_dir, ctx) = with_bundle(
+        &yaml,
+        Some(&catalog),
+        &[(
+            "flannel-manifest",
+            "files/flannel-manifest/v0.27.4/amd64/kube-flannel.yml",
+            flannel_stand_in().as_bytes(),
+        )],
+    );
+    let module = NetworkModule(ctx.clone());
+    let first = ctx.first_master().expect("first").clone();
+    let tasks = module.tasks().expect("tasks");
+    let ops = tasks[0].steps[0]
+        .ops(&first, &Facts::default())
+        .expect("ops");
+    let uploaded = ops
+        .iter()
+        .find_map(|o| match o {
+            Op::Upload(u) if u.dest == "/etc/kubernetes/kubexm/manifests/kube-flannel.yml" => {
+                match &u.source {
+                    UploadSource::Bytes(b) => Some(String::from_utf8(b.clone()).expect("utf-8")),
+                    UploadSource::File(_) => None,
+                }
+            }
+            _ => None,
+        })
+        .expect("the rendered manifest is uploaded");
+    assert_eq!(
+        uploaded,
+        render_flannel(&ctx, &flannel_stand_in()).expect("rendered")
+    );
+    let text = format!(
+        "{}\n{}",
+        plan_text(&ctx, &module),
+        plan_inputs(&ctx, &module)
+    );
+    for want in [
+        "apply --server-side --force-conflicts --field-manager=kubexm -f /etc/kubernetes/kubexm/manifests/kube-flannel.yml",
+        "unless: sha256sum -c --status /etc/kubernetes/kubexm/manifests/kube-flannel.yml.applied",
+        "wait --for=condition=Ready node/node1 node/node2 node/node3",
+    ] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
+
+fn plan_inputs(ctx: &Arc<InstallContext>, module: &dyn Module) -> String {
+    let first = ctx.first_master().expect("first").clone();
+    let mut out = String::new();
+    for task in module.tasks().expect("tasks") {
+        for step in &task.steps {
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                if let Some(i) = op.generic().plan().input {
+                    out.push_str(&i);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn addons_yaml_rendered_with_values_and_charts_with_nested_values() {
+    let yaml = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml"))
+        .expect("lab")
+        .replace(
+            "  system:\n",
+            "  addons:\n    - name: demo\n      namespace: demo\n      type: yaml\n      source: {path: demo}\n      values: {replicas: \"3\"}\n    - name: dash\n      namespace: dash\n      type: helm\n      source: {chart: {name: dash, version: 1.0.0, repo: 'https://charts.example'}}\n      values: {service.type: NodePort, service.port: \"8443\", replicas: \"2\"}\n  system:\n",
+        );
+    let catalog = repo().join("tests/lab/mirror/catalog-lab.yaml");
+    let (_dir, ctx) = with_bundle(
+        &yaml,
+        Some(&catalog),
+        &[
+            (
+                "addon/demo",
+                "files/addons/demo/a.yaml",
+                b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: demo}\nspec:\n  replicas: {{ values.replicas }}\n",
+            ),
+            ("addon/demo", "files/addons/demo/b.yaml", b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n"),
+            ("addon/dash", "files/addons/dash/dash-1.0.0.tgz", b"chart bytes"),
+            ("helm", "files/helm/v3.18.4/amd64/helm-v3.18.4-linux-amd64.tar.gz", b"helm"),
+        ],
+    );
+    let module = AddonsModule(ctx.clone());
+    assert!(module.skip().is_none());
+    let first = ctx.first_master().expect("first").clone();
+    let tasks = module.tasks().expect("tasks");
+    let steps: Vec<&str> = tasks[0].steps.iter().map(|s| s.name()).collect();
+    assert_eq!(steps, ["helm-binary", "addon-demo", "addon-dash"]);
+    let mut uploads = std::collections::BTreeMap::new();
+    for step in &tasks[0].steps {
+        for op in step.ops(&first, &Facts::default()).expect("ops") {
+            if let Op::Upload(u) = op {
+                let content = match u.source {
+                    UploadSource::Bytes(b) => String::from_utf8(b).expect("utf-8"),
+                    UploadSource::File(p) => format!("<file {}>", p.display()),
+                };
+                uploads.insert(u.dest, content);
+            }
+        }
+    }
+    let a = &uploads["/etc/kubernetes/kubexm/manifests/addons/demo/a.yaml"];
+    assert!(a.contains("replicas: 3"), "{a}");
+    let values = &uploads["/etc/kubernetes/kubexm/manifests/addons/dash/values.yaml"];
+    assert_eq!(
+        yaml_docs(values)[0],
+        serde_json::json!({"replicas": "2", "service": {"port": "8443", "type": "NodePort"}})
+    );
+    assert!(
+        uploads["/etc/kubernetes/kubexm/manifests/addons/dash/dash-1.0.0.tgz"]
+            .ends_with("files/addons/dash/dash-1.0.0.tgz>")
+    );
+    let text = plan_text(&ctx, &module);
+    for want in [
+        "create namespace demo",
+        "-n demo apply --server-side",
+        "/usr/local/bin/helm upgrade --install dash /etc/kubernetes/kubexm/manifests/addons/dash/dash-1.0.0.tgz --namespace dash",
+    ] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+    // Without addons the module is skipped.
+    assert_eq!(
+        AddonsModule(lab_context(|t| t)).skip().as_deref(),
+        Some("spec.addons is empty")
+    );
+}
+
+#[test]
+fn dotted_value_keys_nest() {
+    let v: std::collections::BTreeMap<String, String> =
+        [("a.b.c", "1"), ("a.b.d", "2"), ("a.e", "3"), ("f", "4")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    assert_eq!(
+        nested_values(&v),
+        serde_json::json!({"a": {"b": {"c": "1", "d": "2"}, "e": "3"}, "f": "4"})
+    );
+}
