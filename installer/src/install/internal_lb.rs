@@ -21,11 +21,9 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::images::node_image;
 use super::kubeadm::config::image_named;
-use super::loadbalancer::{APISERVER_PORT, HEALTH_PORT};
+use super::loadbalancer::{api_backends, Backend, APISERVER_PORT, HEALTH_PORT};
 use super::InstallContext;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
@@ -115,14 +113,6 @@ impl Step for KubeVip {
     }
 }
 
-/// One API server behind the local proxy.
-#[derive(Debug, Clone, Serialize)]
-struct Backend {
-    name: String,
-    address: String,
-    port: u16,
-}
-
 /// The local proxy's configuration and static pod on a worker.
 pub struct LocalProxy {
     kind: LocalProxyKind,
@@ -138,21 +128,7 @@ impl LocalProxy {
             LocalProxyKind::Haproxy => "haproxy",
             LocalProxyKind::Nginx => "nginx",
         };
-        let backends: Vec<Backend> = ctx
-            .with_role("master")
-            .iter()
-            .filter_map(|m| ctx.node(m))
-            .map(|n| Backend {
-                name: n.name.clone(),
-                address: n.internal_address.clone(),
-                port: APISERVER_PORT,
-            })
-            .collect();
-        if backends.is_empty() {
-            return Err(StepError::Invalid(
-                "no host has the master role: the local proxy has no backends".into(),
-            ));
-        }
+        let backends = api_backends(ctx)?;
         Ok(Self {
             kind,
             cluster: ctx.cluster.file.metadata.name.clone(),

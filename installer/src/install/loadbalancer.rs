@@ -65,6 +65,27 @@ pub fn api_server_must_bind_node_address(ctx: &InstallContext, node: &Node) -> b
         && node.has_role("master")
 }
 
+/// Every master's API server (internal address, port 6443): the backends of any load balancer
+/// in front of them.
+pub fn api_backends(ctx: &InstallContext) -> Result<Vec<Backend>, StepError> {
+    let backends: Vec<Backend> = ctx
+        .with_role("master")
+        .iter()
+        .filter_map(|m| ctx.node(m))
+        .map(|n| Backend {
+            name: n.name.clone(),
+            address: n.internal_address.clone(),
+            port: APISERVER_PORT,
+        })
+        .collect();
+    if backends.is_empty() {
+        return Err(StepError::Invalid(
+            "no host has the master role: the load balancer has no backends".to_string(),
+        ));
+    }
+    Ok(backends)
+}
+
 /// Which proxy runs beside keepalived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Proxy {
@@ -132,21 +153,7 @@ impl Module for LoadBalancerModule {
         })?;
         let cluster = ctx.cluster.cluster_name().to_string();
         let hosts = ctx.with_role("loadbalancer");
-        let backends: Vec<Backend> = ctx
-            .with_role("master")
-            .iter()
-            .filter_map(|m| ctx.node(m))
-            .map(|n| Backend {
-                name: n.name.clone(),
-                address: n.internal_address.clone(),
-                port: APISERVER_PORT,
-            })
-            .collect();
-        if backends.is_empty() {
-            return Err(StepError::Invalid(
-                "no host has the master role: the load balancer has no backends".to_string(),
-            ));
-        }
+        let backends = api_backends(ctx)?;
         let lb_nodes: Vec<(String, String)> = hosts
             .iter()
             .filter_map(|h| ctx.node(h))

@@ -29,6 +29,16 @@ pub(crate) fn example_context(edit: impl Fn(String) -> String) -> Arc<InstallCon
     Arc::new(load_context(&file, None, None, dir.path()).expect("example cluster loads"))
 }
 
+/// The example with kube-vip as the internal load balancer.
+fn kube_vip_example() -> Arc<InstallContext> {
+    example_context(|t| {
+        t.replace(
+            "      type: haproxy\n",
+            "      type: kube-vip\n    vip: 192.168.10.100\n    interface: eth0\n",
+        )
+    })
+}
+
 /// Parses every `---` document of a rendered YAML file (a real YAML parser, not a snapshot).
 pub(crate) fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
     text.split("\n---\n")
@@ -394,12 +404,7 @@ fn task_order_per_load_balancer_mode() {
 
     // kube-vip: on the first master before init (super-admin.conf), switched to admin.conf
     // after init, and on the other masters after they joined.
-    let ctx = example_context(|t| {
-        t.replace(
-            "      type: haproxy\n",
-            "      type: kube-vip\n    vip: 192.168.10.100\n    interface: eth0\n",
-        )
-    });
+    let ctx = kube_vip_example();
     let tasks = module_tasks(&ctx);
     let names: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
     assert_eq!(
@@ -448,12 +453,7 @@ fn task_order_per_load_balancer_mode() {
 
 #[test]
 fn kube_vip_static_pods() {
-    let ctx = example_context(|t| {
-        t.replace(
-            "      type: haproxy\n",
-            "      type: kube-vip\n    vip: 192.168.10.100\n    interface: eth0\n",
-        )
-    });
+    let ctx = kube_vip_example();
     let before = KubeVip::new(&ctx, SUPER_ADMIN_CONF).expect("kube-vip");
     let text = String::from_utf8(before.render().expect("render").text().to_vec()).expect("utf-8");
     let pod = &yaml_docs(&text)[0];
