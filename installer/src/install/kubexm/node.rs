@@ -2,7 +2,8 @@
 //! then every node registered and labelled (from the first master).
 //!
 //! * kubelet: `/etc/kubernetes/kubelet-config.yaml` (cgroup driver systemd, the runtime's CRI
-//!   socket, `clusterDNS` = the tenth service address, `clusterDomain`, `maxPods`, x509 client
+//!   socket, `clusterDNS` = the NodeLocal DNSCache address (`dns::NODELOCAL_DNS_IP`, which
+//!   forwards to CoreDNS at the tenth service address), `clusterDomain`, `maxPods`, x509 client
 //!   CA + webhook authentication and authorization, no anonymous access, no read-only port,
 //!   static pods from `/etc/kubernetes/manifests`, its KubeXM certificate as serving
 //!   certificate); masters that are not workers register with the control-plane `NoSchedule`
@@ -101,7 +102,9 @@ impl Kubelet {
         let mut c = k.node_context(node);
         c.insert("client_ca", &l.pki("ca.crt"));
         c.insert("runtime_endpoint", k.runtime_endpoint());
-        c.insert("cluster_dns", &k.dns_ip.to_string());
+        // Pods ask the NodeLocal DNSCache on their node (the `nodelocaldns` module runs for
+        // both paths), which forwards cluster names to CoreDNS at the tenth service address.
+        c.insert("cluster_dns", crate::install::dns::NODELOCAL_DNS_IP);
         c.insert("cluster_domain", &spec.dns_domain);
         c.insert("max_pods", &spec.max_pods);
         c.insert("static_pod_path", &l.manifests_dir());
