@@ -62,6 +62,11 @@ pub struct BundleArgs {
     /// A docker config.json with registry credentials (default: $DOCKER_CONFIG or ~/.docker).
     #[arg(long, value_name = "FILE")]
     pub docker_config: Option<PathBuf>,
+    /// Files the catalog cannot pin (the CNI manifests and charts, marked userPinned: no public
+    /// sha256 exists) are downloaded once, their sha256 recorded in the bundle and printed with
+    /// the catalog entry that pins them next time. Without it such files are refused.
+    #[arg(long)]
+    pub accept_unpinned: bool,
 }
 
 /// `verify` options.

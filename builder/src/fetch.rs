@@ -62,6 +62,14 @@ pub enum FetchError {
         /// Tries made.
         attempts: u32,
     },
+    /// A file `--accept-unpinned` would pin is larger than [`MAX_UNPINNED`].
+    #[error("{url}: {size} bytes is more than a file pinned on first use may be ({MAX_UNPINNED}); pin it with --catalog FILE")]
+    TooLarge {
+        /// URL.
+        url: String,
+        /// Its size.
+        size: u64,
+    },
     /// Transport errors or 5xx on every try.
     #[error("{url}: giving up after {attempts} tries: {last}")]
     Exhausted {
@@ -87,6 +95,9 @@ pub enum FetchError {
     #[error(transparent)]
     Cache(#[from] CacheError),
 }
+
+/// Largest file `--accept-unpinned` pins on first use (CNI manifests and charts are far smaller).
+pub const MAX_UNPINNED: u64 = 64 << 20;
 
 /// Downloads files into a [`Cache`].
 #[derive(Clone)]
@@ -159,6 +170,44 @@ impl Fetcher {
                     tracing::warn!(%url, attempt, error = %why, "download interrupted; will resume");
                     last = why;
                 }
+            }
+        }
+        Err(FetchError::Exhausted {
+            url: url.to_owned(),
+            attempts: self.retry.attempts,
+            last,
+        })
+    }
+
+    /// The sha256 of the document at `url`, downloaded once into memory (retried like
+    /// downloads, never cached): for `--accept-unpinned`, where the user vouches for the file
+    /// the upstream host serves now. Bounded to [`MAX_UNPINNED`] bytes.
+    pub async fn sha256_of(&self, url: &str) -> Result<String, FetchError> {
+        let mut last = String::new();
+        for attempt in 1..=self.retry.attempts {
+            if attempt > 1 {
+                tokio::time::sleep(self.retry.delay(attempt)).await;
+            }
+            let resp = match self.client.get(url).send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            match resp.status().as_u16() {
+                200 => match resp.bytes().await {
+                    Ok(b) if b.len() as u64 > MAX_UNPINNED => {
+                        return Err(FetchError::TooLarge {
+                            url: url.to_owned(),
+                            size: b.len() as u64,
+                        })
+                    }
+                    Ok(b) => return Ok(kubexm_bundles::hash::sha256_hex(&b)),
+                    Err(e) => last = e.to_string(),
+                },
+                s if s == 429 || s >= 500 => last = format!("HTTP {s}"),
+                s => return Err(self.status(url, s, ": check the URL or your zone's mirror")),
             }
         }
         Err(FetchError::Exhausted {

@@ -22,9 +22,9 @@ use crate::progress::Progress;
 /// Runs the whole build.
 pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     let inputs = Inputs::load(&args.source)?;
-    let lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
+    let mut lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
         .map_err(|p| problems_error(&args.source.file, &p))?;
-    refuse_unpinned(&lists)?;
+    refuse_unsummed_addons(&lists)?;
     let cache_root = args.cache_dir.clone().unwrap_or_else(Cache::default_root);
     let cache = Cache::open(&cache_root).context("Failed to open the cache")?;
     let jobs = args.jobs.max(1);
@@ -33,6 +33,11 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         base: std::time::Duration::from_millis(args.retry_delay_ms),
     };
     let progress = Progress::auto();
+    if args.accept_unpinned {
+        pin_on_first_use(&mut lists, &cache, retry, &progress, out)?;
+    } else {
+        refuse_unpinned(&lists)?;
+    }
     let spec = &inputs.cluster.file.spec;
     let credentials = Credentials::load(&spec.registry.auths, args.docker_config.as_deref())?;
     let mut access = RegistryAccess {
@@ -173,9 +178,8 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Files the catalog cannot pin (`userPinned` components with no sum for the version) are never
-/// downloaded unverified: the error says exactly what to pin.
-fn refuse_unpinned(lists: &Resolution) -> Result<()> {
+/// An addon fetched from a URL needs `source.sha256`: the error says so.
+fn refuse_unsummed_addons(lists: &Resolution) -> Result<()> {
     for a in &lists.addons {
         if let (kubexm_manifests::resolve::AddonLocation::Url { url }, None) =
             (&a.source, &a.sha256)
@@ -186,6 +190,61 @@ fn refuse_unpinned(lists: &Resolution) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `--accept-unpinned`: each unpinned file's sha256 is taken from one download now (the user
+/// vouches for what the upstream host serves today); the bundle records it like any other and
+/// the catalog entry that pins it is printed.
+fn pin_on_first_use(
+    lists: &mut Resolution,
+    cache: &Cache,
+    retry: Retry,
+    progress: &Progress,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if !lists.binaries.iter().any(|b| b.unpinned) {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("Failed to start the async runtime")?;
+    let fetcher = Fetcher::new(cache.clone(), retry, progress.clone())
+        .context("Failed to set up the HTTP client")?;
+    let mut snippet = String::from("components:\n");
+    for b in lists.binaries.iter_mut().filter(|b| b.unpinned) {
+        let sum = runtime
+            .block_on(fetcher.sha256_of(&b.url))
+            .with_context(|| {
+                format!(
+                    "Failed to pin {} {} ({}) on first use",
+                    b.name, b.version, b.arch
+                )
+            })?;
+        writeln!(
+            out,
+            "warning: {} {} ({}) pinned on first use (--accept-unpinned): sha256 {sum} of {}",
+            b.name, b.version, b.arch, b.url
+        )?;
+        snippet.push_str(&format!(
+            "  - name: {}\n    versions: {{\"{}\": {{{}: \"{sum}\"}}}}\n",
+            b.name, b.version, b.arch
+        ));
+        b.sha256 = sum;
+        b.unpinned = false;
+    }
+    writeln!(
+        out,
+        "to pin these files in later builds (after checking them), pass a catalog file with --catalog FILE:\n{}",
+        snippet.trim_end()
+    )?;
+    Ok(())
+}
+
+/// Files the catalog cannot pin (`userPinned` components with no sum for the version) are never
+/// downloaded unverified unless `--accept-unpinned`: the error says exactly what to pin.
+fn refuse_unpinned(lists: &Resolution) -> Result<()> {
     let unpinned: Vec<_> = lists.binaries.iter().filter(|b| b.unpinned).collect();
     if unpinned.is_empty() {
         return Ok(());
@@ -200,7 +259,7 @@ fn refuse_unpinned(lists: &Resolution) -> Result<()> {
             b.name, b.version, b.arch, b.url
         ));
     }
-    msg.push_str("pin them in a catalog file passed with --catalog FILE, with the sha256sum of each file you checked:\ncomponents:\n");
+    msg.push_str("pin them in a catalog file passed with --catalog FILE, with the sha256sum of each file you checked (or pass --accept-unpinned to take the sums of what the hosts serve now):\ncomponents:\n");
     for b in &unpinned {
         msg.push_str(&format!(
             "  - name: {}\n    versions: {{\"{}\": {{{}: \"<sha256>\"}}}}\n",

@@ -585,3 +585,58 @@ fn unpinned_network_files_and_unsummed_addon_urls_are_refused_before_any_downloa
     );
     assert_eq!(lab.mirror.requests(), 0, "nothing is downloaded");
 }
+
+#[test]
+fn accept_unpinned_takes_the_sum_of_what_the_mirror_serves_and_prints_the_pin() {
+    let lab = setup();
+    let cluster = lab.path("cluster.yaml");
+    let original = std::fs::read_to_string(&cluster).expect("cluster");
+    std::fs::write(
+        &cluster,
+        original.replace(
+            "plugin: calico\n    calico: {version: v3.99.0}",
+            "plugin: flannel",
+        ),
+    )
+    .expect("write");
+    // The upstream file, under its upstream path on the mirror (the zone maps https:// there).
+    let manifest = b"apiVersion: v1\nkind: Namespace\nmetadata: {name: kube-flannel}\n".to_vec();
+    let path = lab
+        .path("mirror")
+        .join("github.com/flannel-io/flannel/releases/download/v0.27.4/kube-flannel.yml");
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&path, &manifest).expect("write manifest");
+    let sum = kubexm_testkit::sha256_hex(&manifest);
+
+    let out = bundle(&lab, "p.tar.zst", "c-p", &["--accept-unpinned"]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(
+        stdout.contains(&format!(
+            "flannel-manifest v0.27.4 (amd64) pinned on first use (--accept-unpinned): sha256 {sum}"
+        )),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "  - name: flannel-manifest\n    versions: {{\"v0.27.4\": {{amd64: \"{sum}\"}}}}"
+        )),
+        "the catalog entry that pins it is printed:\n{stdout}"
+    );
+    assert!(!stderr.contains("no pinned sha256"), "{stderr}");
+    // The test registries hold no flannel images, so this build stops there — after the pin.
+    if out.status.success() {
+        let listed = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "zstd -dc {} | tar -xO SHA256SUMS",
+                lab.path("p.tar.zst").display()
+            ))
+            .output()
+            .expect("sh");
+        assert!(
+            text(&listed.stdout).contains(&sum),
+            "the bundle records the pinned sum"
+        );
+    }
+}
