@@ -69,7 +69,7 @@ pub fn write_table(l: &Resolution, out: &mut dyn Write) -> std::io::Result<()> {
     if l.binaries.iter().any(|b| b.unpinned) {
         writeln!(
             out,
-            "UNPINNED: no sha256 is known for these files; pin them with --catalog FILE before `bundle`"
+            "UNPINNED: no sha256 is known for these files; pin them with --catalog FILE before `bundle`, or pass `bundle --accept-unpinned`"
         )?;
     }
     if !l.addons.is_empty() {

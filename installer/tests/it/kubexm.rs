@@ -204,7 +204,8 @@ fn v1_31_kubexm_etcd_external_lb_files() {
     assert!(kubelet.contains(&"--node-ip=192.168.50.21".to_string()));
     let kc = yaml(&f("worker1", "/etc/kubernetes/kubelet-config.yaml"));
     assert_eq!(kc["kind"], "KubeletConfiguration");
-    assert_eq!(kc["clusterDNS"][0], "10.233.0.10");
+    // NodeLocal DNSCache on every node; CoreDNS keeps the tenth service address behind it.
+    assert_eq!(kc["clusterDNS"][0], "169.254.25.10");
     assert_eq!(kc["clusterDomain"], "cluster.local");
     assert_eq!(kc["cgroupDriver"], "systemd");
     assert_eq!(
@@ -320,7 +321,7 @@ fn v1_35_external_etcd_internal_lb_files() {
     );
     assert!(kubelet.contains(&"--v=2".to_string()));
     let kc = yaml(&f("worker1", "/etc/kubernetes/kubelet-config.yaml"));
-    assert_eq!(kc["clusterDNS"][0], "10.96.0.10");
+    assert_eq!(kc["clusterDNS"][0], "169.254.25.10");
     assert_eq!(kc["clusterDomain"], "corp.example");
     assert_eq!(kc["maxPods"], 200);
     assert_eq!(kc["featureGates"]["InPlacePodVerticalScaling"], true);
