@@ -1151,3 +1151,82 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }
 }
+
+/// `loadBalancer.mode: internal` on the binary path: haproxy/nginx → workers that are not
+/// masters run the local API proxy (static pod) and their kubelet and kube-proxy kubeconfigs
+/// point at it; kube-vip → its static pod on every master before their kubelets start.
+#[test]
+fn the_internal_load_balancer_serves_the_binary_path_too() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = v135_external_etcd_internal_lb(work.path());
+    let files = all_rendered(&ctx);
+    let f = |node: &str, dest: &str| file_of(&files, node, dest);
+    let server = |node: &str, file: &str| {
+        yaml(&f(node, &format!("/etc/kubernetes/{file}")))["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .map(str::to_string)
+    };
+    for file in ["kubelet.conf", "kube-proxy.conf"] {
+        assert_eq!(
+            server("worker1", file).as_deref(),
+            Some("https://127.0.0.1:6443"),
+            "{file} on a worker goes through the local proxy"
+        );
+        assert_eq!(
+            server("master1", file),
+            Some(ctx.control_plane_endpoint().expect("endpoint").url()),
+            "{file} on a master keeps the endpoint"
+        );
+    }
+    let p = plan::build(
+        &install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan");
+    let text = p.to_text();
+    let services = text
+        .find("task install-node-services")
+        .expect("node services");
+    let proxy = text
+        .find("task local-api-proxy on worker1,worker2")
+        .expect("local proxy task on the workers only");
+    let register = text.find("task register-nodes").expect("register");
+    assert!(services < proxy && proxy < register, "{text}");
+    assert!(text.contains("/etc/kubernetes/manifests/kube-lb.yaml"));
+    assert!(!text.contains("kube-vip.yaml"));
+
+    let vip = context(work.path(), |t| {
+        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "").replace(
+            "    mode: external\n    external:\n      type: kubexm-kh\n",
+            "    mode: internal\n    internal:\n      type: kube-vip\n",
+        )
+    });
+    let p = plan::build(
+        &install_pipeline(&vip),
+        &vip.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan");
+    let text = p.to_text();
+    let kube_vip = text
+        .find("task kube-vip on master1,master2,master3")
+        .expect("kube-vip on the masters");
+    let services = text
+        .find("task install-node-services")
+        .expect("node services");
+    assert!(kube_vip < services, "{text}");
+    assert!(text.contains("-> /etc/kubernetes/manifests/kube-vip.yaml"));
+    assert!(!text.contains("task local-api-proxy"));
+
+    // Delete removes both static pods.
+    let d = plan::build(
+        &delete_pipeline(&vip),
+        &vip.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("delete plan")
+    .to_text();
+    assert!(d.contains("/etc/kubernetes/manifests/kube-vip.yaml"), "{d}");
+    assert!(d.contains("/etc/kubernetes/manifests/kube-lb.yaml"), "{d}");
+}

@@ -280,15 +280,22 @@ pub fn certificates(
         }
         let kubelet = issue(&ca, &format!("kubelet-{name}"), kubelet_spec(node))?;
         pair(&mut files, "kubelet", &kubelet);
+        // Behind an internal haproxy/nginx, a worker's kubelet and kube-proxy go through the
+        // local API proxy on 127.0.0.1 (see `internal_lb`); masters keep the endpoint.
+        let node_api = if !node.has_role("master") && k.local_proxy().is_some() {
+            crate::install::internal_lb::LOCAL_API.to_string()
+        } else {
+            endpoint.clone()
+        };
         files.push(kubeconfig(
-            endpoint.clone(),
+            node_api.clone(),
             &format!("system:node:{name}"),
             &kubelet,
             "kubelet",
             "kubelet.conf",
         )?);
         files.push(kubeconfig(
-            endpoint.clone(),
+            node_api,
             "system:kube-proxy",
             &proxy,
             "kube-proxy",

@@ -114,6 +114,11 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
     files.extend(SERVICES.iter().map(|u| l.unit(u)));
     files.extend(CONF_FILES.iter().map(|f| l.conf(f)));
     files.push(format!("{}/coredns.yaml", l.addons_dir()));
+    // The internal load balancer's static pods (kube-vip on masters, the local API proxy on
+    // workers); its configuration directory goes with /etc/kubexm in node preparation's delete.
+    for manifest in ["kube-vip.yaml", "kube-lb.yaml"] {
+        files.push(format!("{}/{manifest}", l.manifests_dir()));
+    }
     let dirs = [l.addons_dir(), l.manifests_dir(), l.kube_dir.clone()];
     let staged: Vec<String> = BINARIES
         .iter()

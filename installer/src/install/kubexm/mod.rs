@@ -182,6 +182,30 @@ impl KubexmCluster {
             .collect()
     }
 
+    /// The local API proxy workers run with `loadBalancer.mode: internal` and type haproxy or
+    /// nginx (kube-vip holds a VIP on the masters instead).
+    pub fn local_proxy(&self) -> Option<crate::install::internal_lb::LocalProxyKind> {
+        use crate::install::internal_lb::LocalProxyKind;
+        use kubexm_manifests::model::{InternalLbType, LbMode};
+        let lb = &self.ctx.cluster.file.spec.load_balancer;
+        if lb.mode != LbMode::Internal {
+            return None;
+        }
+        match lb.internal.kind {
+            InternalLbType::Haproxy => Some(LocalProxyKind::Haproxy),
+            InternalLbType::Nginx => Some(LocalProxyKind::Nginx),
+            InternalLbType::KubeVip => None,
+        }
+    }
+
+    /// Whether kube-vip holds the VIP on the masters (`loadBalancer.mode: internal`, type
+    /// kube-vip).
+    pub fn kube_vip(&self) -> bool {
+        use kubexm_manifests::model::{InternalLbType, LbMode};
+        let lb = &self.ctx.cluster.file.spec.load_balancer;
+        lb.mode == LbMode::Internal && lb.internal.kind == InternalLbType::KubeVip
+    }
+
     /// The API server on `node` itself: `https://<internal address>:6443`.
     pub fn local_api(&self, node: &Node) -> String {
         host_url(&node.internal_address, APISERVER_PORT)

@@ -21,6 +21,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use crate::install::internal_lb::{KubeVip, LocalProxy};
+use crate::install::kubeadm::init::ADMIN_CONF;
 use std::time::Duration;
 
 use kubexm_manifests::model::ProxyMode;
@@ -52,7 +55,16 @@ impl Module for KubexmNodesModule {
         } else {
             Some(self.0.pull_reference(&pause_reference(&self.0)?)?)
         };
-        Ok(vec![
+        let mut tasks = Vec::new();
+        // kube-vip's static pod is in place before the masters' kubelets start: they reach the
+        // API through the VIP it holds (a kubelet runs static pods without the API).
+        if k.kube_vip() {
+            tasks.push(
+                Task::new("kube-vip", self.0.with_role("master"))
+                    .step(KubeVip::new(&self.0, ADMIN_CONF)?),
+            );
+        }
+        tasks.push(
             Task::new("install-node-services", k.node_names())
                 .step(Binaries {
                     ctx: self.0.clone(),
@@ -64,8 +76,26 @@ impl Module for KubexmNodesModule {
                     pause,
                 })
                 .step(KubeProxy { k: k.clone() }),
-            Task::new("register-nodes", [first]).step(RegisterNodes { k }),
-        ])
+        );
+        // Workers that are not masters reach the API through a local proxy (their kubelet and
+        // kube-proxy kubeconfigs point at it from the start); its static pod runs once the
+        // kubelet is up.
+        if let Some(kind) = k.local_proxy() {
+            let workers: Vec<String> = self
+                .0
+                .nodes
+                .iter()
+                .filter(|n| n.has_role("worker") && !n.has_role("master"))
+                .map(|n| n.name.clone())
+                .collect();
+            if !workers.is_empty() {
+                tasks.push(
+                    Task::new("local-api-proxy", workers).step(LocalProxy::new(&self.0, kind)?),
+                );
+            }
+        }
+        tasks.push(Task::new("register-nodes", [first]).step(RegisterNodes { k }));
+        Ok(tasks)
     }
 }
 
