@@ -62,8 +62,9 @@ pub enum FetchError {
         /// Tries made.
         attempts: u32,
     },
-    /// A file `--accept-unpinned` would pin is larger than [`MAX_UNPINNED`].
-    #[error("{url}: {size} bytes is more than a file pinned on first use may be ({MAX_UNPINNED}); pin it with --catalog FILE")]
+    /// A document read into memory (a file pinned on first use, an `index.yaml`) is larger than
+    /// [`MAX_UNPINNED`].
+    #[error("{url}: {size} bytes is more than KubeXM reads into memory ({MAX_UNPINNED}); pin the file with --catalog FILE")]
     TooLarge {
         /// URL.
         url: String,
@@ -96,7 +97,8 @@ pub enum FetchError {
     Cache(#[from] CacheError),
 }
 
-/// Largest file `--accept-unpinned` pins on first use (CNI manifests and charts are far smaller).
+/// Largest document read into memory: a file `--accept-unpinned` pins on first use (CNI
+/// manifests and charts are far smaller) or a chart repository's `index.yaml`.
 pub const MAX_UNPINNED: u64 = 64 << 20;
 
 /// Downloads files into a [`Cache`].
@@ -183,6 +185,31 @@ impl Fetcher {
     /// downloads, never cached): for `--accept-unpinned`, where the user vouches for the file
     /// the upstream host serves now. Bounded to [`MAX_UNPINNED`] bytes.
     pub async fn sha256_of(&self, url: &str) -> Result<String, FetchError> {
+        let body = self
+            .get_small(url, ": check the URL or your zone's mirror")
+            .await?;
+        Ok(kubexm_bundles::hash::sha256_hex(&body))
+    }
+
+    /// A small text document no sum is known for (a Helm repository's `index.yaml`), retried
+    /// like downloads; never cached. What it says is checked by its user.
+    pub async fn get_text(&self, url: &str) -> Result<String, FetchError> {
+        let body = self
+            .get_small(
+                url,
+                ": check the chart repository URL (spec.addons[].source.chart.repo) or your zone's mirror",
+            )
+            .await?;
+        String::from_utf8(body.to_vec()).map_err(|e| FetchError::Exhausted {
+            url: url.to_owned(),
+            attempts: 1,
+            last: format!("not UTF-8 text: {e}"),
+        })
+    }
+
+    /// A document of at most [`MAX_UNPINNED`] bytes, in memory, retried on transport errors,
+    /// 429 and 5xx; any other status fails at once with `hint`.
+    async fn get_small(&self, url: &str, hint: &'static str) -> Result<Vec<u8>, FetchError> {
         let mut last = String::new();
         for attempt in 1..=self.retry.attempts {
             if attempt > 1 {
@@ -203,48 +230,11 @@ impl Fetcher {
                             size: b.len() as u64,
                         })
                     }
-                    Ok(b) => return Ok(kubexm_bundles::hash::sha256_hex(&b)),
+                    Ok(b) => return Ok(b.to_vec()),
                     Err(e) => last = e.to_string(),
                 },
                 s if s == 429 || s >= 500 => last = format!("HTTP {s}"),
-                s => return Err(self.status(url, s, ": check the URL or your zone's mirror")),
-            }
-        }
-        Err(FetchError::Exhausted {
-            url: url.to_owned(),
-            attempts: self.retry.attempts,
-            last,
-        })
-    }
-
-    /// A small text document no sum is known for (a Helm repository's `index.yaml`), retried
-    /// like downloads; never cached. What it says is checked by its user.
-    pub async fn get_text(&self, url: &str) -> Result<String, FetchError> {
-        let mut last = String::new();
-        for attempt in 1..=self.retry.attempts {
-            if attempt > 1 {
-                tokio::time::sleep(self.retry.delay(attempt)).await;
-            }
-            let resp = match self.client.get(url).send().await {
-                Ok(r) => r,
-                Err(e) => {
-                    last = e.to_string();
-                    continue;
-                }
-            };
-            match resp.status().as_u16() {
-                200 => match resp.text().await {
-                    Ok(t) => return Ok(t),
-                    Err(e) => last = e.to_string(),
-                },
-                s if s == 429 || s >= 500 => last = format!("HTTP {s}"),
-                s => {
-                    return Err(self.status(
-                        url,
-                        s,
-                        ": check the chart repository URL (spec.addons[].source.chart.repo) or your zone's mirror",
-                    ))
-                }
+                s => return Err(self.status(url, s, hint)),
             }
         }
         Err(FetchError::Exhausted {

@@ -1197,10 +1197,11 @@ fn the_internal_load_balancer_serves_the_binary_path_too() {
     assert!(!text.contains("kube-vip.yaml"));
 
     let vip = context(work.path(), |t| {
-        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "").replace(
-            "    mode: external\n    external:\n      type: kubexm-kh\n",
-            "    mode: internal\n    internal:\n      type: kube-vip\n",
-        )
+        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "")
+            .replace(
+                "    mode: external\n    external:\n      type: kubexm-kh\n",
+                "    mode: internal\n    internal:\n      type: kube-vip\n",
+            )
     });
     let p = plan::build(
         &install_pipeline(&vip),
