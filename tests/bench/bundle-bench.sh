@@ -12,7 +12,7 @@
 #
 # Environment (all optional):
 #   SCALE=1          corpus scale (sizes below are multiplied by it; decimals allowed)
-#   FILE_MB=32       size of each of the 18 stand-in files at SCALE=1
+#   FILE_MB=32       size of each of the 20 stand-in files at SCALE=1
 #   BASE_MB=64       shared base layer of the bench images at SCALE=1
 #   LAYER_MB=16      unique layer of each bench image at SCALE=1
 #   N_IMAGES=24      bench images (each a two-platform OCI index, amd64 + arm64)
@@ -149,6 +149,8 @@ FILES=(
   "kubectl v1.33.11 amd64 dl.k8s.io/release/v1.33.11/bin/linux/amd64/kubectl"
   "etcd v3.5.24 amd64 github.com/etcd-io/etcd/releases/download/v3.5.24/etcd-v3.5.24-linux-amd64.tar.gz"
   "calicoctl v3.99.0 amd64 github.com/projectcalico/calico/releases/download/v3.99.0/calicoctl-linux-amd64"
+  "calico-chart v3.99.0 amd64 github.com/projectcalico/calico/releases/download/v3.99.0/tigera-operator-v3.99.0.tgz"
+  "helm v3.18.4 amd64 get.helm.sh/helm-v3.18.4-linux-amd64.tar.gz"
   "kube-proxy v1.33.11 amd64 dl.k8s.io/release/v1.33.11/bin/linux/amd64/kube-proxy"
   "kube-proxy v1.33.11 arm64 dl.k8s.io/release/v1.33.11/bin/linux/arm64/kube-proxy"
   "kubelet v1.33.11 amd64 dl.k8s.io/release/v1.33.11/bin/linux/amd64/kubelet"

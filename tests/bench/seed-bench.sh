@@ -20,7 +20,7 @@
 #   N_IMAGES=20      bench images
 #   BASE_MB=30       shared base layer (random, so gzip cannot shrink it)
 #   LAYER_MB=10      each image's own layer
-#   FILE_MB=4        each of the 12 stand-in files (binaries are not what this bench is about)
+#   FILE_MB=4        each of the 14 stand-in files (binaries are not what this bench is about)
 #   REPEAT=3         each measurement is repeated (fresh registries / work dirs each time) and
 #                    the median is reported; max RSS is the largest seen
 #   JOBS=            passed as --jobs to kubexm-install seed when set (default: its own, 8)
@@ -136,6 +136,8 @@ FILES=(
   "kubectl v1.33.11 amd64 dl.k8s.io/release/v1.33.11/bin/linux/amd64/kubectl"
   "etcd v3.5.24 amd64 github.com/etcd-io/etcd/releases/download/v3.5.24/etcd-v3.5.24-linux-amd64.tar.gz"
   "calicoctl v3.99.0 amd64 github.com/projectcalico/calico/releases/download/v3.99.0/calicoctl-linux-amd64"
+  "calico-chart v3.99.0 amd64 github.com/projectcalico/calico/releases/download/v3.99.0/tigera-operator-v3.99.0.tgz"
+  "helm v3.18.4 amd64 get.helm.sh/helm-v3.18.4-linux-amd64.tar.gz"
   "kube-proxy v1.33.11 amd64 dl.k8s.io/release/v1.33.11/bin/linux/amd64/kube-proxy"
   "kubelet v1.33.11 amd64 dl.k8s.io/release/v1.33.11/bin/linux/amd64/kubelet"
   "containerd 1.7.13 amd64 github.com/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-amd64.tar.gz"
