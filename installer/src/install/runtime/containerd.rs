@@ -11,13 +11,12 @@ use serde::Serialize;
 
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
-    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
-    EXTRACT, RUNC,
+    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
+    ARTIFACTS, BIN_DIR, EXTRACT, RUNC,
 };
 use crate::install::InstallContext;
-use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{Op, RenderTemplate};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
-use crate::runner::shell;
 
 /// containerd's registry host directory.
 pub const CERTS_DIR: &str = "/etc/containerd/certs.d";
@@ -39,14 +38,16 @@ pub const SOCKET: &str = "unix:///run/containerd/containerd.sock";
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = ContainerdConfig::new(ctx)?;
     let registry = PrivateRegistry::of(ctx);
-    let pull = PullPause {
-        sandbox_image: config.sandbox_image.clone(),
-        auth: registry
+    let pull = PullPause::ctr(
+        &config.sandbox_image,
+        CERTS_DIR,
+        registry.as_ref().is_some_and(|r| r.plain_http),
+        registry
             .as_ref()
             .and_then(|r| r.credentials())
             .map(|(u, p)| format!("{u}:{p}")),
-        plain_http: registry.as_ref().is_some_and(|r| r.plain_http),
-    };
+        PULL_AUTH,
+    );
     Ok(vec![Task::new("install-containerd", runtime_hosts(ctx))
         .step(ContainerdBinaries { ctx: ctx.clone() })
         .step(config)
@@ -194,50 +195,6 @@ impl Step for ContainerdConfig {
                     "{BIN_DIR}/ctr --address /run/containerd/containerd.sock version >/dev/null"
                 ),
             ),
-        ));
-        Ok(ops)
-    }
-}
-
-/// The sandbox image pulled into containerd's `k8s.io` namespace (from the private registry).
-pub struct PullPause {
-    sandbox_image: String,
-    /// `user:password` for the registry (kept in a root-only file on the node, never in the
-    /// command line or the plan).
-    auth: Option<String>,
-    /// Add `--plain-http`.
-    plain_http: bool,
-}
-
-impl Step for PullPause {
-    fn name(&self) -> &str {
-        "pull-pause"
-    }
-    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let i = shell::quote(&self.sandbox_image);
-        let mut ops = Vec::new();
-        let user = match &self.auth {
-            Some(a) => {
-                ops.push(Op::Upload(UploadFile::bytes(
-                    a.clone().into_bytes(),
-                    PULL_AUTH,
-                    0o600,
-                )));
-                format!(" --user \"$(cat {PULL_AUTH})\"")
-            }
-            None => String::new(),
-        };
-        let plain = if self.plain_http { " --plain-http" } else { "" };
-        ops.push(Op::Run(
-            RunCommand::new(format!(
-                "{BIN_DIR}/ctr -n k8s.io images pull --hosts-dir {CERTS_DIR}{plain}{user} {i} >/dev/null"
-            ))
-            .unless(format!(
-                "{BIN_DIR}/ctr -n k8s.io images ls -q | grep -qxF {i}"
-            ))
-            .undo(format!(
-                "{BIN_DIR}/ctr -n k8s.io images rm {i} >/dev/null 2>&1 || true"
-            )),
         ));
         Ok(ops)
     }

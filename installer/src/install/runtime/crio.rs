@@ -14,14 +14,13 @@ use std::sync::Arc;
 
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runtime_hosts,
-    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
-    CNI_BIN_DIR, EXTRACT,
+    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
+    ARTIFACTS, BIN_DIR, CNI_BIN_DIR, EXTRACT,
 };
 use crate::install::delete::Ops;
 use crate::install::InstallContext;
-use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{Op, RenderTemplate, UploadFile};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
-use crate::runner::shell;
 
 /// conmon, conmonrs, crun and runc.
 pub const LIBEXEC: &str = "/usr/local/libexec/crio";
@@ -51,9 +50,8 @@ pub const SOCKET: &str = "unix:///var/run/crio/crio.sock";
 /// The `install-cri-o` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = CrioConfig::new(ctx)?;
-    let pull = PullPause {
-        sandbox_image: config.sandbox_image.clone(),
-    };
+    // cri-o reads the registry credentials from its own auth file (see the config step).
+    let pull = PullPause::crictl(&config.sandbox_image, None, AUTH_FILE);
     Ok(vec![Task::new("install-cri-o", runtime_hosts(ctx))
         .step(CrioBinaries { ctx: ctx.clone() })
         .step(config)
@@ -170,25 +168,6 @@ impl Step for CrioConfig {
             ("cri-o", format!("{BIN_DIR}/crio status info >/dev/null")),
         ));
         Ok(ops)
-    }
-}
-
-/// The sandbox image pulled through cri-o (which reads the credentials from its auth file).
-struct PullPause {
-    sandbox_image: String,
-}
-
-impl Step for PullPause {
-    fn name(&self) -> &str {
-        "pull-pause"
-    }
-    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let i = shell::quote(&self.sandbox_image);
-        Ok(vec![Op::Run(
-            RunCommand::new(format!("{BIN_DIR}/crictl pull {i} >/dev/null"))
-                .unless(format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"))
-                .undo(format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true")),
-        )])
     }
 }
 

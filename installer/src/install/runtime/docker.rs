@@ -21,16 +21,13 @@ use kubexm_manifests::model::RegistryType;
 
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, none_exist, runtime_hosts,
-    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
-    CNI_BIN_DIR, EXTRACT,
+    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
+    BIN_DIR, CNI_BIN_DIR, EXTRACT,
 };
 use crate::install::delete::Ops;
 use crate::install::InstallContext;
-use crate::pipeline::ops::{
-    Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile, WaitFor,
-};
+use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, Systemd, SystemdAction, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
-use crate::runner::shell;
 
 /// docker's own containerd, runc and helpers (first in dockerd's `PATH`).
 pub const LIBEXEC: &str = "/usr/local/libexec/kubexm-docker";
@@ -80,10 +77,11 @@ pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
         task = task.step(CriDockerd::new(ctx)?);
     }
     let registry = PrivateRegistry::of(ctx);
-    Ok(vec![task.step(PullPause {
-        sandbox_image: sandbox_image(ctx)?,
-        auth_json: registry.as_ref().and_then(PrivateRegistry::auth_json),
-    })])
+    Ok(vec![task.step(PullPause::docker(
+        &sandbox_image(ctx)?,
+        registry.as_ref().and_then(PrivateRegistry::auth_json),
+        PULL_CONFIG_DIR,
+    ))])
 }
 
 /// cri-dockerd is installed from Kubernetes 1.24 (no dockershim) or when `runtime.criDockerd`
@@ -247,44 +245,6 @@ impl Step for CriDockerd {
             timeout: std::time::Duration::from_secs(60),
             interval: std::time::Duration::from_secs(1),
         }));
-        Ok(ops)
-    }
-}
-
-/// The sandbox image pulled into docker from the private registry; with credentials, through a
-/// root-only `docker --config` directory (never on the command line or in the plan).
-struct PullPause {
-    sandbox_image: String,
-    auth_json: Option<Vec<u8>>,
-}
-
-impl Step for PullPause {
-    fn name(&self) -> &str {
-        "pull-pause"
-    }
-    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let i = shell::quote(&self.sandbox_image);
-        let mut ops = Vec::new();
-        let config = match &self.auth_json {
-            Some(json) => {
-                ops.push(Op::Upload(UploadFile::bytes(
-                    json.clone(),
-                    format!("{PULL_CONFIG_DIR}/config.json"),
-                    0o600,
-                )));
-                format!(" --config {PULL_CONFIG_DIR}")
-            }
-            None => String::new(),
-        };
-        ops.push(Op::Run(
-            RunCommand::new(format!("{BIN_DIR}/docker{config} pull {i} >/dev/null"))
-                .unless(format!(
-                    "{BIN_DIR}/docker image inspect {i} >/dev/null 2>&1"
-                ))
-                .undo(format!(
-                    "{BIN_DIR}/docker image rm {i} >/dev/null 2>&1 || true"
-                )),
-        ));
         Ok(ops)
     }
 }

@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
-    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, ARTIFACTS, BIN_DIR,
-    CNI_BIN_DIR, EXTRACT, RUNC,
+    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
+    BIN_DIR, CNI_BIN_DIR, EXTRACT, RUNC,
 };
 use crate::install::delete::Ops;
 use crate::install::InstallContext;
-use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{Op, RenderTemplate, RunCommand};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
 use crate::runner::shell;
 
@@ -47,15 +47,13 @@ pub const SOCKET: &str = "unix:///var/run/isulad.sock";
 /// The `install-isulad` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = IsuladConfig::new(ctx)?;
-    let pull = PullPause {
-        sandbox_image: config.sandbox_image.clone(),
-        auth: PrivateRegistry::of(ctx).and_then(|r| {
-            r.credentials().map(|(u, p)| {
-                use base64::Engine;
-                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
-            })
-        }),
-    };
+    let auth = PrivateRegistry::of(ctx).and_then(|r| {
+        r.credentials().map(|(u, p)| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+        })
+    });
+    let pull = PullPause::crictl(&config.sandbox_image, auth, PULL_AUTH);
     Ok(vec![Task::new("install-isulad", runtime_hosts(ctx))
         .step(IsuladBinaries::new(ctx)?)
         .step(config)
@@ -158,41 +156,6 @@ impl Step for IsuladConfig {
             &["isulad"],
             (DATA_MARKER, DATA_DIR),
             ("iSulad", format!("{BIN_DIR}/isula info >/dev/null")),
-        ));
-        Ok(ops)
-    }
-}
-
-/// The sandbox image pulled through iSulad's CRI with crictl; credentials come from a
-/// root-only file, never the plan.
-struct PullPause {
-    sandbox_image: String,
-    /// base64 `user:password`.
-    auth: Option<String>,
-}
-
-impl Step for PullPause {
-    fn name(&self) -> &str {
-        "pull-pause"
-    }
-    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let i = shell::quote(&self.sandbox_image);
-        let mut ops = Vec::new();
-        let auth = match &self.auth {
-            Some(a) => {
-                ops.push(Op::Upload(UploadFile::bytes(
-                    a.clone().into_bytes(),
-                    PULL_AUTH,
-                    0o600,
-                )));
-                format!(" --auth \"$(cat {PULL_AUTH})\"")
-            }
-            None => String::new(),
-        };
-        ops.push(Op::Run(
-            RunCommand::new(format!("{BIN_DIR}/crictl pull{auth} {i} >/dev/null"))
-                .unless(format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"))
-                .undo(format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true")),
         ));
         Ok(ops)
     }

@@ -33,7 +33,7 @@ use crate::pipeline::ops::{
     CopyFile, ExtractTarball, Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile,
     WaitFor,
 };
-use crate::pipeline::{Module, Node, StepError, Task};
+use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::{shell, UploadSource};
 
 /// Where bundle files are kept on nodes: `ARTIFACTS/<name>/<version>/<file>`.
@@ -326,6 +326,102 @@ pub(crate) fn start_daemon(
         interval: std::time::Duration::from_secs(1),
     }));
     ops
+}
+
+/// Pulls the sandbox image with the runtime's own client unless it is already there. Registry
+/// credentials, when there are any, go into a root-only file first and reach the client through
+/// a shell substitution or a config directory: never on a command line or in the plan.
+pub(crate) struct PullPause {
+    /// Pulls the image.
+    pull: String,
+    /// Succeeds when the image is present.
+    present: String,
+    /// Removes the image (the revert).
+    remove: String,
+    /// Credentials: content and root-only destination.
+    credentials: Option<(Vec<u8>, String)>,
+}
+
+impl PullPause {
+    /// `crictl` (cri-o, iSulad); `auth` is the base64 `user:password` for `--auth`, kept in
+    /// `file`.
+    pub(crate) fn crictl(image: &str, auth: Option<String>, file: &str) -> Self {
+        let i = shell::quote(image);
+        let option = if auth.is_some() {
+            format!(" --auth \"$(cat {file})\"")
+        } else {
+            String::new()
+        };
+        Self {
+            pull: format!("{BIN_DIR}/crictl pull{option} {i} >/dev/null"),
+            present: format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"),
+            remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
+            credentials: auth.map(|a| (a.into_bytes(), file.to_string())),
+        }
+    }
+
+    /// containerd's `ctr` in the `k8s.io` namespace, through the registry hosts directory;
+    /// `auth` is `user:password` for `--user`, kept in `file`.
+    pub(crate) fn ctr(
+        image: &str,
+        hosts_dir: &str,
+        plain_http: bool,
+        auth: Option<String>,
+        file: &str,
+    ) -> Self {
+        let i = shell::quote(image);
+        let plain = if plain_http { " --plain-http" } else { "" };
+        let user = if auth.is_some() {
+            format!(" --user \"$(cat {file})\"")
+        } else {
+            String::new()
+        };
+        let ctr = format!("{BIN_DIR}/ctr -n k8s.io images");
+        Self {
+            pull: format!("{ctr} pull --hosts-dir {hosts_dir}{plain}{user} {i} >/dev/null"),
+            present: format!("{ctr} ls -q | grep -qxF {i}"),
+            remove: format!("{ctr} rm {i} >/dev/null 2>&1 || true"),
+            credentials: auth.map(|a| (a.into_bytes(), file.to_string())),
+        }
+    }
+
+    /// docker; `auth_json` is a docker `config.json` placed in `config_dir`.
+    pub(crate) fn docker(image: &str, auth_json: Option<Vec<u8>>, config_dir: &str) -> Self {
+        let i = shell::quote(image);
+        let config = if auth_json.is_some() {
+            format!(" --config {config_dir}")
+        } else {
+            String::new()
+        };
+        Self {
+            pull: format!("{BIN_DIR}/docker{config} pull {i} >/dev/null"),
+            present: format!("{BIN_DIR}/docker image inspect {i} >/dev/null 2>&1"),
+            remove: format!("{BIN_DIR}/docker image rm {i} >/dev/null 2>&1 || true"),
+            credentials: auth_json.map(|j| (j, format!("{config_dir}/config.json"))),
+        }
+    }
+}
+
+impl Step for PullPause {
+    fn name(&self) -> &str {
+        "pull-pause"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let mut ops = Vec::new();
+        if let Some((content, dest)) = &self.credentials {
+            ops.push(Op::Upload(UploadFile::bytes(
+                content.clone(),
+                dest.clone(),
+                0o600,
+            )));
+        }
+        ops.push(Op::Run(
+            RunCommand::new(self.pull.clone())
+                .unless(self.present.clone())
+                .undo(self.remove.clone()),
+        ));
+        Ok(ops)
+    }
 }
 
 /// Delete side: stops and disables `units` when `unit_file` is KubeXM's and any is enabled or
