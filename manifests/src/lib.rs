@@ -15,6 +15,7 @@
 
 pub mod catalog;
 pub mod image_ref;
+pub mod import;
 pub mod load;
 pub mod model;
 pub mod ranges;

@@ -20,9 +20,18 @@ pub struct YamlError {
     pub snippet: String,
 }
 
+/// Parser options: comments are validated but not kept (nothing here reads them), so a file
+/// with long commented-out blocks — KubeKey's samples have dozens of lines — is not refused by
+/// the parser's limit on comments buffered while it looks ahead.
+pub fn options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.emit_comments = false;
+    options
+}
+
 /// Parses `text` (read from `origin`) into `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
-    serde_saphyr::from_str::<T>(text).map_err(|e| {
+    serde_saphyr::from_str_with_options::<T>(text, options()).map_err(|e| {
         let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
         let plain = e.without_snippet().to_string();
         let message = strip_position(&plain).to_owned();
