@@ -19,14 +19,18 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod atomic;
 mod check;
 mod dirsink;
 pub mod hash;
+pub mod head;
 pub mod manifest;
 pub mod pack;
 mod path;
 pub mod prefetch;
+pub mod sign;
 mod space;
+pub mod split;
 mod sums;
 pub mod verify;
 mod worker_sink;
