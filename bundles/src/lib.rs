@@ -21,6 +21,7 @@
 
 pub mod atomic;
 mod check;
+pub mod delta;
 mod dirsink;
 pub mod hash;
 pub mod head;

@@ -66,7 +66,7 @@ impl Lab {
 }
 
 /// Deterministic stand-in content (64 KiB, distinct per name).
-fn stand_in(name: &str) -> Vec<u8> {
+pub(crate) fn stand_in(name: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 * 1024);
     let mut x: u64 = name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -276,7 +276,7 @@ pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn extract(bundle: &Path, into: &Path) {
+pub(crate) fn extract(bundle: &Path, into: &Path) {
     std::fs::create_dir_all(into).expect("mkdir");
     let status = Command::new("sh")
         .arg("-c")

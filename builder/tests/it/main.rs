@@ -2,4 +2,6 @@
 
 mod bundle_e2e;
 mod bundle_faults;
+mod bundle_trust;
+mod import_cli;
 mod resolve_cli;

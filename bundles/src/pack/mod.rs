@@ -138,8 +138,7 @@ pub fn pack(
             expected: crate::FORMAT_VERSION,
         }));
     }
-    let mut manifest_json = serde_json::to_vec_pretty(manifest).map_err(PackError::Serialize)?;
-    manifest_json.push(b'\n');
+    let manifest_json = manifest_bytes(manifest)?;
 
     let files = plan::plan(entries)?;
     let dirs = plan::directories(&files)?;
@@ -197,6 +196,17 @@ pub fn pack(
         path: out.to_owned(),
         ..written
     })
+}
+
+/// `bundle.json` exactly as [`pack`] writes it.
+///
+/// # Errors
+///
+/// [`PackError::Serialize`] (not expected for a well-formed manifest).
+pub fn manifest_bytes(manifest: &BundleManifest) -> Result<Vec<u8>, PackError> {
+    let mut json = serde_json::to_vec_pretty(manifest).map_err(PackError::Serialize)?;
+    json.push(b'\n');
+    Ok(json)
 }
 
 /// The output directory and the partial file beside `out`.

@@ -121,10 +121,14 @@ impl<'a> Ctx<'a> {
         from: Option<String>,
         field: &FieldPath,
     ) -> Result<KubeVersion, ImportError> {
-        let supported = self.catalog.kubernetes_versions().join(", ");
+        let versions = self.catalog.kubernetes_versions();
+        let supported = format!(
+            "newest: {}",
+            crate::catalog::newest_versions(versions.iter(), 6)
+        );
         if let Some(v) = &self.opts.kubernetes_version {
             let parsed: KubeVersion = v.parse().map_err(|e: crate::version::VersionError| {
-                self.field_error(field, e.to_string(), format!("supported: {supported}"))
+                self.field_error(field, e.to_string(), supported.clone())
             })?;
             if let Some(kk) = &from {
                 if kk != v {
@@ -141,7 +145,7 @@ impl<'a> Ctx<'a> {
             return Err(self.field_error(
                 field,
                 "no Kubernetes version is given",
-                format!("pass --kubernetes-version (supported: {supported})"),
+                format!("pass --kubernetes-version ({supported})"),
             ));
         };
         let parsed: Option<KubeVersion> = v.parse().ok();

@@ -70,6 +70,35 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The report for a terminal: decisions, then each unmapped field with its value and why.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        if !self.decisions.is_empty() {
+            out.push_str("decided by the importer:\n");
+            for d in &self.decisions {
+                out.push_str(&format!(
+                    "  {}\n      {}\n",
+                    one_line(&d.field),
+                    one_line(&d.what)
+                ));
+            }
+        }
+        if !self.unmapped.is_empty() {
+            out.push_str(&format!("not mapped ({}):\n", self.unmapped.len()));
+            for u in &self.unmapped {
+                out.push_str(&format!(
+                    "  {} = {}\n      {}\n",
+                    one_line(&u.field),
+                    one_line(&u.value),
+                    one_line(&u.reason)
+                ));
+            }
+        }
+        out
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
