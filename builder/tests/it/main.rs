@@ -1,5 +1,6 @@
 //! CLI tests of `kubexm-build` (one test binary).
 
+mod bundle_delta;
 mod bundle_e2e;
 mod bundle_faults;
 mod bundle_trust;
