@@ -276,6 +276,18 @@ impl SiteInventory {
     }
 }
 
+/// Parses a `SHA256SUMS` file (path → sha256), strictly, as `verify` does.
+///
+/// # Errors
+///
+/// [`DeltaError::Invalid`] naming the problem.
+pub fn parse_sums(bytes: &[u8]) -> Result<BTreeMap<String, String>, DeltaError> {
+    sums::parse(bytes).map_err(|e| DeltaError::Invalid {
+        what: SUMS_PATH.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
 /// A repository path: lowercase components of `[a-z0-9._-]` separated by `/`.
 fn is_repository(s: &str) -> bool {
     !s.is_empty()

@@ -107,11 +107,15 @@ pub fn read_head(reader: impl Read, also: Option<&str>) -> Result<Head, HeadErro
     if let Some(want) = also.filter(|w| sums.contains_key(*w)) {
         for entry in entries {
             let entry = entry.map_err(HeadError::Stream)?;
+            if !entry.header().entry_type().is_file() {
+                // Directories sort by their name without the slash (`delta` before `delta.json`).
+                continue;
+            }
             let path = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
             if path.as_str() > want {
                 break;
             }
-            if path == want && entry.header().entry_type().is_file() {
+            if path == want {
                 let bytes = read_small(entry, &path)?;
                 if sums.get(want) != Some(&sha256_hex(&bytes)) {
                     return Err(HeadError::Sum { path });

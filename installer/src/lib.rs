@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod install;
+pub mod intake;
 pub mod inventory;
 pub mod pipeline;
 pub mod pki;

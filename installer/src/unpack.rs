@@ -139,6 +139,15 @@ pub enum UnpackError {
         /// The bundle.
         bundle: PathBuf,
     },
+    /// Building a tree for [`publish_tree`] failed.
+    #[error("Failed to build the bundle tree {digest}")]
+    Fill {
+        /// Content digest of the tree.
+        digest: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A reused unpack has an unreadable `bundle.json`.
     #[error(
         "Failed to parse `bundle.json` of the unpacked bundle in `{}`; remove that directory to unpack again",
@@ -244,13 +253,36 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         });
     }
     let before = Fingerprint::of(&meta);
-    ensure_space(root, bundle, before.size, available(root)?)?;
+    let reader = file.try_clone().map_err(io_err("read", bundle))?;
+    let unpacked = extract_from(reader, bundle, before.size, root, || {
+        let after = file.metadata().map_err(io_err("read", bundle))?;
+        if Fingerprint::of(&after) != before {
+            return Err(UnpackError::Changed {
+                bundle: bundle.to_owned(),
+            });
+        }
+        Ok(())
+    })?;
+    Ok(Extracted {
+        unpacked,
+        fingerprint: before,
+    })
+}
 
+/// Verifies the stream read from `reader` (`size` bytes, named `bundle` in messages) into a
+/// partial directory; once `check` agrees, publishes it under its content digest.
+fn extract_from(
+    reader: impl io::Read + Send + 'static,
+    bundle: &Path,
+    size: u64,
+    root: &Path,
+    check: impl FnOnce() -> Result<(), UnpackError>,
+) -> Result<Unpacked, UnpackError> {
+    ensure_space(root, bundle, size, available(root)?)?;
     let partial = Partial::create(root)?;
     let sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
     let mut sink = WorkerSink::spawn(sink).map_err(io_err("create", &partial.path))?;
-    tracing::info!(bundle = %bundle.display(), size = before.size, "verifying and unpacking bundle");
-    let reader = file.try_clone().map_err(io_err("read", bundle))?;
+    tracing::info!(bundle = %bundle.display(), size, "verifying and unpacking bundle");
     let reader = Prefetch::spawn(reader).map_err(io_err("read", bundle))?;
     let verified = verify_buffered(reader, &mut sink);
     drop(sink);
@@ -258,12 +290,7 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         bundle: bundle.to_owned(),
         source,
     })?;
-    let after = file.metadata().map_err(io_err("read", bundle))?;
-    if Fingerprint::of(&after) != before {
-        return Err(UnpackError::Changed {
-            bundle: bundle.to_owned(),
-        });
-    }
+    check()?;
     let digest = report.content_digest;
     let dir = root.join(&digest);
 
@@ -277,14 +304,76 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         false
     };
     tracing::info!(bundle = %bundle.display(), dir = %dir.display(), reused, "bundle unpacked");
-    Ok(Extracted {
-        unpacked: Unpacked {
+    Ok(Unpacked {
+        dir,
+        digest,
+        manifest: report.manifest,
+        reused,
+    })
+}
+
+/// Verifies and unpacks a bundle read from `reader` (e.g. the parts of a split bundle, read as
+/// one stream) under `work_dir/bundles/<content digest>/`. `bundle` names it in messages;
+/// `size` is its length (the free-space check). Nothing is fingerprinted: a second unpack of the
+/// same content reuses the tree once its digest is known.
+///
+/// # Errors
+///
+/// See [`UnpackError`].
+pub fn unpack_reader(
+    reader: impl io::Read + Send + 'static,
+    bundle: &Path,
+    size: u64,
+    work_dir: &Path,
+) -> Result<Unpacked, UnpackError> {
+    let root = work_dir.join(BUNDLES_DIR);
+    fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    let _lock = Lock::acquire(&root)?;
+    remove_stale(&root)?;
+    extract_from(reader, bundle, size, &root, || Ok(()))
+}
+
+/// Builds a tree with `fill` in a partial directory under `work_dir/bundles/` (with the unpack
+/// lock held) and publishes it as `<digest>/` with its marker — or reuses a complete tree of
+/// that digest without calling `fill`. `fill` must leave exactly the bundle's files there (a
+/// delta bundle completed from the site); the caller vouches that their `SHA256SUMS` hashes to
+/// `digest`.
+///
+/// # Errors
+///
+/// [`UnpackError::Fill`] with `fill`'s error, or an I/O error of the work directory.
+pub fn publish_tree(
+    work_dir: &Path,
+    digest: &str,
+    fill: impl FnOnce(&Path) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) -> Result<Unpacked, UnpackError> {
+    let root = work_dir.join(BUNDLES_DIR);
+    fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    let _lock = Lock::acquire(&root)?;
+    remove_stale(&root)?;
+    let dir = root.join(digest);
+    if is_complete(&dir, digest) {
+        let manifest = read_manifest(&dir)?;
+        return Ok(Unpacked {
             dir,
-            digest,
-            manifest: report.manifest,
-            reused,
-        },
-        fingerprint: before,
+            digest: digest.to_owned(),
+            manifest,
+            reused: true,
+        });
+    }
+    let partial = Partial::create(&root)?;
+    fill(&partial.path).map_err(|source| UnpackError::Fill {
+        digest: digest.to_owned(),
+        source,
+    })?;
+    let manifest = read_manifest(&partial.path)?;
+    partial.publish(&dir, digest)?;
+    fsync_dir(&root)?;
+    Ok(Unpacked {
+        dir,
+        digest: digest.to_owned(),
+        manifest,
+        reused: false,
     })
 }
 

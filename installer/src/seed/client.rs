@@ -17,6 +17,10 @@ use tokio::io::AsyncReadExt;
 
 use super::{RegistryTarget, SeedError};
 
+/// The `repo` argument for registry-wide requests (`/v2/_catalog`): its token scope is
+/// `registry:catalog:*`. Not a valid repository name, so it never names one.
+pub const CATALOG: &str = "<catalog>";
+
 /// Default: blobs up to this size go up in one PUT; larger ones in chunks of this size.
 pub const CHUNK: u64 = 8 << 20;
 
@@ -284,6 +288,119 @@ impl PushClient {
         Ok(())
     }
 
+    /// The size of blob `digest` in `repo`, or `None` when the repository does not serve it.
+    pub async fn blob_size(&self, repo: &str, digest: &str) -> Result<Option<u64>, SeedError> {
+        let resp = self
+            .send(
+                repo,
+                Method::HEAD,
+                &format!("/v2/{repo}/blobs/{digest}"),
+                &HeaderMap::new(),
+                Body::Empty,
+            )
+            .await?;
+        if !resp.status().is_success() {
+            return Ok(None);
+        }
+        Ok(Some(resp.content_length().unwrap_or(0)))
+    }
+
+    /// GETs a `/v2/…` path of `repo` (or of the catalog when `repo` is [`CATALOG`]) into memory,
+    /// at most `max` bytes; `None` on 404.
+    pub async fn get_small(
+        &self,
+        repo: &str,
+        path: &str,
+        accept: Option<&str>,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, SeedError> {
+        let mut h = HeaderMap::new();
+        if let Some(a) = accept {
+            h.insert(reqwest::header::ACCEPT, header_value(a)?);
+        }
+        let mut resp = self.send(repo, Method::GET, path, &h, Body::Empty).await?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !resp.status().is_success() {
+            let s = resp.status();
+            return Err(self
+                .status_error(repo, &format!("GET {path}"), s, resp)
+                .await);
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| SeedError::Protocol {
+            registry: self.host.clone(),
+            detail: format!("GET {path}: {}", chain(&e)),
+        })? {
+            if out.len() as u64 + chunk.len() as u64 > max {
+                return Err(SeedError::Protocol {
+                    registry: self.host.clone(),
+                    detail: format!("GET {path}: the answer is larger than {max} bytes"),
+                });
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some(out))
+    }
+
+    /// Downloads blob `digest` of `repo` into `dest` (created), checking its sha256 and `size`.
+    pub async fn download_blob(
+        &self,
+        repo: &str,
+        digest: &str,
+        size: u64,
+        dest: &Path,
+    ) -> Result<(), SeedError> {
+        use sha2::Digest as _;
+        use tokio::io::AsyncWriteExt;
+        let mut resp = self
+            .send(
+                repo,
+                Method::GET,
+                &format!("/v2/{repo}/blobs/{digest}"),
+                &HeaderMap::new(),
+                Body::Empty,
+            )
+            .await?;
+        if !resp.status().is_success() {
+            let s = resp.status();
+            return Err(self.status_error(repo, "get blob", s, resp).await);
+        }
+        let write_err = |source| SeedError::Read {
+            path: dest.to_owned(),
+            source,
+        };
+        let mut file = tokio::fs::File::create(dest).await.map_err(write_err)?;
+        let mut hasher = sha2::Sha256::new();
+        let mut got = 0u64;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| SeedError::Protocol {
+            registry: self.host.clone(),
+            detail: format!("get blob {digest} from {repo}: {}", chain(&e)),
+        })? {
+            got += chunk.len() as u64;
+            if got > size {
+                return Err(SeedError::Protocol {
+                    registry: self.host.clone(),
+                    detail: format!("blob {digest} in {repo} is larger than its {size} bytes"),
+                });
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(write_err)?;
+        }
+        file.sync_all().await.map_err(write_err)?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest || got != size {
+            return Err(SeedError::Protocol {
+                registry: self.host.clone(),
+                detail: format!(
+                    "blob {digest} in {repo} arrived as {actual} ({got} bytes, expected {size})"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn location(&self, resp: &reqwest::Response, repo: &str) -> Result<String, SeedError> {
         let loc = resp
             .headers()
@@ -424,10 +541,12 @@ impl PushClient {
                 registry: self.host.clone(),
                 detail: format!("bearer challenge without realm: {challenge}"),
             })?;
-            let mut req = self
-                .http
-                .get(realm)
-                .query(&[("scope", format!("repository:{repo}:pull,push"))]);
+            let scope = if repo == CATALOG {
+                "registry:catalog:*".to_owned()
+            } else {
+                format!("repository:{repo}:pull,push")
+            };
+            let mut req = self.http.get(realm).query(&[("scope", scope)]);
             if let Some(service) = params.get("service") {
                 req = req.query(&[("service", service)]);
             }

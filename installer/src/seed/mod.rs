@@ -19,7 +19,7 @@ use kubexm_manifests::model::RewriteMode;
 use kubexm_manifests::secret::Secret;
 use serde::Deserialize;
 
-pub use client::{BlobOutcome, PushClient, CHUNK};
+pub use client::{BlobOutcome, PushClient, CATALOG, CHUNK};
 
 /// The registry to seed.
 #[derive(Debug, Clone)]
@@ -187,6 +187,26 @@ pub fn target_reference(record: &ImageRecord, opts: &SeedOptions) -> Result<Imag
         .parse()
         .map_err(|e| SeedError::Layout(format!("{e}")))?;
     Ok(src.in_private_registry(&opts.target.host, opts.project.as_deref(), opts.rewrite))
+}
+
+/// For each image of the bundle unpacked at `dir`: the repository it is seeded to and the
+/// configs and layers it is made of (`sha256:…` → size): what a registry serves under
+/// `/blobs/`. Manifests and indexes are not listed: registries serve them under `/manifests/`.
+///
+/// # Errors
+///
+/// [`SeedError::Layout`] or [`SeedError::Read`] when the layout does not hold what it promises.
+pub fn image_blobs(
+    dir: &Path,
+    manifest: &BundleManifest,
+    opts: &SeedOptions,
+) -> Result<Vec<(String, BTreeMap<String, u64>)>, SeedError> {
+    let blobs_dir = dir.join("images/blobs/sha256");
+    manifest
+        .images
+        .iter()
+        .map(|r| plan(&blobs_dir, r, opts).map(|p| (p.repo, p.blobs)))
+        .collect()
 }
 
 /// Seeds every image of the bundle unpacked at `dir`.

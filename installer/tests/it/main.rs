@@ -3,6 +3,7 @@
 mod delete;
 mod etcd;
 mod harbor;
+mod intake;
 mod kubeadm;
 mod kubexm;
 mod lb;

@@ -23,10 +23,10 @@ const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// An unpacked bundle tree (`bundle.json` + `images/`) built from real umoci images.
-struct Tree {
+pub(crate) struct Tree {
     _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    manifest: BundleManifest,
+    pub(crate) dir: PathBuf,
+    pub(crate) manifest: BundleManifest,
 }
 
 fn copy_blobs(layout: &Path, blobs: &Path) {
@@ -54,7 +54,7 @@ fn record(reference: &str, digest: &str, media_type: &str, size: u64) -> ImageRe
 }
 
 /// `extra` more single-platform images, each with its own variant (distinct blobs).
-fn tree(source: &Registry, extra: usize) -> Tree {
+pub(crate) fn tree(source: &Registry, extra: usize) -> Tree {
     let tmp = tempfile::tempdir().expect("tmp");
     let work = tmp.path().join("work");
     let dir = tmp.path().join("bundle");
@@ -126,7 +126,11 @@ fn tree(source: &Registry, extra: usize) -> Tree {
     }
 }
 
-fn options(reg: &Registry, creds: Option<(&str, &str)>, ca: Option<Vec<u8>>) -> SeedOptions {
+pub(crate) fn options(
+    reg: &Registry,
+    creds: Option<(&str, &str)>,
+    ca: Option<Vec<u8>>,
+) -> SeedOptions {
     SeedOptions {
         target: RegistryTarget {
             host: reg.host(),
