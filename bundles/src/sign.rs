@@ -503,7 +503,7 @@ mod tests {
         let parsed = Signature::parse(&sig.to_file()).expect("signature parses");
         assert_eq!(parsed, sig);
         assert_eq!(
-            verify(&[pk.clone()], b"hello", &parsed).expect("verifies"),
+            verify(std::slice::from_ref(&pk), b"hello", &parsed).expect("verifies"),
             &pk
         );
         assert!(format!("{sk:?}").contains("redacted"));

@@ -58,8 +58,11 @@ fn refuse_foreign(file: &std::path::Path) -> Result<()> {
         kubexm_manifests::import::Format::KubeKeyCluster => {
             format!("kubexm-build import kubekey -f {shown} -o cluster.yaml")
         }
+        kubexm_manifests::import::Format::KubeKeyConfig => format!(
+            "kubexm-build import kubekey -f {shown} --inventory INVENTORY.yaml -o cluster.yaml"
+        ),
         _ => format!(
-            "kubexm-build import kubekey -f CONFIG.yaml --inventory INVENTORY.yaml -o cluster.yaml"
+            "kubexm-build import kubekey -f CONFIG.yaml --inventory {shown} -o cluster.yaml"
         ),
     };
     anyhow::bail!(

@@ -189,6 +189,9 @@ pub fn target_reference(record: &ImageRecord, opts: &SeedOptions) -> Result<Imag
     Ok(src.in_private_registry(&opts.target.host, opts.project.as_deref(), opts.rewrite))
 }
 
+/// A repository and the blobs (`sha256:…` → size) an image puts there.
+pub type RepositoryBlobs = (String, BTreeMap<String, u64>);
+
 /// For each image of the bundle unpacked at `dir`: the repository it is seeded to and the
 /// configs and layers it is made of (`sha256:…` → size): what a registry serves under
 /// `/blobs/`. Manifests and indexes are not listed: registries serve them under `/manifests/`.
@@ -200,7 +203,7 @@ pub fn image_blobs(
     dir: &Path,
     manifest: &BundleManifest,
     opts: &SeedOptions,
-) -> Result<Vec<(String, BTreeMap<String, u64>)>, SeedError> {
+) -> Result<Vec<RepositoryBlobs>, SeedError> {
     let blobs_dir = dir.join("images/blobs/sha256");
     manifest
         .images

@@ -688,11 +688,10 @@ fn drop_default(value: &mut Value, path: &[&str], default: &Value) {
         (Value::Object(map), "*") => map
             .values_mut()
             .for_each(|v| drop_default(v, rest, default)),
-        (Value::Object(map), key) if rest.is_empty() => {
-            if map.get(key) == Some(default) {
-                map.remove(key);
-            }
+        (Value::Object(map), key) if rest.is_empty() && map.get(key) == Some(default) => {
+            map.remove(key);
         }
+        (Value::Object(_), _) if rest.is_empty() => {}
         (Value::Object(map), key) => {
             if let Some(v) = map.get_mut(key) {
                 drop_default(v, rest, default);

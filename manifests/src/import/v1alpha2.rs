@@ -457,14 +457,15 @@ fn etcd(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
                 "the masters: etcd type kubekey needs etcd hosts and none were named",
             );
         }
-        EtcdType::Kubeadm | EtcdType::External if !groups.etcd.is_empty() => {
-            if kind == EtcdType::External || groups.etcd != groups.master {
-                groups.etcd.clear();
-                ctx.decide(
-                    "spec.roleGroups.etcd",
-                    "emptied: etcd runs on the masters (kubeadm) or outside the cluster (external), so KubeXM names no etcd hosts",
-                );
-            }
+        EtcdType::Kubeadm | EtcdType::External
+            if !groups.etcd.is_empty()
+                && (kind == EtcdType::External || groups.etcd != groups.master) =>
+        {
+            groups.etcd.clear();
+            ctx.decide(
+                "spec.roleGroups.etcd",
+                "emptied: etcd runs on the masters (kubeadm) or outside the cluster (external), so KubeXM names no etcd hosts",
+            );
         }
         _ => {}
     }
