@@ -8,9 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubexm_install::install::etcd::{certificates, EtcdLayout, Member};
-use kubexm_install::install::{install_pipeline, load_context};
+use kubexm_install::context::load_context;
+use kubexm_install::modules::etcd::{certificates, EtcdLayout, Member};
 use kubexm_install::pipeline::plan;
+use kubexm_install::pipelines::install_pipeline;
 
 fn three_members(prefix: &str) -> Vec<Member> {
     (1..=3)
@@ -309,7 +310,7 @@ fn the_delete_module_stops_etcd_and_removes_its_files_and_data() {
     );
     let pipeline = kubexm_install::pipeline::Pipeline {
         name: "delete".to_string(),
-        modules: vec![Box::new(kubexm_install::install::etcd::delete_module(&ctx))],
+        modules: vec![Box::new(kubexm_install::modules::etcd::delete_module(&ctx))],
     };
     let text = plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
         .expect("plan")

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kubexm_install::install::registry::harbor::InstallHarbor;
-use kubexm_install::install::registry::{delete_module, RegistryModule};
-use kubexm_install::install::runtime::docker::DockerEngine;
-use kubexm_install::install::{load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::registry::harbor::InstallHarbor;
+use kubexm_install::modules::registry::{delete_module, RegistryModule};
+use kubexm_install::modules::runtime::docker::DockerEngine;
 use kubexm_install::pipeline::executor::{ExecOptions, Executor};
 use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::pipeline::{plan, Facts, Module, Node, Pipeline, StepError, Task};
@@ -627,7 +627,7 @@ fn delete_stops_harbor_then_removes_its_files_compose_and_docker() {
     // With runtime docker, the runtime's delete leaves the Harbor host's engine to this module.
     let runtime = module_plan(
         &ctx,
-        Box::new(kubexm_install::install::runtime::delete_module(&ctx)),
+        Box::new(kubexm_install::modules::runtime::delete_module(&ctx)),
         "delete",
     );
     assert!(

@@ -17,16 +17,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use kubexm_install::install::delete::delete_pipeline;
-use kubexm_install::install::kubexm::certs::{certificates, KubernetesCertificates, NodeFile};
-use kubexm_install::install::kubexm::control_plane::KubexmControlPlaneModule;
-use kubexm_install::install::kubexm::coredns::CoreDnsModule;
-use kubexm_install::install::kubexm::node::KubexmNodesModule;
-use kubexm_install::install::kubexm::{KubexmCluster, Layout};
-use kubexm_install::install::{install_pipeline, load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::kubexm::certs::{certificates, KubernetesCertificates, NodeFile};
+use kubexm_install::modules::kubexm::control_plane::KubexmControlPlaneModule;
+use kubexm_install::modules::kubexm::coredns::CoreDnsModule;
+use kubexm_install::modules::kubexm::node::KubexmNodesModule;
+use kubexm_install::modules::kubexm::{KubexmCluster, Layout};
 use kubexm_install::pipeline::executor::{ExecOptions, Executor, RunReport};
 use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::pipeline::{plan, Module, Pipeline, StepError, Task};
+use kubexm_install::pipelines::delete_pipeline;
+use kubexm_install::pipelines::install_pipeline;
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
 
@@ -103,7 +104,7 @@ fn v131_single_master_no_lb(work: &Path) -> Arc<InstallContext> {
 /// Modules of the kubexm path that render files.
 fn kubexm_modules(ctx: &Arc<InstallContext>) -> Vec<Box<dyn Module>> {
     vec![
-        Box::new(kubexm_install::install::kubexm::certs::KubexmCertsModule(
+        Box::new(kubexm_install::modules::kubexm::certs::KubexmCertsModule(
             ctx.clone(),
         )),
         Box::new(KubexmControlPlaneModule(ctx.clone())),

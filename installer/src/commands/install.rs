@@ -1,0 +1,31 @@
+//! `install` (also `kubexm-install --bundle FILE`): verify and unpack the bundle, then run the
+//! create pipeline over SSH, or print its plan with `--dry-run`.
+
+use anyhow::{Context, Result};
+
+use super::{install_context, run_and_report, run_options};
+use crate::cli::InstallArgs;
+
+pub(crate) fn run(
+    bundle: &std::path::Path,
+    args: &InstallArgs,
+    work_dir: &std::path::Path,
+) -> Result<()> {
+    let ctx = std::sync::Arc::new(install_context(
+        args.file.as_deref(),
+        None,
+        Some(bundle),
+        work_dir,
+    )?);
+    let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
+    if args.dry_run {
+        let nodes = ctx.plan_nodes();
+        let plan = kubexm_install::pipeline::plan::build(&pipeline, &nodes, &Default::default())
+            .context("Failed to build the plan")?;
+        print!("{}", plan.to_text());
+        return Ok(());
+    }
+    let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
+    run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed")?;
+    Ok(())
+}
