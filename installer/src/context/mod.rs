@@ -1,5 +1,10 @@
 //! What every module reads: the validated cluster, its nodes, the unpacked bundle and the
-//! control host's PKI directory ([`InstallContext`], built by [`load_context`]).
+//! control host's PKI directory ([`InstallContext`], built by [`load_context`]), and the
+//! [`Scope`] of nodes a module applies to.
+
+mod scope;
+
+pub use scope::{scoped, Scope, ScopeExt, Scoped, UnknownNode};
 
 use std::path::PathBuf;
 
@@ -219,6 +224,22 @@ impl InstallContext {
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The scope of the named nodes, each checked against cluster.yaml's hosts.
+    pub fn scope<S: AsRef<str>>(&self, names: &[S]) -> Result<Scope, UnknownNode> {
+        let mut set = std::collections::BTreeSet::new();
+        for name in names {
+            let name = name.as_ref();
+            if self.node(name).is_none() {
+                return Err(UnknownNode {
+                    name: name.to_string(),
+                    known: self.all().join(", "),
+                });
+            }
+            set.insert(name.to_string());
+        }
+        Ok(Scope::Nodes(set))
     }
 }
 

@@ -11,6 +11,7 @@ mod network;
 mod pipeline;
 mod plan_cli;
 mod runtime;
+mod scope;
 mod seed;
 mod ssh;
 mod unpack;
