@@ -18,6 +18,7 @@ use kubexm_manifests::validate::ValidCluster;
 
 use crate::modules::loadbalancer;
 use crate::pipeline::{Node, StepError};
+use crate::pki::{KeyDir, Keys};
 use crate::run;
 
 /// Everything the install modules read.
@@ -33,6 +34,10 @@ pub struct InstallContext {
     /// Control-host directory for the cluster's generated keys and certificates
     /// (`WORK/pki/<cluster>`), kept so re-runs reuse the same CAs.
     pub pki_dir: PathBuf,
+    /// `pki_dir` as modules use it when they build their tasks: [`Keys::Plan`] (the default:
+    /// what is missing is made in memory, nothing is written) until
+    /// [`InstallContext::for_execution`].
+    pub keys: KeyDir,
     /// What the cluster needs per the catalog (upstream zone), used for the plan's file and
     /// image records when there is no bundle; `None` when it cannot be resolved.
     pub resolution: Option<Resolution>,
@@ -221,6 +226,19 @@ impl InstallContext {
         self.nodes.iter().map(|n| n.name.clone()).collect()
     }
 
+    /// The same context for executing a pipeline: keys and certificates that do not exist yet
+    /// are created in `pki_dir` and kept, so re-runs reuse them.
+    #[must_use]
+    pub fn for_execution(mut self) -> Self {
+        self.keys = self.keys.with_keys(Keys::Keep);
+        self
+    }
+
+    /// The cluster's key directory (`pki_dir`) in this context's [`Keys`] mode.
+    pub fn key_dir(&self) -> KeyDir {
+        self.keys.clone()
+    }
+
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name == name)
@@ -264,6 +282,7 @@ pub fn load_context(
         cluster,
         nodes,
         bundle,
+        keys: KeyDir::new(pki_dir.clone(), Keys::Plan),
         pki_dir,
         resolution,
     })

@@ -33,7 +33,7 @@ use crate::pipeline::ops::{
     UploadFile, WaitFor,
 };
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
-use crate::pki::{Ca, CertSpec, PkiError, San, Usage};
+use crate::pki::{CertSpec, KeyDir, PkiError, San, Usage};
 use crate::runner::{shell, UploadSource};
 
 /// Certificates on the nodes.
@@ -252,15 +252,15 @@ pub struct CertFile {
     pub mode: u32,
 }
 
-/// Makes (or reuses, from `pki_dir`) the etcd CA and certificates, and returns the files each
+/// Makes (or reuses, from `pki`) the etcd CA and certificates, and returns the files each
 /// node gets: members get the CA, `member-*`, `peer-*` and `admin-*`; masters get the CA and
 /// `node-*` (the kube-apiserver's etcd client certificate).
 pub fn certificates(
     layout: &EtcdLayout,
     masters: &[Node],
-    pki_dir: &Path,
+    pki: &KeyDir,
 ) -> Result<BTreeMap<String, Vec<CertFile>>, PkiError> {
-    let ca = Ca::load_or_create(pki_dir, "etcd", "etcd-ca")?;
+    let ca = pki.ca("etcd", "etcd-ca")?;
     let mut out: BTreeMap<String, Vec<CertFile>> = BTreeMap::new();
     let ca_file = || CertFile {
         name: "ca.pem".to_string(),
@@ -268,7 +268,7 @@ pub fn certificates(
         mode: 0o644,
     };
     let mut push = |node: &str, stem: &str, spec: CertSpec| -> Result<(), PkiError> {
-        let c = ca.load_or_issue(pki_dir, stem, &spec)?;
+        let c = pki.leaf(&ca, stem, &spec)?;
         let files = out
             .entry(node.to_string())
             .or_insert_with(|| vec![ca_file()]);
@@ -358,8 +358,7 @@ impl Module for EtcdModule {
             .filter(|n| n.has_role("master"))
             .cloned()
             .collect();
-        let pki_dir = ctx.pki_dir.join("etcd");
-        let files = certificates(&layout, &masters, &pki_dir)
+        let files = certificates(&layout, &masters, &ctx.key_dir().join("etcd"))
             .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))?;
         let cert_hosts: Vec<String> = ctx
             .nodes

@@ -64,7 +64,8 @@ fn harbor_context(edit: impl Fn(String) -> String) -> (Arc<InstallContext>, temp
         &work,
     )
     .expect("harbor lab cluster loads");
-    (Arc::new(ctx), dir)
+    // These tests run the registry module for real too: keys are kept as an install keeps them.
+    (Arc::new(ctx.for_execution()), dir)
 }
 
 const HARBOR_YML: &str = "/opt/kubexm-harbor/harbor/harbor.yml";

@@ -24,7 +24,7 @@
 //! `apiserverCertExtraSans`, `127.0.0.1` and `localhost`. Keys are mode 0600.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+
 use std::sync::Arc;
 
 use kubexm_manifests::model::EtcdType;
@@ -34,7 +34,7 @@ use super::{KubexmCluster, Layout, CLUSTER_ADMINS, SERVICES};
 use crate::context::InstallContext;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
-use crate::pki::{load_or_create_key, Ca, CertSpec, IssuedCert, PkiError, San, Usage};
+use crate::pki::{Ca, CertSpec, IssuedCert, KeyDir, PkiError, San, Usage};
 use crate::runner::UploadSource;
 
 /// The certificates module.
@@ -49,7 +49,7 @@ impl Module for KubexmCertsModule {
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let k = KubexmCluster::new(&self.0)?;
-        let files = certificates(&k, &self.0.pki_dir.join("kubernetes"))?;
+        let files = certificates(&k, &self.0.key_dir().join("kubernetes"))?;
         Ok(vec![Task::new("kubernetes-certificates", k.node_names())
             .step(KubernetesCertificates {
                 layout: k.layout.clone(),
@@ -158,16 +158,14 @@ pub fn kubelet_spec(node: &Node) -> CertSpec {
 /// The files every master and worker gets, by node name.
 pub fn certificates(
     k: &KubexmCluster,
-    pki_dir: &Path,
+    keys: &KeyDir,
 ) -> Result<BTreeMap<String, Vec<NodeFile>>, StepError> {
     let pki = |e: PkiError| StepError::Invalid(format!("Kubernetes certificates: {e}"));
     let l = &k.layout;
-    let ca = Ca::load_or_create(pki_dir, "kubernetes", "kubernetes").map_err(pki)?;
-    let front_proxy_ca =
-        Ca::load_or_create(pki_dir, "front-proxy", "front-proxy-ca").map_err(pki)?;
-    let sa = load_or_create_key(pki_dir, "sa").map_err(pki)?;
-    let issue =
-        |ca: &Ca, stem: &str, spec: CertSpec| ca.load_or_issue(pki_dir, stem, &spec).map_err(pki);
+    let ca = keys.ca("kubernetes", "kubernetes").map_err(pki)?;
+    let front_proxy_ca = keys.ca("front-proxy", "front-proxy-ca").map_err(pki)?;
+    let sa = keys.key_pair("sa").map_err(pki)?;
+    let issue = |ca: &Ca, stem: &str, spec: CertSpec| keys.leaf(ca, stem, &spec).map_err(pki);
     let client = |cn: &str| CertSpec::new(cn, Usage::Client);
 
     let apiserver = issue(&ca, "apiserver", apiserver_spec(k)?)?;

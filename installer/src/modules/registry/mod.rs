@@ -23,7 +23,7 @@ use crate::pipeline::ops::{
     UploadFile, WaitFor,
 };
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
-use crate::pki::{Ca, CertSpec, San, Usage};
+use crate::pki::{CertSpec, San, Usage};
 use crate::run::CONTROL_HOST;
 use crate::runner::{shell, UploadSource};
 use crate::seed::{RegistryTarget, SeedOptions};
@@ -109,9 +109,10 @@ impl RegistryModule {
             let node = host_node.as_ref().ok_or_else(|| {
                 StepError::Invalid("spec.roleGroups.registry: name the registry host".into())
             })?;
-            let dir = ctx.pki_dir.join("registry");
+            let dir = ctx.key_dir().join("registry");
             let pki = |e: crate::pki::PkiError| StepError::Invalid(e.to_string());
-            let ca = Ca::load_or_create(&dir, "registry", &format!("kubexm-{cluster}-registry-ca"))
+            let ca = dir
+                .ca("registry", &format!("kubexm-{cluster}-registry-ca"))
                 .map_err(pki)?;
             let mut sans = vec![
                 San::parse(host_of(&endpoint)),
@@ -121,10 +122,7 @@ impl RegistryModule {
             ];
             sans.dedup();
             let cert = CertSpec::new(host_of(&endpoint), Usage::Server).sans(sans);
-            server = Some(
-                ca.load_or_issue(&dir, "registry-server", &cert)
-                    .map_err(pki)?,
-            );
+            server = Some(dir.leaf(&ca, "registry-server", &cert).map_err(pki)?);
             ca_pem = Some(ca.cert_pem().to_string());
             if let (Some(u), Some(p), RegistryType::Registry) = (&username, &password, spec.kind) {
                 htpasswd = Some(htpasswd_line(&cluster, u, p.expose())?);
