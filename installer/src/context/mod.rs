@@ -6,6 +6,7 @@ mod scope;
 
 pub use scope::{scoped, Scope, ScopeExt, Scoped, UnknownNode};
 
+use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
 
 use kubexm_bundles::manifest::{BundleManifest, FileRecord};
@@ -85,7 +86,7 @@ impl InstallContext {
         if let Some(p) = &r.private_registry {
             return Some(p.clone());
         }
-        let host = self.with_role("registry").into_iter().next()?;
+        let host = self.with_role(Role::Registry).into_iter().next()?;
         let node = self.node(&host)?;
         match r.kind {
             RegistryType::Registry => Some(format!("{}:{REGISTRY_PORT}", node.internal_address)),
@@ -196,7 +197,7 @@ impl InstallContext {
 
     /// The first master (`roleGroups.master[0]`): where the cluster is initialised.
     pub fn first_master(&self) -> Result<&Node, StepError> {
-        self.with_role("master")
+        self.with_role(Role::Master)
             .first()
             .and_then(|m| self.node(m))
             .ok_or_else(|| {
@@ -205,7 +206,7 @@ impl InstallContext {
     }
 
     /// Names of the nodes with `role`.
-    pub fn with_role(&self, role: &str) -> Vec<String> {
+    pub fn with_role(&self, role: Role) -> Vec<String> {
         self.nodes
             .iter()
             .filter(|n| n.has_role(role))

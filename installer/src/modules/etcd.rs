@@ -19,6 +19,7 @@
 //! this run created it and it is still empty: data etcd wrote is never deleted by a rollback.
 //! [`delete_module`] is the explicit removal, data included.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,7 +128,7 @@ impl EtcdLayout {
         let members = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("etcd"))
+            .filter(|n| n.has_role(Role::Etcd))
             .map(|n| Member {
                 name: n.name.clone(),
                 address: n.internal_address.clone(),
@@ -355,7 +356,7 @@ impl Module for EtcdModule {
         let masters: Vec<Node> = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master"))
+            .filter(|n| n.has_role(Role::Master))
             .cloned()
             .collect();
         let files = certificates(&layout, &masters, &ctx.key_dir().join("etcd"))
@@ -607,8 +608,8 @@ impl Module for EtcdDeleteModule {
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let layout = Arc::new(EtcdLayout::from_context(&self.0));
-        let mut hosts = self.0.with_role("etcd");
-        for m in self.0.with_role("master") {
+        let mut hosts = self.0.with_role(Role::Etcd);
+        for m in self.0.with_role(Role::Master) {
             if !hosts.contains(&m) {
                 hosts.push(m);
             }

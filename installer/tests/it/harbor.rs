@@ -426,7 +426,7 @@ impl StandIn {
             name: "node1".into(),
             address: "127.0.0.1".into(),
             internal_address: "127.0.0.1".into(),
-            roles: vec!["registry".into()],
+            roles: vec![kubexm_manifests::resolve::Role::Registry],
             arch: "amd64".into(),
         };
         let runner: Arc<dyn Runner> = Arc::new(LocalRunner::new("node1"));

@@ -23,6 +23,7 @@
 //! name and internal (and SSH, when different) address, the VIP, `loadBalancer.domain`,
 //! `apiserverCertExtraSans`, `127.0.0.1` and `localhost`. Keys are mode 0600.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 
 use std::sync::Arc;
@@ -252,7 +253,7 @@ pub fn certificates(
             continue;
         };
         let mut files = vec![NodeFile::bytes(ca.cert_pem(), l.pki("ca.crt"), 0o644)];
-        if node.has_role("master") {
+        if node.has_role(Role::Master) {
             files.push(NodeFile::bytes(&ca.key_pem(), l.pki("ca.key"), 0o600));
             pair(&mut files, "apiserver", &apiserver);
             pair(&mut files, "apiserver-kubelet-client", &kubelet_client);
@@ -280,7 +281,7 @@ pub fn certificates(
         pair(&mut files, "kubelet", &kubelet);
         // Behind an internal haproxy/nginx, a worker's kubelet and kube-proxy go through the
         // local API proxy on 127.0.0.1 (see `internal_lb`); masters keep the endpoint.
-        let node_api = if !node.has_role("master") && k.local_proxy().is_some() {
+        let node_api = if !node.has_role(Role::Master) && k.local_proxy().is_some() {
             crate::modules::internal_lb::LOCAL_API.to_string()
         } else {
             endpoint.clone()

@@ -11,6 +11,7 @@
 
 pub mod harbor;
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use kubexm_manifests::model::{RegistryType, RuntimeType};
@@ -99,7 +100,7 @@ impl RegistryModule {
         }
         let plain_http = auth.is_some_and(|a| a.plain_http);
         let host_node = ctx
-            .with_role("registry")
+            .with_role(Role::Registry)
             .first()
             .and_then(|n| ctx.node(n))
             .cloned();
@@ -471,7 +472,7 @@ impl Module for RegistryDeleteModule {
             .clone()
             .unwrap_or_else(|| if harbor { harbor::DATA_DIR } else { DATA_DIR }.to_string());
         let mut tasks = Vec::new();
-        if let Some(host) = self.0.with_role("registry").into_iter().next() {
+        if let Some(host) = self.0.with_role(Role::Registry).into_iter().next() {
             tasks.push(if harbor {
                 harbor::delete_task(&self.0, host, data_dir)
             } else {
