@@ -29,6 +29,11 @@ pub(crate) struct Cli {
         default_value = "/var/lib/kubexm"
     )]
     pub(crate) work_dir: PathBuf,
+    /// A minisign public key (`kubexm-build keygen`) trusted to sign bundles (repeatable; also
+    /// `KUBEXM_TRUSTED_KEYS`, `:`-separated files). With one configured, every bundle read must
+    /// carry a signature by it (`FILE.minisig`), checked before anything is unpacked.
+    #[arg(long = "trusted-key", global = true, value_name = "KEY.pub")]
+    pub(crate) trusted_keys: Vec<PathBuf>,
     /// Steps other than a full install.
     #[command(subcommand)]
     pub(crate) command: Option<Command>,
@@ -92,12 +97,19 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         catalog: Option<PathBuf>,
     },
-    /// Verify and unpack a bundle into the work directory (skipped when already unpacked).
+    /// Verify and unpack a bundle into the work directory (skipped when already unpacked): a
+    /// split bundle from its parts (FILE.parts.json), a delta bundle completed from what the
+    /// site holds (--registry: the site registry, for blobs only it holds).
     Unpack {
-        /// The bundle.
+        /// The bundle, or a split bundle's FILE.parts.json.
         #[arg(long, value_name = "FILE.tar.zst")]
         bundle: PathBuf,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
+    /// Write what this site holds (the files of every unpacked bundle and, with --registry,
+    /// the blobs the registry serves) for `kubexm-build bundle --have`.
+    Inventory(InventoryArgs),
     /// Push every image of a bundle into a registry.
     Seed(SeedArgs),
     /// Print the full ordered install plan (modules, tasks, steps, nodes, exact commands and
@@ -159,14 +171,56 @@ pub(crate) enum PlanFormat {
     Json,
 }
 
+/// `inventory` options.
+#[derive(Debug, Args)]
+pub(crate) struct InventoryArgs {
+    /// Where to write the inventory.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "site-inventory.json"
+    )]
+    pub(crate) output: PathBuf,
+    #[command(flatten)]
+    pub(crate) registry: RegistryArgs,
+    /// Only the blobs of the unpacked bundles' images, not every repository of the registry's
+    /// catalog (for registries that refuse `/v2/_catalog`).
+    #[arg(long)]
+    pub(crate) no_catalog: bool,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct SeedArgs {
     /// The bundle (unpacked into the work directory first if needed).
     #[arg(long, value_name = "FILE.tar.zst")]
     pub(crate) bundle: PathBuf,
-    /// Target registry, HOST[:PORT].
+    #[command(flatten)]
+    pub(crate) target: RegistryArgs,
+    /// Create missing projects through Harbor's API (v2.0) before pushing.
+    #[arg(long)]
+    pub(crate) harbor: bool,
+    /// Make created Harbor projects private.
+    #[arg(long, requires = "harbor")]
+    pub(crate) private_projects: bool,
+    /// Parallel uploads.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) jobs: usize,
+    /// Tries per request before giving up.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) retries: u32,
+    /// First retry delay in milliseconds (doubles each retry).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub(crate) retry_delay_ms: u64,
+}
+
+/// A registry and how to reach it: the one to seed, or the site registry an inventory lists
+/// and a delta bundle's blobs come from.
+#[derive(Debug, Args)]
+pub(crate) struct RegistryArgs {
+    /// The registry, HOST[:PORT].
     #[arg(long, value_name = "HOST[:PORT]")]
-    pub(crate) registry: String,
+    pub(crate) registry: Option<String>,
     /// Project (Harbor) or namespace every image goes under.
     #[arg(long, value_name = "P")]
     pub(crate) project: Option<String>,
@@ -185,19 +239,4 @@ pub(crate) struct SeedArgs {
     /// Speak plain HTTP to the registry.
     #[arg(long)]
     pub(crate) plain_http: bool,
-    /// Create missing projects through Harbor's API (v2.0) before pushing.
-    #[arg(long)]
-    pub(crate) harbor: bool,
-    /// Make created Harbor projects private.
-    #[arg(long, requires = "harbor")]
-    pub(crate) private_projects: bool,
-    /// Parallel uploads.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) jobs: usize,
-    /// Tries per request before giving up.
-    #[arg(long, default_value_t = 4)]
-    pub(crate) retries: u32,
-    /// First retry delay in milliseconds (doubles each retry).
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    pub(crate) retry_delay_ms: u64,
 }

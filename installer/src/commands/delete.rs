@@ -63,6 +63,7 @@ pub(crate) fn run(
     args: &DeleteArgs,
     top_bundle: Option<PathBuf>,
     work_dir: &std::path::Path,
+    trust: &kubexm_install::intake::trust::TrustPolicy,
 ) -> Result<()> {
     let bundle = args.bundle.clone().or(top_bundle);
     if bundle.is_none() && args.file.is_none() {
@@ -73,6 +74,7 @@ pub(crate) fn run(
         args.catalog.as_deref(),
         bundle.as_deref(),
         work_dir,
+        trust,
     )?);
     let pipeline = kubexm_install::pipelines::delete_pipeline(&ctx);
     let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())

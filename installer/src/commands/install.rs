@@ -10,8 +10,9 @@ pub(crate) fn run(
     bundle: &std::path::Path,
     args: &InstallArgs,
     work_dir: &std::path::Path,
+    trust: &kubexm_install::intake::trust::TrustPolicy,
 ) -> Result<()> {
-    let ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir)?;
+    let ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir, trust)?;
     if args.dry_run {
         // Planning: keys and certificates that do not exist yet are made in memory only.
         let ctx = std::sync::Arc::new(ctx);

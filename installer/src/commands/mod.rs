@@ -4,16 +4,114 @@
 pub(crate) mod check;
 pub(crate) mod delete;
 pub(crate) mod install;
+pub(crate) mod inventory;
 pub(crate) mod plan;
 pub(crate) mod seed;
 pub(crate) mod unpack;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use kubexm_install::unpack::unpack;
+use std::io::Read;
 
-use crate::cli::ConnectArgs;
+use anyhow::{Context, Result};
+use kubexm_install::intake::trust::TrustPolicy;
+use kubexm_install::intake::{prepare, Prepared};
+use kubexm_install::seed::{RegistryTarget, SeedOptions};
+use kubexm_manifests::model::RewriteMode;
+use kubexm_manifests::secret::Secret;
+
+use crate::cli::{ConnectArgs, RegistryArgs};
+
+/// Takes a bundle in ([`kubexm_install::intake::prepare`]): its signature checked before it is
+/// unpacked (a warning when no key is trusted), a split bundle read from its parts, a delta
+/// completed from the site (registry-only blobs fetched from `registry`).
+pub(crate) fn take_in(
+    bundle: &std::path::Path,
+    work_dir: &std::path::Path,
+    trust: &TrustPolicy,
+    registry: Option<&SeedOptions>,
+) -> Result<Prepared> {
+    if !trust.is_configured() {
+        eprintln!(
+            "warning: no trusted key is configured (--trusted-key or {}): the signature of `{}` is not checked",
+            kubexm_install::intake::trust::TRUSTED_KEYS_ENV,
+            bundle.display()
+        );
+        tracing::warn!(bundle = %bundle.display(), "no trusted key configured; signature not checked");
+    }
+    let prepared = prepare(bundle, work_dir, trust, registry)
+        .with_context(|| format!("Failed to take in `{}`", bundle.display()))?;
+    if let Some(v) = &prepared.verified {
+        eprintln!(
+            "{}: signed by trusted key {} ({})",
+            bundle.display(),
+            v.key,
+            v.trusted_comment
+                .chars()
+                .filter(|c| !c.is_control())
+                .collect::<String>()
+        );
+    }
+    if let Some(d) = &prepared.delta_of {
+        eprintln!(
+            "{}: delta bundle {} completed from the site into {}",
+            bundle.display(),
+            d.digest,
+            prepared.unpacked.dir.display()
+        );
+    }
+    Ok(prepared)
+}
+
+/// The registry named by `args` and how to reach it (`None` without `--registry`); the
+/// password is read from standard input when asked.
+pub(crate) fn registry_options(
+    args: &RegistryArgs,
+    jobs: usize,
+    retries: u32,
+    retry_delay: std::time::Duration,
+) -> Result<Option<SeedOptions>> {
+    let Some(host) = &args.registry else {
+        return Ok(None);
+    };
+    let password = if args.password_stdin {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("Failed to read the password from standard input")?;
+        Some(Secret::new(s.trim_end_matches(['\n', '\r'])))
+    } else {
+        None
+    };
+    let ca_pem = match &args.ca_file {
+        Some(f) => Some(
+            std::fs::read(f)
+                .with_context(|| format!("Failed to read --ca-file `{}`", f.display()))?,
+        ),
+        None => None,
+    };
+    Ok(Some(SeedOptions {
+        target: RegistryTarget {
+            host: host.clone(),
+            plain_http: args.plain_http,
+            ca_pem,
+            username: args.username.clone(),
+            password,
+        },
+        project: args.project.clone(),
+        rewrite: if args.flatten {
+            RewriteMode::Flatten
+        } else {
+            RewriteMode::KeepPath
+        },
+        harbor: None,
+        harbor_projects: Vec::new(),
+        jobs: jobs.max(1),
+        attempts: retries.max(1),
+        retry_delay,
+        chunk_size: kubexm_install::seed::CHUNK,
+    }))
+}
 
 /// Loads the install context: cluster.yaml and catalog override from `-f`/`--catalog` when
 /// given, else the bundle's own; the bundle (when given) is verified and unpacked first.
@@ -22,11 +120,10 @@ pub(crate) fn install_context(
     catalog: Option<&std::path::Path>,
     bundle: Option<&std::path::Path>,
     work_dir: &std::path::Path,
+    trust: &TrustPolicy,
 ) -> Result<kubexm_install::context::InstallContext> {
     let unpacked = match bundle {
-        Some(b) => Some(
-            unpack(b, work_dir).with_context(|| format!("Failed to unpack `{}`", b.display()))?,
-        ),
+        Some(b) => Some(take_in(b, work_dir, trust, None)?.unpacked),
         None => None,
     };
     let bundled_catalog = unpacked

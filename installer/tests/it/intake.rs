@@ -21,7 +21,7 @@ use kubexm_testkit::{sha256_hex, Registry, RegistryOptions};
 use super::seed::{options, tree};
 
 /// Deterministic, incompressible bytes.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -33,7 +33,7 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn manifest_with(files: &[(&str, &[u8])]) -> BundleManifest {
+pub(crate) fn manifest_with(files: &[(&str, &[u8])]) -> BundleManifest {
     BundleManifest {
         format_version: kubexm_bundles::FORMAT_VERSION,
         tool_version: "test".into(),
@@ -252,7 +252,7 @@ fn split_bundle_unpacks_as_one_stream_and_names_a_damaged_part() {
 }
 
 /// A delta for `target` against `inventory`, packed as the builder packs it.
-fn pack_delta(
+pub(crate) fn pack_delta(
     out: &Path,
     target: &BundleManifest,
     target_entries: &[Entry],

@@ -5,6 +5,7 @@ mod delete;
 mod etcd;
 mod harbor;
 mod intake;
+mod intake_cli;
 mod kubeadm;
 mod kubexm;
 mod lb;
