@@ -40,7 +40,7 @@ pub(crate) fn take_in(
         tracing::warn!(bundle = %bundle.display(), "no trusted key configured; signature not checked");
     }
     let prepared = prepare(bundle, work_dir, trust, registry)
-        .with_context(|| format!("Failed to take in `{}`", bundle.display()))?;
+        .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
     if let Some(v) = &prepared.verified {
         eprintln!(
             "{}: signed by trusted key {} ({})",
