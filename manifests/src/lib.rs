@@ -16,6 +16,7 @@
 pub mod catalog;
 pub mod image_ref;
 pub mod import;
+pub mod kube_version;
 pub mod load;
 pub mod model;
 pub mod ranges;

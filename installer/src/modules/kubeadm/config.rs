@@ -55,6 +55,8 @@ pub const JOIN_CONFIG: &str = "/etc/kubernetes/kubexm/kubeadm-join.yaml";
 /// kubeadm patches (the API server's bind address).
 pub const PATCHES_DIR: &str = "/etc/kubernetes/kubexm/patches";
 /// containerd's CRI socket.
+// issue 13: kubeadm's criSocket is containerd's for every runtime; it should be
+// `runtime::Runtime::of(ctx).cri_socket()` (the rendered output is kept as is in this change).
 pub const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// External etcd: the CA kubeadm's components trust.
 pub const ETCD_CA: &str = "/etc/kubernetes/pki/etcd/ca.crt";
