@@ -551,6 +551,8 @@ pub(crate) fn plugin(name: &str) -> Option<crate::model::Plugin> {
         "cilium" => Some(Plugin::Cilium),
         "kubeovn" | "kube-ovn" => Some(Plugin::KubeOvn),
         "hybridnet" => Some(Plugin::Hybridnet),
+        // KubeKey's `none` and v4's `other`: the user brings the CNI.
+        "none" | "other" => Some(Plugin::None),
         _ => None,
     }
 }

@@ -193,7 +193,7 @@ pub enum ImportError {
         hint: String,
     },
     /// The mapped description breaks KubeXM's rules.
-    #[error("the imported cluster description is not valid ({} problem{}):\n{}", .problems.len(), if .problems.len() == 1 { "" } else { "s" }, render_problems(.problems))]
+    #[error("the imported cluster description is not valid ({} problem{}, named by their cluster.yaml fields):\n{}\nhint: change the KubeKey file, or pass --kubernetes-version, --vip-interface or --name", .problems.len(), if .problems.len() == 1 { "" } else { "s" }, render_problems(.problems))]
     Invalid {
         /// Every problem, in cluster.yaml terms.
         problems: Vec<Problem>,

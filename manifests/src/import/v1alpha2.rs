@@ -517,7 +517,7 @@ fn network(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
             ctx.field_error(
                 &n.key("plugin"),
                 format!("network plugin `{name}` is not one KubeXM installs"),
-                "use calico, flannel, cilium, kubeovn or hybridnet",
+                "use calico, flannel, cilium, kubeovn, hybridnet or none",
             )
         })?,
     };

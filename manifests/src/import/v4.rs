@@ -655,7 +655,7 @@ fn cni(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
             ctx.field_error(
                 &n.key("type"),
                 format!("network plugin `{name}` is not one KubeXM installs"),
-                "use calico, cilium, flannel, kubeovn or hybridnet",
+                "use calico, cilium, flannel, kubeovn, hybridnet or other",
             )
         })?,
     };

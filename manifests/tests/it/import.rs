@@ -80,12 +80,26 @@ fn detects_kubekey_documents() {
 }
 
 #[test]
-fn config_example_needs_a_supported_version() {
-    let err = run(&["v1alpha2-config-example.yaml"], &opts()).expect_err("v1.21.5 is too old");
+fn config_example_as_written_is_refused_with_what_to_change() {
+    // KubeKey's sample asks for Kubernetes v1.21.5 with calico: the catalog has the release but
+    // no calico for it.
+    let err = run(&["v1alpha2-config-example.yaml"], &opts()).expect_err("no calico for v1.21.5");
     let msg = err.to_string();
-    assert!(msg.contains("spec.kubernetes.version"), "{msg}");
-    assert!(msg.contains("v1.21.5"), "{msg}");
+    assert!(
+        msg.contains("spec.network.plugin") && msg.contains("v1.21.5"),
+        "{msg}"
+    );
     assert!(msg.contains("--kubernetes-version"), "{msg}");
+    // A version the catalog does not have at all is refused on the version itself.
+    let text =
+        fixture("v1alpha2-config-example.yaml").replace("version: v1.21.5", "version: v1.19.16");
+    let err =
+        import_kubekey(&[("old.yaml", text.as_str())], &opts(), &builtin()).expect_err("v1.19");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("spec.kubernetes.version") && msg.contains("--kubernetes-version"),
+        "{msg}"
+    );
 }
 
 #[test]
