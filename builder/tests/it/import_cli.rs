@@ -190,7 +190,7 @@ fn a_refused_import_writes_nothing() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains("spec.kubernetes.version") && err.contains("--kubernetes-version"),
+        err.contains("v1.21.5") && err.contains("--kubernetes-version"),
         "{err}"
     );
     assert_eq!(
