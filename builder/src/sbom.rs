@@ -1,8 +1,8 @@
 //! The bundle's SBOM: a CycloneDX 1.5 JSON document (`sbom.cdx.json`, inside the bundle — so
 //! `SHA256SUMS` and a bundle signature cover it — and beside it as `<bundle>.cdx.json`).
 //!
-//! It lists every entry of the bundle except `SHA256SUMS` and the SBOM itself (each includes the
-//! other's sum):
+//! It lists every entry of the bundle except `bundle.json`, `SHA256SUMS` and the SBOM itself
+//! (those name the SBOM's size and sum):
 //!
 //! * each downloaded file (`bundle.json` `files[]`): a `file` component with its name, version,
 //!   SHA-256, a `pkg:generic` purl with the download URL and checksum, the URL as a
@@ -11,10 +11,11 @@
 //!   SHA-256, a `pkg:oci` purl, the source as a `distribution` reference and its platforms; the
 //!   blobs it is made of are `dependencies` of it;
 //! * each blob of the OCI layout (manifests, configs, layers), once, and the other files
-//!   (`bundle.json`, `cluster.yaml`, the layout's `index.json`, …): `file` components.
+//!   (`cluster.yaml`, the layout's `index.json`, …): `file` components.
 //!
 //! The document is a pure function of the bundle's inputs (the serial number is derived from
-//! `bundle.json`, the timestamp is its `created`), so reproducible bundles stay byte-identical.
+//! the entries' sums, the timestamp is `bundle.json`'s `created`), so reproducible bundles stay
+//! byte-identical.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,11 +28,10 @@ pub const SBOM_PATH: &str = "sbom.cdx.json";
 /// Suffix of the copy written beside the bundle.
 pub const SBOM_SUFFIX: &str = ".cdx.json";
 
-/// The SBOM for a bundle: its manifest, `bundle.json`'s bytes, the sums of the other entries
-/// (path → sha256), and the blobs of each image (`sha256:…`).
+/// The SBOM for a bundle: its manifest, the sums of its entries but `bundle.json` and
+/// `SHA256SUMS` (path → sha256), and the blobs of each image (`sha256:…`).
 pub fn cyclonedx(
     manifest: &BundleManifest,
-    manifest_json: &[u8],
     entries: &BTreeMap<String, String>,
     image_blobs: &BTreeMap<String, BTreeSet<String>>,
 ) -> Vec<u8> {
@@ -97,14 +97,6 @@ pub fn cyclonedx(
             "properties": properties(&[("kubexm:path", path.clone())]),
         }));
     }
-    let manifest_sum = hex::encode(Sha256::digest(manifest_json));
-    components.push(json!({
-        "type": "file",
-        "bom-ref": "file:bundle.json",
-        "name": "bundle.json",
-        "hashes": [{"alg": "SHA-256", "content": manifest_sum}],
-        "properties": properties(&[("kubexm:path", "bundle.json".to_owned())]),
-    }));
     // A dependency may only name components of the document.
     for dep in &mut dependencies {
         if let Some(list) = dep.get_mut("dependsOn").and_then(Value::as_array_mut) {
@@ -119,7 +111,7 @@ pub fn cyclonedx(
         "$schema": "http://cyclonedx.org/schema/bom-1.5.schema.json",
         "bomFormat": "CycloneDX",
         "specVersion": "1.5",
-        "serialNumber": serial_number(manifest_json),
+        "serialNumber": serial_number(entries),
         "version": 1,
         "metadata": {
             "timestamp": rfc3339(manifest.created),
@@ -222,11 +214,13 @@ fn purl_escape(s: &str) -> String {
     out
 }
 
-/// A UUID (version 5 layout) derived from `bundle.json`: the same bundle, the same serial.
-fn serial_number(manifest_json: &[u8]) -> String {
+/// A UUID (version 5 layout) derived from the entries' sums: the same bundle, the same serial.
+fn serial_number(entries: &BTreeMap<String, String>) -> String {
     let mut h = Sha256::new();
     h.update(b"kubexm-sbom\0");
-    h.update(manifest_json);
+    for (path, sum) in entries {
+        h.update(format!("{sum}  {path}\n").as_bytes());
+    }
     let d = h.finalize();
     let mut b = [0u8; 16];
     b.copy_from_slice(&d[..16]);
@@ -294,7 +288,7 @@ mod tests {
 
     #[test]
     fn serial_numbers_are_uuids() {
-        let s = serial_number(b"{}");
+        let s = serial_number(&BTreeMap::from([("a".to_owned(), "0".repeat(64))]));
         let re = s.strip_prefix("urn:uuid:").expect("urn");
         let parts: Vec<&str> = re.split('-').collect();
         assert_eq!(

@@ -39,7 +39,8 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::hash::{is_sha256_hex, sha256_hex};
-use crate::manifest::{MANIFEST_PATH, SUMS_PATH};
+use crate::manifest::SUMS_PATH;
+use crate::pack::PlannedBundle;
 use crate::path;
 use crate::sums;
 use crate::verify::{DirSink, Sink};
@@ -301,43 +302,24 @@ fn is_repository(s: &str) -> bool {
         })
 }
 
-/// One regular file of the full bundle the builder would write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetFile {
-    /// Path.
-    pub path: String,
-    /// sha256.
-    pub sha256: String,
-    /// Size.
-    pub size: u64,
-    /// Mode.
-    pub mode: u32,
-}
-
-/// Plans a delta: the target's sums (`files` and `bundle.json`), and for each entry whether the
-/// site holds it. Returns `delta.json` and the sha256s the delta must carry.
+/// Plans a delta for the bundle `target` ([`crate::pack::plan_bundle`]: every file but
+/// `SHA256SUMS`, `bundle.json` included): for each entry whether the site holds it. Returns
+/// `delta.json` and the sha256s the delta must carry.
 pub fn plan(
-    manifest_json: &[u8],
-    files: &[TargetFile],
+    target: &PlannedBundle,
     inventory: &SiteInventory,
     inventory_sha256: &str,
 ) -> (DeltaManifest, Vec<String>) {
-    let mut all: Vec<TargetFile> = files.to_vec();
-    all.push(TargetFile {
-        path: MANIFEST_PATH.to_owned(),
-        sha256: sha256_hex(manifest_json),
-        size: manifest_json.len() as u64,
-        mode: 0o644,
-    });
-    all.sort_by(|a, b| a.path.cmp(&b.path));
-    let sums: sums::Sums = all
+    let sums: sums::Sums = target
+        .files
         .iter()
         .map(|f| (f.path.clone(), f.sha256.clone()))
         .collect();
     let target_sums = String::from_utf8_lossy(&sums::render(&sums)).into_owned();
     let mut carry: Vec<String> = Vec::new();
-    let entries = all
-        .into_iter()
+    let entries = target
+        .files
+        .iter()
         .map(|f| {
             let (source, repository) = inventory
                 .holds(&f.sha256)
@@ -346,8 +328,8 @@ pub fn plan(
                 carry.push(f.sha256.clone());
             }
             DeltaEntry {
-                path: f.path,
-                sha256: f.sha256,
+                path: f.path.clone(),
+                sha256: f.sha256.clone(),
                 size: f.size,
                 mode: f.mode,
                 source,
@@ -534,12 +516,25 @@ pub fn rebuild(
 mod tests {
     use super::*;
 
-    fn file(path: &str, content: &[u8]) -> TargetFile {
-        TargetFile {
+    use crate::pack::PlannedFile;
+
+    fn file(path: &str, content: &[u8]) -> PlannedFile {
+        PlannedFile {
             path: path.into(),
             sha256: sha256_hex(content),
             size: content.len() as u64,
             mode: 0o644,
+        }
+    }
+
+    /// A planned bundle of `files` and a `bundle.json` of `{}`.
+    fn planned(files: Vec<PlannedFile>) -> PlannedBundle {
+        let mut files = files;
+        files.push(file("bundle.json", b"{}\n"));
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        PlannedBundle {
+            manifest_json: b"{}\n".to_vec(),
+            files,
         }
     }
 
@@ -554,8 +549,8 @@ mod tests {
             ..SiteInventory::default()
         };
         inv.files.insert(sha256_hex(b"same"), 4);
-        let files = vec![file("files/a", b"same"), file("files/b", b"new")];
-        let (delta, carry) = plan(b"{}\n", &files, &inv, &"0".repeat(64));
+        let target = planned(vec![file("files/a", b"same"), file("files/b", b"new")]);
+        let (delta, carry) = plan(&target, &inv, &"0".repeat(64));
         assert_eq!(carry.len(), 2, "files/b and bundle.json");
         assert_eq!(delta.from_site().count(), 1);
         let parsed = DeltaManifest::parse(&delta.to_json()).expect("parses");
@@ -589,8 +584,7 @@ mod tests {
     #[test]
     fn parse_refuses_entries_that_leave_the_tree() {
         let (mut delta, _) = plan(
-            b"{}\n",
-            &[file("files/a", b"x")],
+            &planned(vec![file("files/a", b"x")]),
             &SiteInventory::default(),
             "",
         );

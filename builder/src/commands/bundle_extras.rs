@@ -6,10 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use kubexm_bundles::delta::{self, SiteInventory, TargetFile};
+use kubexm_bundles::delta::{self, SiteInventory};
 use kubexm_bundles::hash::sha256_hex;
 use kubexm_bundles::manifest::BundleManifest;
-use kubexm_bundles::pack::{manifest_bytes, Entry, Source, FILE_MODE};
+use kubexm_bundles::pack::{plan_bundle, Entry, Source, FILE_MODE};
 use kubexm_bundles::{atomic, head, sign, split};
 
 use crate::sbom;
@@ -20,12 +20,16 @@ pub fn add_sbom(
     entries: &mut Vec<Entry>,
     image_blobs: &BTreeMap<String, BTreeSet<String>>,
 ) -> Result<Vec<u8>> {
-    let mut sums = BTreeMap::new();
-    for e in entries.iter() {
-        sums.insert(e.path.clone(), entry_sum(e)?.0);
-    }
-    let manifest_json = manifest_bytes(manifest)?;
-    let bom = sbom::cyclonedx(manifest, &manifest_json, &sums, image_blobs);
+    // The entries as pack writes them (sums of every source), bundle.json aside: it names the
+    // SBOM's size and sum, so the SBOM cannot name its.
+    let planned = plan_bundle(manifest, entries.clone())?;
+    let sums: BTreeMap<String, String> = planned
+        .files
+        .into_iter()
+        .filter(|f| f.path != kubexm_bundles::manifest::MANIFEST_PATH)
+        .map(|f| (f.path, f.sha256))
+        .collect();
+    let bom = sbom::cyclonedx(manifest, &sums, image_blobs);
     entries.push(Entry {
         path: sbom::SBOM_PATH.to_owned(),
         source: Source::Bytes(bom.clone()),
@@ -33,34 +37,6 @@ pub fn add_sbom(
         mode: FILE_MODE,
     });
     Ok(bom)
-}
-
-/// sha256 and size of an entry's content.
-fn entry_sum(e: &Entry) -> Result<(String, u64)> {
-    match &e.source {
-        Source::Bytes(b) => Ok((sha256_hex(b), b.len() as u64)),
-        Source::Stored(p) | Source::File(p) => {
-            let size = fs_err::metadata(p)?.len();
-            match (&e.sha256, &e.source) {
-                (Some(s), Source::Stored(_)) => Ok((s.clone(), size)),
-                _ => {
-                    use sha2::Digest as _;
-                    use std::io::Read as _;
-                    let mut f = fs_err::File::open(p)?;
-                    let mut h = sha2::Sha256::new();
-                    let mut buf = vec![0u8; 1 << 20];
-                    loop {
-                        let n = f.read(&mut buf)?;
-                        if n == 0 {
-                            break;
-                        }
-                        h.update(&buf[..n]);
-                    }
-                    Ok((hex::encode(h.finalize()), size))
-                }
-            }
-        }
-    }
 }
 
 /// What a delta carries compared with the full bundle.
@@ -83,25 +59,24 @@ pub fn make_delta(
     entries: Vec<Entry>,
     (site, inventory_sha): &(SiteInventory, String),
 ) -> Result<(BundleManifest, Vec<Entry>, DeltaSummary)> {
-    let manifest_json = manifest_bytes(manifest)?;
-    let mut files = Vec::with_capacity(entries.len());
+    // The full bundle exactly as pack would write it: its bundle.json and every sum.
+    let planned = plan_bundle(manifest, entries.clone())?;
     let mut content: BTreeMap<String, Source> = BTreeMap::new();
+    let sum_of: BTreeMap<&str, &str> = planned
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.sha256.as_str()))
+        .collect();
     for e in entries {
-        let (sha256, size) =
-            entry_sum(&e).with_context(|| format!("Failed to read the source of `{}`", e.path))?;
-        files.push(TargetFile {
-            path: e.path.clone(),
-            sha256: sha256.clone(),
-            size,
-            mode: e.mode,
-        });
-        content.entry(sha256).or_insert(e.source);
+        if let Some(sum) = sum_of.get(e.path.as_str()) {
+            content.entry((*sum).to_owned()).or_insert(e.source);
+        }
     }
     content.insert(
-        sha256_hex(&manifest_json),
-        Source::Bytes(manifest_json.clone()),
+        sha256_hex(&planned.manifest_json),
+        Source::Bytes(planned.manifest_json.clone()),
     );
-    let (plan, carry) = delta::plan(&manifest_json, &files, site, inventory_sha);
+    let (plan, carry) = delta::plan(&planned, site, inventory_sha);
     let carry: BTreeSet<String> = carry.into_iter().collect();
     let mut out = vec![Entry {
         path: delta::DELTA_PATH.to_owned(),
@@ -111,7 +86,7 @@ pub fn make_delta(
     }];
     for sum in &carry {
         let Some(source) = content.remove(sum) else {
-            bail!("internal: no source for {sum}");
+            bail!("no source for the entry with sha256 {sum}");
         };
         let known = matches!(source, Source::Stored(_)).then(|| sum.clone());
         out.push(Entry {
@@ -121,19 +96,18 @@ pub fn make_delta(
             mode: FILE_MODE,
         });
     }
+    let carried: Vec<&delta::DeltaEntry> = plan
+        .entries
+        .iter()
+        .filter(|e| e.source == delta::EntrySource::Delta)
+        .collect();
     let summary = DeltaSummary {
         entries: plan.entries.len(),
         target_bytes: plan.entries.iter().map(|e| e.size).sum(),
-        carried: plan
-            .entries
+        carried: carried.len(),
+        carried_bytes: carried
             .iter()
-            .filter(|e| e.source == delta::EntrySource::Delta)
-            .count(),
-        carried_bytes: plan
-            .entries
-            .iter()
-            .filter(|e| carry.contains(&e.sha256))
-            .map(|e| (e.sha256.clone(), e.size))
+            .map(|e| (e.sha256.as_str(), e.size))
             .collect::<BTreeMap<_, _>>()
             .values()
             .sum(),

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use kubexm_bundles::delta::{self, DeltaManifest, SiteInventory, TargetFile};
+use kubexm_bundles::delta::{self, DeltaManifest, SiteInventory};
 use kubexm_bundles::manifest::{BundleManifest, FileRecord};
-use kubexm_bundles::pack::{manifest_bytes, pack, Entry, PackOptions, Source, FILE_MODE};
+use kubexm_bundles::pack::{pack, plan_bundle, Entry, PackOptions, Source, FILE_MODE};
 use kubexm_bundles::sign::{bundle_statement, SecretKey, SIGNATURE_SUFFIX};
 use kubexm_bundles::split;
 use kubexm_install::intake::delta::{check_base, complete, read_delta};
@@ -258,29 +258,21 @@ pub(crate) fn pack_delta(
     target_entries: &[Entry],
     inventory: &SiteInventory,
 ) -> DeltaManifest {
-    let manifest_json = manifest_bytes(target).expect("manifest json");
+    let planned = plan_bundle(target, target_entries.to_vec()).expect("plan");
     let mut content: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let files: Vec<TargetFile> = target_entries
-        .iter()
-        .map(|e| {
-            let bytes = match &e.source {
-                Source::Bytes(b) => b.clone(),
-                Source::File(p) | Source::Stored(p) => std::fs::read(p).expect("read"),
-            };
-            let sha = sha256_hex(&bytes);
-            let f = TargetFile {
-                path: e.path.clone(),
-                sha256: sha.clone(),
-                size: bytes.len() as u64,
-                mode: e.mode,
-            };
-            content.insert(sha, bytes);
-            f
-        })
-        .collect();
-    content.insert(sha256_hex(&manifest_json), manifest_json.clone());
+    for e in target_entries {
+        let bytes = match &e.source {
+            Source::Bytes(b) => b.clone(),
+            Source::File(p) | Source::Stored(p) => std::fs::read(p).expect("read"),
+        };
+        content.insert(sha256_hex(&bytes), bytes);
+    }
+    content.insert(
+        sha256_hex(&planned.manifest_json),
+        planned.manifest_json.clone(),
+    );
     let inv_json = inventory.to_json();
-    let (plan, carry) = delta::plan(&manifest_json, &files, inventory, &sha256_hex(&inv_json));
+    let (plan, carry) = delta::plan(&planned, inventory, &sha256_hex(&inv_json));
     let mut entries = vec![Entry {
         path: delta::DELTA_PATH.into(),
         source: Source::Bytes(plan.to_json()),
