@@ -1,5 +1,6 @@
 //! Integration tests of kubexm-manifests (one test binary).
 
+mod attacks;
 mod common;
 mod resolve;
 mod validation;
