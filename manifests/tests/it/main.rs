@@ -2,5 +2,6 @@
 
 mod attacks;
 mod common;
+mod props;
 mod resolve;
 mod validation;
