@@ -264,3 +264,85 @@ fn attack_terminal_escapes_in_entry_name() {
     assert!(!text.contains('\u{1b}'), "raw ESC reached the message: {text:?}");
     assert!(text.contains(r"\u{1b}[2J"), "{text}");
 }
+
+/// A sink that records every call: nothing may be written before the space is known.
+#[derive(Default)]
+struct Recording {
+    calls: Vec<String>,
+}
+
+impl kubexm_bundles::verify::Sink for Recording {
+    fn dir(&mut self, path: &str) -> std::io::Result<()> {
+        self.calls.push(format!("dir {path}"));
+        Ok(())
+    }
+
+    fn file(&mut self, path: &str, _mode: u32) -> std::io::Result<Box<dyn std::io::Write + '_>> {
+        self.calls.push(format!("file {path}"));
+        Ok(Box::new(std::io::sink()))
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn attack_decompression_bomb_refused_before_the_first_byte() {
+    // formatVersion 2 pins 10 GiB; the free space (the limit) is 1 MiB: refused after reading
+    // `bundle.json` and `SHA256SUMS`, before the sink receives anything, not even those two.
+    let json = bundle_json(2, json!([]), json!([]), Some(json!({"files/zeros": 10u64 << 30})));
+    let sums = format!(
+        "{}  bundle.json\n{}  files/zeros\n",
+        sha256(&json),
+        sha256(b"")
+    );
+    let mut tar = raw_tar(&[file("bundle.json", &json), file("SHA256SUMS", sums.as_bytes())]);
+    tar.truncate(tar.len() - 1024);
+    tar.extend(lying_entry("files/zeros", 10 << 30, &[0u8; 512]));
+    let bundle = zst(&tar);
+    let mut sink = Recording::default();
+    let err = kubexm_bundles::verify::verify_limited(
+        bundle.as_slice(),
+        &mut sink,
+        kubexm_bundles::verify::Limits {
+            max_bytes: Some(1 << 20),
+        },
+    )
+    .expect_err("10 GiB into 1 MiB");
+    assert!(
+        matches!(err, kubexm_bundles::VerifyError::NoSpace { limit: 1_048_576, .. }),
+        "{err:?}"
+    );
+    assert!(sink.calls.is_empty(), "written before the check: {:?}", sink.calls);
+}
+
+#[test]
+fn attack_decompression_bomb_version_1_held_to_the_limit_entry_by_entry() {
+    // formatVersion 1 pins nothing but `files[]`: each entry is checked before it is written.
+    let json = bundle_json(1, json!([]), json!([]), None);
+    let big = vec![0u8; 3 << 20];
+    let bundle = bundle(
+        &json,
+        &[("a".to_owned(), b"small".to_vec()), ("b".to_owned(), big.clone())],
+        vec![file("a", b"small"), file("b", &big)],
+    );
+    let mut sink = Recording::default();
+    let err = kubexm_bundles::verify::verify_limited(
+        bundle.as_slice(),
+        &mut sink,
+        kubexm_bundles::verify::Limits {
+            max_bytes: Some(1 << 20),
+        },
+    )
+    .expect_err("3 MiB into 1 MiB");
+    assert!(matches!(err, kubexm_bundles::VerifyError::NoSpace { .. }), "{err:?}");
+    assert!(
+        !sink.calls.iter().any(|c| c == "file b"),
+        "the entry over the limit was never opened: {:?}",
+        sink.calls
+    );
+    // And the same old-format bundle verifies without a limit: version 1 is still read.
+    let report = verify_bytes(&bundle).expect("version 1 verifies");
+    assert_eq!(report.pinned_bytes, None);
+}
