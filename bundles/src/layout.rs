@@ -284,9 +284,8 @@ pub fn check(
         if image.layout_digest.is_some() {
             // The wrapping index must hold the manifest itself.
             let wrapper = blobs.content(in_index).unwrap_or_default();
-            let doc: RawDoc = serde_json::from_slice(wrapper).map_err(|e| {
-                image_err(format!("layout index {in_index} does not parse: {e}"))
-            })?;
+            let doc: RawDoc = serde_json::from_slice(wrapper)
+                .map_err(|e| image_err(format!("layout index {in_index} does not parse: {e}")))?;
             let holds = doc
                 .manifests
                 .unwrap_or_default()

@@ -107,13 +107,19 @@ mod tests {
     }
 
     fn sums(paths: &[&str]) -> Sums {
-        paths.iter().map(|p| ((*p).to_owned(), H.to_owned())).collect()
+        paths
+            .iter()
+            .map(|p| ((*p).to_owned(), H.to_owned()))
+            .collect()
     }
 
     #[test]
     fn version_1_pins_files_only() {
         let p = pins(&manifest(1, &[]), &sums(&["bundle.json", "files/e", "x"])).expect("v1");
-        assert_eq!((p.size("files/e"), p.size("x"), p.total()), (Some(7), None, None));
+        assert_eq!(
+            (p.size("files/e"), p.size("x"), p.total()),
+            (Some(7), None, None)
+        );
         assert_eq!(
             pins(&manifest(1, &[("x", 1)]), &sums(&["x"])),
             Err(ManifestProblem::SizesInVersion1)
@@ -134,12 +140,19 @@ mod tests {
             Err(ManifestProblem::SizeUnlisted { path }) if path == "y"
         ));
         assert!(matches!(
-            pins(&manifest(2, &[("files/e", 7), ("x", 3), ("bundle.json", 1)]), &all),
+            pins(
+                &manifest(2, &[("files/e", 7), ("x", 3), ("bundle.json", 1)]),
+                &all
+            ),
             Err(ManifestProblem::SizeUnlisted { .. })
         ));
         assert!(matches!(
             pins(&manifest(2, &[("files/e", 999_999_999), ("x", 3)]), &all),
-            Err(ManifestProblem::FileSize { manifest: 7, pinned: 999_999_999, .. })
+            Err(ManifestProblem::FileSize {
+                manifest: 7,
+                pinned: 999_999_999,
+                ..
+            })
         ));
         assert_eq!(
             pins(&manifest(2, &[("files/e", u64::MAX), ("x", 3)]), &all).map(|p| p.total()),

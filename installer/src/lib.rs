@@ -6,6 +6,7 @@ pub mod install;
 pub mod inventory;
 pub mod pipeline;
 pub mod pki;
+pub mod private_dir;
 pub mod runner;
 pub mod seed;
 pub mod templates;

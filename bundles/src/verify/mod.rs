@@ -27,6 +27,8 @@ pub use error::{LinkKind, VerifyError};
 pub const MAX_METADATA_SIZE: u64 = 4 << 20;
 /// Largest total of manifests, indexes and configs kept in memory for the layout check.
 pub const MAX_KEPT_MANIFESTS: u64 = 64 << 20;
+/// Most zero bytes read after the tar end marker (tar pads to records of 10 KiB by default).
+const MAX_TRAILING_ZEROS: usize = 1 << 20;
 /// Where blobs live in the bundle.
 const BLOBS_PREFIX: &str = "images/blobs/sha256/";
 /// The layout's index.
@@ -212,12 +214,13 @@ fn end_marker<R: Read>(stream: &mut EofReader<R>, state: &State) -> Result<(), V
         if n == 0 {
             break;
         }
-        if buf[..n].iter().any(|&b| b != 0) {
+        rest = rest.saturating_add(n);
+        // GNU tar pads to a 10 KiB record; a stream that goes on with zeros is a bomb.
+        if buf[..n].iter().any(|&b| b != 0) || rest > MAX_TRAILING_ZEROS {
             return Err(VerifyError::TrailingData {
                 after: state.last_good.clone(),
             });
         }
-        rest = rest.saturating_add(n);
     }
     if rest < TAR_BLOCK {
         return Err(early_eof());

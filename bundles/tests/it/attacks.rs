@@ -39,7 +39,10 @@ fn bundle(json: &[u8], listed: &[(String, Vec<u8>)], entries: Vec<Raw>) -> Vec<u
         .collect();
     lines.sort();
     let sums: String = lines.iter().map(|(p, h)| format!("{h}  {p}\n")).collect();
-    let mut all = vec![file("bundle.json", json), file("SHA256SUMS", sums.as_bytes())];
+    let mut all = vec![
+        file("bundle.json", json),
+        file("SHA256SUMS", sums.as_bytes()),
+    ];
     all.extend(entries);
     zst(&raw_tar(&all))
 }
@@ -61,7 +64,8 @@ fn layout() -> (Vec<(String, Vec<u8>)>, Value) {
     .expect("manifest");
     let mut top = desc(MANIFEST, &manifest);
     top["annotations"] = json!({"org.opencontainers.image.ref.name": REF});
-    let index = serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [top]})).expect("index");
+    let index =
+        serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [top]})).expect("index");
     let image = json!({
         "reference": REF,
         "source": REF,
@@ -146,18 +150,16 @@ fn lying_entry(name: &str, declared: u64, data: &[u8]) -> Vec<u8> {
 #[test]
 fn attack_decompression_bomb_header_differs_from_pinned_size() {
     // formatVersion 2 pins `files/zeros` at 1 byte; its tar header declares 10 GiB of zeros.
-    let json = bundle_json(
-        2,
-        json!([]),
-        json!([]),
-        Some(json!({"files/zeros": 1})),
-    );
+    let json = bundle_json(2, json!([]), json!([]), Some(json!({"files/zeros": 1})));
     let sums = format!(
         "{}  bundle.json\n{}  files/zeros\n",
         sha256(&json),
         sha256(b"\0")
     );
-    let mut tar = raw_tar(&[file("bundle.json", &json), file("SHA256SUMS", sums.as_bytes())]);
+    let mut tar = raw_tar(&[
+        file("bundle.json", &json),
+        file("SHA256SUMS", sums.as_bytes()),
+    ]);
     tar.truncate(tar.len() - 1024);
     tar.extend(lying_entry("files/zeros", 10 << 30, &[0u8; 4096]));
     let text = rejected(&zst(&tar));
@@ -181,7 +183,10 @@ fn attack_layout_index_points_at_missing_manifest() {
     let text = rejected(&layout_bundle(files, image));
     let hex = gone.rsplit('/').next().expect("hex");
     assert!(text.contains("does not close"), "{text}");
-    assert!(text.contains(hex) && text.contains("not in the bundle"), "{text}");
+    assert!(
+        text.contains(hex) && text.contains("not in the bundle"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -246,8 +251,8 @@ fn attack_marker_entry_overwrites_unpacked_marker() {
 fn attack_oversized_bundle_json() {
     // 5 MiB of `bundle.json` (the issue's 62 MB one took 564 MB of memory): a real one is a few
     // hundred KiB at most.
-    let mut doc: Value = serde_json::from_slice(&bundle_json(1, json!([]), json!([]), None))
-        .expect("json");
+    let mut doc: Value =
+        serde_json::from_slice(&bundle_json(1, json!([]), json!([]), None)).expect("json");
     doc["toolVersion"] = json!("x".repeat(5 << 20));
     let json = serde_json::to_vec(&doc).expect("json");
     let text = rejected(&bundle(&json, &[], vec![]));
@@ -261,7 +266,10 @@ fn attack_terminal_escapes_in_entry_name() {
     let json = bundle_json(1, json!([]), json!([]), None);
     let evil = "\u{1b}[2J\u{1b}[32mOK\u{1b}[0m";
     let text = rejected(&bundle(&json, &[], vec![file(evil, b"x")]));
-    assert!(!text.contains('\u{1b}'), "raw ESC reached the message: {text:?}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "raw ESC reached the message: {text:?}"
+    );
     assert!(text.contains(r"\u{1b}[2J"), "{text}");
 }
 
@@ -291,13 +299,21 @@ impl kubexm_bundles::verify::Sink for Recording {
 fn attack_decompression_bomb_refused_before_the_first_byte() {
     // formatVersion 2 pins 10 GiB; the free space (the limit) is 1 MiB: refused after reading
     // `bundle.json` and `SHA256SUMS`, before the sink receives anything, not even those two.
-    let json = bundle_json(2, json!([]), json!([]), Some(json!({"files/zeros": 10u64 << 30})));
+    let json = bundle_json(
+        2,
+        json!([]),
+        json!([]),
+        Some(json!({"files/zeros": 10u64 << 30})),
+    );
     let sums = format!(
         "{}  bundle.json\n{}  files/zeros\n",
         sha256(&json),
         sha256(b"")
     );
-    let mut tar = raw_tar(&[file("bundle.json", &json), file("SHA256SUMS", sums.as_bytes())]);
+    let mut tar = raw_tar(&[
+        file("bundle.json", &json),
+        file("SHA256SUMS", sums.as_bytes()),
+    ]);
     tar.truncate(tar.len() - 1024);
     tar.extend(lying_entry("files/zeros", 10 << 30, &[0u8; 512]));
     let bundle = zst(&tar);
@@ -311,10 +327,20 @@ fn attack_decompression_bomb_refused_before_the_first_byte() {
     )
     .expect_err("10 GiB into 1 MiB");
     assert!(
-        matches!(err, kubexm_bundles::VerifyError::NoSpace { limit: 1_048_576, .. }),
+        matches!(
+            err,
+            kubexm_bundles::VerifyError::NoSpace {
+                limit: 1_048_576,
+                ..
+            }
+        ),
         "{err:?}"
     );
-    assert!(sink.calls.is_empty(), "written before the check: {:?}", sink.calls);
+    assert!(
+        sink.calls.is_empty(),
+        "written before the check: {:?}",
+        sink.calls
+    );
 }
 
 #[test]
@@ -324,7 +350,10 @@ fn attack_decompression_bomb_version_1_held_to_the_limit_entry_by_entry() {
     let big = vec![0u8; 3 << 20];
     let bundle = bundle(
         &json,
-        &[("a".to_owned(), b"small".to_vec()), ("b".to_owned(), big.clone())],
+        &[
+            ("a".to_owned(), b"small".to_vec()),
+            ("b".to_owned(), big.clone()),
+        ],
         vec![file("a", b"small"), file("b", &big)],
     );
     let mut sink = Recording::default();
@@ -336,7 +365,10 @@ fn attack_decompression_bomb_version_1_held_to_the_limit_entry_by_entry() {
         },
     )
     .expect_err("3 MiB into 1 MiB");
-    assert!(matches!(err, kubexm_bundles::VerifyError::NoSpace { .. }), "{err:?}");
+    assert!(
+        matches!(err, kubexm_bundles::VerifyError::NoSpace { .. }),
+        "{err:?}"
+    );
     assert!(
         !sink.calls.iter().any(|c| c == "file b"),
         "the entry over the limit was never opened: {:?}",
@@ -345,4 +377,24 @@ fn attack_decompression_bomb_version_1_held_to_the_limit_entry_by_entry() {
     // And the same old-format bundle verifies without a limit: version 1 is still read.
     let report = verify_bytes(&bundle).expect("version 1 verifies");
     assert_eq!(report.pinned_bytes, None);
+}
+
+#[test]
+fn attack_zero_bomb_after_the_end_marker() {
+    // 256 MiB of zeros after the end marker compress to a few KiB; verify read them all.
+    let json = bundle_json(1, json!([]), json!([]), None);
+    let mut tar = raw_tar(&[
+        file("bundle.json", &json),
+        file(
+            "SHA256SUMS",
+            format!("{}  bundle.json\n", sha256(&json)).as_bytes(),
+        ),
+    ]);
+    tar.resize(tar.len() + (256 << 20), 0);
+    let bundle = zst(&tar);
+    assert!(bundle.len() < 1 << 20);
+    let started = std::time::Instant::now();
+    let text = rejected(&bundle);
+    assert!(text.contains("after the tar end marker"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
