@@ -177,8 +177,8 @@ mod tests {
         ] {
             assert!(Digest::parse(bad).is_err(), "{bad:?} accepted");
         }
-        let err = serde_json::from_str::<Digest>("\"sha256:../../etc/hostname\"")
-            .expect_err("traversal");
+        let err =
+            serde_json::from_str::<Digest>("\"sha256:../../etc/hostname\"").expect_err("traversal");
         assert!(err.to_string().contains("64 lowercase hex"), "{err}");
     }
 }

@@ -90,12 +90,10 @@ fn is_format(c: char) -> bool {
 
 /// Writes `text` escaped, at most `max` characters, then `… (total bytes)` if cut.
 fn write_escaped(f: &mut dyn Write, text: &str, max: usize, total: usize) -> fmt::Result {
-    let mut shown = 0usize;
-    for c in text.chars() {
+    for (shown, c) in text.chars().enumerate() {
         if shown == max {
             return write!(f, "… ({total} bytes)");
         }
-        shown += 1;
         match c {
             '\n' => f.write_str("\\n")?,
             '\r' => f.write_str("\\r")?,
@@ -128,7 +126,10 @@ mod tests {
         let long = "x".repeat(50 << 20);
         let shown = escape(&long);
         assert!(shown.len() < MAX_SHOWN + 40, "{}", shown.len());
-        assert!(shown.ends_with(&format!("… ({} bytes)", 50 << 20)), "{shown}");
+        assert!(
+            shown.ends_with(&format!("… ({} bytes)", 50 << 20)),
+            "{shown}"
+        );
         assert_eq!(UntrustedMax("abcdef", 3).to_string(), "abc… (6 bytes)");
         assert_eq!(UntrustedMax("abc", 3).to_string(), "abc");
         let raw = bytes(&[b'a', 0x1b, 0xff]);

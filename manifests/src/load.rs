@@ -112,7 +112,10 @@ pub fn load_cluster(path: &Path, catalog: &Catalog) -> Result<ValidCluster, Load
 /// # Errors
 ///
 /// The text does not parse ([`LoadError::Yaml`]) or is too large.
-pub fn without_inline_secrets(text: &str, origin: &str) -> Result<(String, Vec<String>), LoadError> {
+pub fn without_inline_secrets(
+    text: &str,
+    origin: &str,
+) -> Result<(String, Vec<String>), LoadError> {
     if text.len() as u64 > MAX_CLUSTER_YAML {
         return Err(LoadError::TooLarge {
             path: origin.to_owned(),

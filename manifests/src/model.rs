@@ -881,7 +881,14 @@ impl ClusterFile {
                 removed.push(format!("spec.registry.auths[\"{name}\"].password"));
             }
         }
-        if self.spec.registry.harbor_config.admin_password.take().is_some() {
+        if self
+            .spec
+            .registry
+            .harbor_config
+            .admin_password
+            .take()
+            .is_some()
+        {
             removed.push("spec.registry.harborConfig.adminPassword".to_owned());
         }
         removed

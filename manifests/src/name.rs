@@ -244,7 +244,8 @@ mod tests {
         for ok in ["a", "metrics-server", "a..b", ".hidden", "v1.33.1", "x y"] {
             assert!(PathComponent::new(ok).is_ok(), "{ok}");
         }
-        let cases: &[(&str, fn(&NameError) -> bool)] = &[
+        type Is = fn(&NameError) -> bool;
+        let cases: &[(&str, Is)] = &[
             ("", |e| matches!(e, NameError::Empty)),
             (".", |e| matches!(e, NameError::DotName(_))),
             ("..", |e| matches!(e, NameError::DotName(_))),
@@ -282,10 +283,22 @@ mod tests {
         let p = base.join_str("addons").expect("join");
         assert_eq!(p.as_str(), "/etc/kubexm/addons");
         assert_eq!(
-            RemotePath::base("/").expect("root").join_str("x").expect("x").as_str(),
+            RemotePath::base("/")
+                .expect("root")
+                .join_str("x")
+                .expect("x")
+                .as_str(),
             "/x"
         );
-        for bad in ["", "etc", "/etc/", "/etc//x", "/etc/../x", "/./etc", "/a\nb"] {
+        for bad in [
+            "",
+            "etc",
+            "/etc/",
+            "/etc//x",
+            "/etc/../x",
+            "/./etc",
+            "/a\nb",
+        ] {
             assert!(RemotePath::base(bad).is_err(), "{bad:?}");
         }
         for bad in ["..", "a/b", "/abs", ""] {

@@ -45,7 +45,11 @@ impl fmt::Display for Problem {
             UntrustedMax(&self.message, MAX_MESSAGE_SHOWN)
         )?;
         if !self.hint.is_empty() {
-            write!(f, "\n    hint: {}", UntrustedMax(&self.hint, MAX_HINT_SHOWN))?;
+            write!(
+                f,
+                "\n    hint: {}",
+                UntrustedMax(&self.hint, MAX_HINT_SHOWN)
+            )?;
         }
         Ok(())
     }
@@ -1018,7 +1022,9 @@ fn is_repo_component(s: &str) -> bool {
     let bytes = s.as_bytes();
     !s.is_empty()
         && s.len() <= 255
-        && bytes.iter().all(|&b| alnum(b) || matches!(b, b'.' | b'_' | b'-'))
+        && bytes
+            .iter()
+            .all(|&b| alnum(b) || matches!(b, b'.' | b'_' | b'-'))
         && bytes.first().is_some_and(|&b| alnum(b))
         && bytes.last().is_some_and(|&b| alnum(b))
         && !s.contains("..")
@@ -1029,9 +1035,9 @@ fn is_chart_name(s: &str) -> bool {
     let bytes = s.as_bytes();
     check_component(s).is_ok()
         && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes
-            .iter()
-            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+        && bytes.iter().all(|&b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
 }
 
 fn is_registry_host(s: &str) -> bool {

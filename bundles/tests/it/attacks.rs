@@ -147,22 +147,33 @@ fn lying_entry(name: &str, declared: u64, data: &[u8]) -> Vec<u8> {
     builder.into_inner().expect("tar")
 }
 
-#[test]
-fn attack_decompression_bomb_header_differs_from_pinned_size() {
-    // formatVersion 2 pins `files/zeros` at 1 byte; its tar header declares 10 GiB of zeros.
-    let json = bundle_json(2, json!([]), json!([]), Some(json!({"files/zeros": 1})));
+/// A formatVersion 2 bundle pinning `files/zeros` at `pinned` bytes whose tar header declares
+/// `declared` bytes of zeros; the stream ends after 4 KiB of them.
+fn v2_zeros_bomb(pinned: u64, declared: u64) -> Vec<u8> {
+    let json = bundle_json(
+        2,
+        json!([]),
+        json!([]),
+        Some(json!({ "files/zeros": pinned })),
+    );
     let sums = format!(
         "{}  bundle.json\n{}  files/zeros\n",
         sha256(&json),
-        sha256(b"\0")
+        sha256(b"")
     );
     let mut tar = raw_tar(&[
         file("bundle.json", &json),
         file("SHA256SUMS", sums.as_bytes()),
     ]);
     tar.truncate(tar.len() - 1024);
-    tar.extend(lying_entry("files/zeros", 10 << 30, &[0u8; 4096]));
-    let text = rejected(&zst(&tar));
+    tar.extend(lying_entry("files/zeros", declared, &[0u8; 4096]));
+    zst(&tar)
+}
+
+#[test]
+fn attack_decompression_bomb_header_differs_from_pinned_size() {
+    // formatVersion 2 pins `files/zeros` at 1 byte; its tar header declares 10 GiB of zeros.
+    let text = rejected(&v2_zeros_bomb(1, 10 << 30));
     assert!(text.contains("`files/zeros`"), "{text}");
     assert!(
         text.contains(&format!("declares {} bytes", 10u64 << 30)) && text.contains("pins 1"),
@@ -299,24 +310,7 @@ impl kubexm_bundles::verify::Sink for Recording {
 fn attack_decompression_bomb_refused_before_the_first_byte() {
     // formatVersion 2 pins 10 GiB; the free space (the limit) is 1 MiB: refused after reading
     // `bundle.json` and `SHA256SUMS`, before the sink receives anything, not even those two.
-    let json = bundle_json(
-        2,
-        json!([]),
-        json!([]),
-        Some(json!({"files/zeros": 10u64 << 30})),
-    );
-    let sums = format!(
-        "{}  bundle.json\n{}  files/zeros\n",
-        sha256(&json),
-        sha256(b"")
-    );
-    let mut tar = raw_tar(&[
-        file("bundle.json", &json),
-        file("SHA256SUMS", sums.as_bytes()),
-    ]);
-    tar.truncate(tar.len() - 1024);
-    tar.extend(lying_entry("files/zeros", 10 << 30, &[0u8; 512]));
-    let bundle = zst(&tar);
+    let bundle = v2_zeros_bomb(10 << 30, 10 << 30);
     let mut sink = Recording::default();
     let err = kubexm_bundles::verify::verify_limited(
         bundle.as_slice(),

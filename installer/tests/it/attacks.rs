@@ -15,6 +15,8 @@ use kubexm_install::seed::{seed, RegistryTarget, SeedOptions};
 use kubexm_manifests::model::RewriteMode;
 use kubexm_manifests::secret::Secret;
 use serde_json::{json, Value};
+
+use crate::unpack::chain;
 use sha2::{Digest, Sha256};
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -355,6 +357,36 @@ fn attack_registry_error_body_fakes_success() {
     assert!(text.contains(r"\u{1b}[32mseeded 1 images OK"), "{text}");
 }
 
+/// Seeds the honest tree into `host` with a 1 s stall timeout, `base` per request and a retry
+/// `budget`; returns the error and the time it took.
+fn seed_held_to(
+    host: String,
+    attempts: u32,
+    base: Duration,
+    budget: Duration,
+) -> (kubexm_install::seed::SeedError, Duration) {
+    let tree = tree(honest_manifest);
+    let deadlines = kubexm_install::seed::Deadlines {
+        stall: Duration::from_secs(1),
+        base,
+        min_rate: 1 << 30,
+        retry_budget: budget,
+    };
+    let started = Instant::now();
+    let err = runtime()
+        .block_on(kubexm_install::seed::seed_with(
+            &tree.dir,
+            &tree.manifest,
+            &SeedOptions {
+                attempts,
+                ..options(host, None)
+            },
+            deadlines,
+        ))
+        .expect_err("a registry that never finishes an answer");
+    (err, started.elapsed())
+}
+
 #[test]
 fn attack_registry_trickles_forever() {
     // Every answer arrives one byte every 300 ms: no read ever stalls long enough for a
@@ -368,26 +400,12 @@ fn attack_registry_trickles_forever() {
             Duration::from_millis(300),
         )
     });
-    let tree = tree(honest_manifest);
-    let deadlines = kubexm_install::seed::Deadlines {
-        stall: Duration::from_secs(1),
-        base: Duration::from_secs(2),
-        min_rate: 1 << 30,
-        retry_budget: Duration::from_secs(5),
-    };
-    let started = Instant::now();
-    let err = runtime()
-        .block_on(kubexm_install::seed::seed_with(
-            &tree.dir,
-            &tree.manifest,
-            &SeedOptions {
-                attempts: 10,
-                ..options(registry.host(), None)
-            },
-            deadlines,
-        ))
-        .expect_err("a registry that never finishes an answer");
-    let took = started.elapsed();
+    let (err, took) = seed_held_to(
+        registry.host(),
+        10,
+        Duration::from_secs(2),
+        Duration::from_secs(5),
+    );
     assert!(
         took < Duration::from_secs(15),
         "bounded by the retry budget, took {took:?}"
@@ -415,30 +433,13 @@ fn attack_registry_hangs_after_accepting() {
             held.push(s);
         }
     });
-    let tree = tree(honest_manifest);
-    let deadlines = kubexm_install::seed::Deadlines {
-        stall: Duration::from_secs(1),
-        base: Duration::from_secs(30),
-        min_rate: 1 << 30,
-        retry_budget: Duration::from_secs(4),
-    };
-    let started = Instant::now();
-    let err = runtime()
-        .block_on(kubexm_install::seed::seed_with(
-            &tree.dir,
-            &tree.manifest,
-            &SeedOptions {
-                attempts: 100,
-                ..options(host.clone(), None)
-            },
-            deadlines,
-        ))
-        .expect_err("a registry that never answers");
-    assert!(
-        started.elapsed() < Duration::from_secs(12),
-        "{:?}",
-        started.elapsed()
+    let (err, took) = seed_held_to(
+        host.clone(),
+        100,
+        Duration::from_secs(30),
+        Duration::from_secs(4),
     );
+    assert!(took < Duration::from_secs(12), "{:?}", took);
     let text = err.to_string();
     assert!(
         text.contains(&host) && text.contains("in repository pause"),
@@ -505,7 +506,7 @@ fn v1_bundle(files: &[(&str, &[u8])]) -> Vec<u8> {
         add(p, c, 0o644);
     }
     let tar = builder.into_inner().expect("tar");
-    zstd::encode_all(tar.as_slice(), 19).expect("zstd")
+    zstd::encode_all(tar.as_slice(), 3).expect("zstd")
 }
 
 #[test]
@@ -553,15 +554,4 @@ fn attack_inline_password_world_readable_after_unpack() {
         0o700,
         "a work directory KubeXM creates is private"
     );
-}
-
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }

@@ -206,7 +206,7 @@ fn names(dir: &Path) -> BTreeSet<String> {
 }
 
 /// The error and all its causes, `: `-joined.
-fn chain(err: &dyn Error) -> String {
+pub(crate) fn chain(err: &dyn Error) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -75,7 +75,10 @@ fn attack_terminal_escapes_in_yaml_value() {
     // An unknown field name carrying escapes (reported by the parser with a snippet).
     let field = BASE.replace("kind: Cluster", "kind: Cluster\n\"\\e]0;pwned\\a\": 1");
     let e = error_text(&field);
-    assert!(!e.contains('\u{1b}') && !e.contains('\u{7}'), "raw control in {e:?}");
+    assert!(
+        !e.contains('\u{1b}') && !e.contains('\u{7}'),
+        "raw control in {e:?}"
+    );
 }
 
 #[test]
@@ -90,4 +93,55 @@ fn attack_huge_metadata_name_is_not_echoed_whole() {
     let huge = BASE.replace("{name: t}", &format!("{{name: {}}}", "a".repeat(50 << 20)));
     let e = error_text(&huge);
     assert!(e.len() < 10_000, "{} bytes of error", e.len());
+}
+
+#[test]
+fn attack_inline_password_carried_in_bundle() {
+    // The builder copied cluster.yaml, inline passwords included, into the bundle.
+    let text = BASE
+        .replace(
+            "{name: m1, address: 10.0.0.11}",
+            "{name: m1, address: 10.0.0.11, password: hunter2-host}",
+        )
+        .replace(
+            "{name: m2, address: 10.0.0.12}",
+            "{name: m2, address: 10.0.0.12, passwordFile: /root/m2.pw}",
+        )
+        .replace(
+            "registry: [r1]",
+            "registry: [r1]\n  registry:\n    type: harbor\n    harborConfig: {adminPassword: hunter2-harbor}\n    auths: {\"reg.example:5000\": {username: u, password: hunter2-auth}}",
+        );
+    let (bundled, removed) =
+        kubexm_manifests::load::without_inline_secrets(&text, "cluster.yaml").expect("strip");
+    assert!(!bundled.contains("hunter2"), "{bundled}");
+    assert_eq!(
+        removed,
+        [
+            "spec.hosts[0].password",
+            "spec.registry.auths[\"reg.example:5000\"].password",
+            "spec.registry.harborConfig.adminPassword"
+        ]
+    );
+    assert!(
+        bundled.contains("/root/m2.pw"),
+        "passwordFile references stay"
+    );
+    // What the bundle carries still parses, to the same cluster less the secrets.
+    let original = kubexm_manifests::load::parse_cluster(&text, "a").expect("original");
+    let again = kubexm_manifests::load::parse_cluster(&bundled, "b").expect("bundled parses");
+    assert_eq!(again.spec.hosts.len(), original.spec.hosts.len());
+    assert_eq!(
+        again.spec.hosts[1].password_file.as_deref(),
+        Some("/root/m2.pw")
+    );
+    assert!(again.spec.hosts[0].password.is_none());
+    assert_eq!(
+        serde_json::to_value(&again.spec.role_groups).expect("json"),
+        serde_json::to_value(&original.spec.role_groups).expect("json")
+    );
+    // Without inline secrets the text is carried unchanged (comments and all).
+    let (same, none) =
+        kubexm_manifests::load::without_inline_secrets(BASE, "cluster.yaml").expect("plain");
+    assert!(none.is_empty());
+    assert_eq!(same, BASE);
 }
