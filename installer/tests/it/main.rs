@@ -1,6 +1,7 @@
 //! Integration tests of kubexm-install (one test binary).
 
 mod attacks;
+mod cli;
 mod delete;
 mod etcd;
 mod harbor;
@@ -11,6 +12,7 @@ mod network;
 mod pipeline;
 mod plan_cli;
 mod runtime;
+mod scope;
 mod seed;
 mod ssh;
 mod unpack;

@@ -3,7 +3,7 @@
 //! of the documented shape, sha256 hashes).
 #![no_main]
 
-use kubexm_install::install::kubeadm::join::{learn, parse};
+use kubexm_install::modules::kubeadm::join::{learn, parse};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
