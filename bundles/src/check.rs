@@ -61,6 +61,17 @@ pub enum ManifestProblem {
         /// sha256 in `SHA256SUMS`.
         sums: String,
     },
+    /// A `files[]` name, version or arch that is not made of safe path components (they name
+    /// directories on the nodes).
+    #[error("`bundle.json` file `{}`: {field} {problem}", Untrusted(.path))]
+    FileName {
+        /// The file's path.
+        path: String,
+        /// `name`, `version` or `arch`.
+        field: &'static str,
+        /// Why.
+        problem: kubexm_manifests::name::NameError,
+    },
     /// `images` is not empty but the OCI layout is incomplete.
     #[error("`bundle.json` lists images but `{path}` is missing")]
     ImageLayout {
@@ -93,6 +104,19 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
         });
     }
     for file in &manifest.files {
+        let parts = file.name.split('/').map(|n| ("name", n)).chain([
+            ("version", file.version.as_str()),
+            ("arch", file.arch.as_str()),
+        ]);
+        for (field, value) in parts {
+            if let Err(problem) = kubexm_manifests::name::check_component(value) {
+                return Err(ManifestProblem::FileName {
+                    path: file.path.clone(),
+                    field,
+                    problem,
+                });
+            }
+        }
         match sums.get(&file.path) {
             None => {
                 return Err(ManifestProblem::FileMissing {

@@ -392,3 +392,22 @@ fn attack_zero_bomb_after_the_end_marker() {
     assert!(text.contains("after the tar end marker"), "{text}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn attack_file_record_version_walks_out_of_the_artifacts_dir() {
+    // The installer uploads files to ARTIFACTS/<name>/<version>/<file> on every node.
+    let path = "files/etcd/v3.5.16/amd64/etcd";
+    let files = json!([{
+        "name": "etcd", "version": "../../../../etc/cron.d", "arch": "amd64", "path": path,
+        "sha256": sha256(b"x"), "size": 1,
+        "url": "https://example.invalid/etcd", "roles": ["etcd"],
+    }]);
+    let json = bundle_json(1, files, json!([]), None);
+    let text = rejected(&bundle(
+        &json,
+        &[(path.to_owned(), b"x".to_vec())],
+        vec![file(path, b"x")],
+    ));
+    assert!(text.contains("version"), "{text}");
+    assert!(text.contains("separator"), "{text}");
+}
