@@ -249,6 +249,15 @@ func flags(args []string, known ...string) (map[string]bool, []string, error) {
 	return set, rest, nil
 }
 
+// onlyFlags is flags for a command that takes no positional arguments.
+func onlyFlags(cmd string, args []string, known ...string) (map[string]bool, error) {
+	set, rest, err := flags(args, known...)
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("%s takes no arguments (filtering is not implemented by this stand-in)", cmd)
+	}
+	return set, err
+}
+
 func info(opts options) error {
 	c, done, err := runtimeClient(opts)
 	if err != nil {
@@ -293,12 +302,9 @@ func listPods(opts options, c pb.RuntimeServiceClient) ([]*pb.PodSandbox, error)
 }
 
 func pods(opts options, args []string) error {
-	set, rest, err := flags(args, "-q|--quiet")
+	set, err := onlyFlags("pods", args, "-q|--quiet")
 	if err != nil {
 		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("pods takes no arguments")
 	}
 	c, done, err := runtimeClient(opts)
 	if err != nil {
@@ -309,28 +315,49 @@ func pods(opts options, args []string) error {
 	if err != nil {
 		return err
 	}
-	if set["-q"] {
-		for _, p := range items {
-			fmt.Println(p.Id)
+	l := listing{header: "POD ID\tCREATED\tSTATE\tNAME\tNAMESPACE\tATTEMPT"}
+	for _, p := range items {
+		l.add(p.Id, fmt.Sprintf("%.13s\t%s\t%s\t%s\t%s\t%d", p.Id, time.Unix(0, p.CreatedAt).UTC().Format(time.RFC3339),
+			p.State, p.Metadata.GetName(), p.Metadata.GetNamespace(), p.Metadata.GetAttempt()))
+	}
+	return l.print(set["-q"])
+}
+
+// listing is what a list command prints: IDs with -q, else a table.
+type listing struct {
+	header string
+	ids    []string
+	rows   []string
+}
+
+func (l *listing) add(id, row string) {
+	l.ids = append(l.ids, id)
+	l.rows = append(l.rows, row)
+}
+
+func (l *listing) print(quiet bool) error {
+	if quiet {
+		seen := map[string]bool{} // an image with several tags has one ID
+		for _, id := range l.ids {
+			if !seen[id] {
+				fmt.Println(id)
+			}
+			seen[id] = true
 		}
 		return nil
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "POD ID\tCREATED\tSTATE\tNAME\tNAMESPACE\tATTEMPT")
-	for _, p := range items {
-		fmt.Fprintf(w, "%.13s\t%s\t%s\t%s\t%s\t%d\n", p.Id, time.Unix(0, p.CreatedAt).UTC().Format(time.RFC3339),
-			p.State, p.Metadata.GetName(), p.Metadata.GetNamespace(), p.Metadata.GetAttempt())
+	fmt.Fprintln(w, l.header)
+	for _, row := range l.rows {
+		fmt.Fprintln(w, row)
 	}
 	return w.Flush()
 }
 
 func ps(opts options, args []string) error {
-	set, rest, err := flags(args, "-a|--all", "-q|--quiet")
+	set, err := onlyFlags("ps", args, "-a|--all", "-q|--quiet")
 	if err != nil {
 		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("ps takes no arguments")
 	}
 	c, done, err := runtimeClient(opts)
 	if err != nil {
@@ -347,19 +374,12 @@ func ps(opts options, args []string) error {
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
-	if set["-q"] {
-		for _, ct := range r.Containers {
-			fmt.Println(ct.Id)
-		}
-		return nil
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "CONTAINER\tIMAGE\tSTATE\tNAME\tATTEMPT\tPOD ID")
+	l := listing{header: "CONTAINER\tIMAGE\tSTATE\tNAME\tATTEMPT\tPOD ID"}
 	for _, ct := range r.Containers {
-		fmt.Fprintf(w, "%.13s\t%s\t%s\t%s\t%d\t%.13s\n", ct.Id, ct.Image.GetImage(), ct.State,
-			ct.Metadata.GetName(), ct.Metadata.GetAttempt(), ct.PodSandboxId)
+		l.add(ct.Id, fmt.Sprintf("%.13s\t%s\t%s\t%s\t%d\t%.13s", ct.Id, ct.Image.GetImage(), ct.State,
+			ct.Metadata.GetName(), ct.Metadata.GetAttempt(), ct.PodSandboxId))
 	}
-	return w.Flush()
+	return l.print(set["-q"])
 }
 
 func stopPods(opts options, ids []string) error {
@@ -440,12 +460,9 @@ func removePods(opts options, args []string) error {
 }
 
 func images(opts options, args []string) error {
-	set, rest, err := flags(args, "-q|--quiet")
+	set, err := onlyFlags("images", args, "-q|--quiet")
 	if err != nil {
 		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("images: filtering by name is not implemented by this stand-in")
 	}
 	c, done, err := imageClient(opts)
 	if err != nil {
@@ -458,20 +475,13 @@ func images(opts options, args []string) error {
 	if err != nil {
 		return fmt.Errorf("list images: %w", err)
 	}
-	if set["-q"] {
-		for _, i := range r.Images {
-			fmt.Println(i.Id)
-		}
-		return nil
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "IMAGE\tIMAGE ID\tSIZE")
-	for _, i := range r.Images {
-		for _, t := range i.RepoTags {
-			fmt.Fprintf(w, "%s\t%.20s\t%d\n", t, i.Id, i.Size_)
+	l := listing{header: "IMAGE\tIMAGE ID\tSIZE"}
+	for _, img := range r.Images {
+		for _, t := range img.RepoTags {
+			l.add(img.Id, fmt.Sprintf("%s\t%.20s\t%d", t, img.Id, img.Size_))
 		}
 	}
-	return w.Flush()
+	return l.print(set["-q"])
 }
 
 func inspectImages(opts options, refs []string) error {
