@@ -69,16 +69,29 @@ fn base() -> (Vec<Item>, Value) {
     .unwrap_or_default();
     let mut top = desc("application/vnd.oci.image.manifest.v1+json", &manifest);
     top["annotations"] = json!({"org.opencontainers.image.ref.name": "registry.k8s.io/pause:3.10"});
-    let index = serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [top]})).unwrap_or_default();
+    let index =
+        serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [top]})).unwrap_or_default();
     let etcd = b"etcd binary".to_vec();
     let mut items: Vec<Item> = vec![
         ("cluster.yaml", b"apiVersion: kubexm.io/v1alpha1\n".to_vec()),
         ("files/etcd/v3.5.16/amd64/etcd", etcd.clone()),
-        (&*format!("images/blobs/sha256/{}", sha256(&config)), config.clone()),
-        (&*format!("images/blobs/sha256/{}", sha256(&layer)), layer.clone()),
-        (&*format!("images/blobs/sha256/{}", sha256(&manifest)), manifest.clone()),
+        (
+            &*format!("images/blobs/sha256/{}", sha256(&config)),
+            config.clone(),
+        ),
+        (
+            &*format!("images/blobs/sha256/{}", sha256(&layer)),
+            layer.clone(),
+        ),
+        (
+            &*format!("images/blobs/sha256/{}", sha256(&manifest)),
+            manifest.clone(),
+        ),
         ("images/index.json", index),
-        ("images/oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
+        (
+            "images/oci-layout",
+            br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
+        ),
     ]
     .into_iter()
     .map(|(p, c)| Item {

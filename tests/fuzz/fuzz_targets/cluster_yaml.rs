@@ -26,7 +26,11 @@ fuzz_target!(|data: &[u8]| {
             }
             for a in &cluster.file.spec.addons {
                 assert!(PathComponent::new(&a.name).is_ok(), "{:?}", a.name);
-                assert!(PathComponent::new(&a.namespace).is_ok(), "{:?}", a.namespace);
+                assert!(
+                    PathComponent::new(&a.namespace).is_ok(),
+                    "{:?}",
+                    a.namespace
+                );
             }
         }
         Err(e) => {

@@ -18,6 +18,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again, r, "{text:?} -> {printed:?}");
     for mode in [RewriteMode::KeepPath, RewriteMode::Flatten] {
         let private = r.in_private_registry("registry.local:5000", Some("kubexm"), mode);
-        let _: ImageRef = private.to_string().parse().expect("rewritten reference parses");
+        let _: ImageRef = private
+            .to_string()
+            .parse()
+            .expect("rewritten reference parses");
     }
 });

@@ -11,10 +11,14 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(c) = parse(text) {
-        let clean = |s: &str| !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control());
+        let clean =
+            |s: &str| !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control());
         assert!(clean(&c.endpoint), "{:?}", c.endpoint);
         assert!(clean(&c.token), "{:?}", c.token);
-        assert!(c.ca_cert_hashes.iter().all(|h| h.starts_with("sha256:") && h.len() == 71));
+        assert!(c
+            .ca_cert_hashes
+            .iter()
+            .all(|h| h.starts_with("sha256:") && h.len() == 71));
         if let Some(k) = &c.certificate_key {
             assert_eq!(k.len(), 64);
         }
