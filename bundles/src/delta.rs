@@ -39,11 +39,11 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::hash::{is_sha256_hex, sha256_hex};
-use crate::manifest::SUMS_PATH;
+use crate::manifest::{MANIFEST_PATH, SUMS_PATH};
 use crate::pack::PlannedBundle;
 use crate::path;
 use crate::sums;
-use crate::verify::{DirSink, Sink};
+use crate::verify::{verify_tar, DirSink, Limits, Sink, VerifyError, VerifyReport};
 
 /// The delta's description of its target.
 pub const DELTA_PATH: &str = "delta.json";
@@ -177,6 +177,29 @@ pub enum DeltaError {
         /// Expected.
         expected: String,
         /// Found.
+        actual: String,
+    },
+    /// A source file for an entry has another size than the entry.
+    #[error("`{path}`: its source `{}` has {actual} bytes, expected {expected}", from.display())]
+    Size {
+        /// Entry path.
+        path: String,
+        /// Where it was taken from.
+        from: PathBuf,
+        /// Expected.
+        expected: u64,
+        /// Found.
+        actual: u64,
+    },
+    /// The rebuilt bundle breaks a rule of the bundle format.
+    #[error("the bundle rebuilt from the delta is refused")]
+    Verify(#[source] VerifyError),
+    /// The rebuilt bundle is another bundle than the delta's target.
+    #[error("the rebuilt bundle has content digest sha256:{actual}, the delta targets sha256:{expected}")]
+    Digest {
+        /// The target's.
+        expected: String,
+        /// The rebuilt one's.
         actual: String,
     },
     /// Reading or writing failed.
@@ -441,31 +464,54 @@ impl DeltaManifest {
     }
 }
 
-/// Rebuilds the target tree into `out` (an empty directory): each entry copied from the delta's
-/// store (`delta_root/delta/sha256/<hex>`) or from the file `locate` returns, checked against its
-/// sha256 while it is copied; then the target's `SHA256SUMS`. Returns the bytes written.
+/// Rebuilds the target tree into `out` (an empty directory) with no space limit: see
+/// [`rebuild_into`].
 ///
 /// # Errors
 ///
-/// [`DeltaError::BaseMissing`] when `locate` finds no source for site entries (all named),
-/// [`DeltaError::Mismatch`] when a source does not match, [`DeltaError::Io`].
+/// As [`rebuild_into`].
 pub fn rebuild(
     manifest: &DeltaManifest,
     delta_root: &Path,
     out: &Path,
     locate: &dyn Fn(&DeltaEntry) -> Option<PathBuf>,
-) -> Result<u64, DeltaError> {
+) -> Result<VerifyReport, DeltaError> {
     let missing = manifest.missing(|e| locate(e).is_some());
     if !missing.is_empty() {
         return Err(DeltaError::BaseMissing { missing });
     }
-    let io_err = |path: &Path| {
-        let path = path.to_owned();
-        move |source| DeltaError::Io { path, source }
-    };
-    let mut sink = DirSink::new(out).map_err(io_err(out))?;
-    let mut total = 0u64;
-    let mut buf = vec![0u8; 1 << 20];
+    let mut sink = DirSink::new(out).map_err(|source| DeltaError::Io {
+        path: out.to_owned(),
+        source,
+    })?;
+    rebuild_into(manifest, delta_root, &mut sink, Limits::default(), locate)
+}
+
+/// Rebuilds the target bundle: each entry taken from the delta's store
+/// (`delta_root/delta/sha256/<hex>`) or from the file `locate` returns (read no further than
+/// the entry's size, its sum checked), streamed as the target's tar stream (`bundle.json`,
+/// `SHA256SUMS`, the other files) through the same verifier as any bundle
+/// ([`crate::verify::verify_tar`]: pinned sizes, sums, paths, the layout closure, `limits`)
+/// into `sink`. The result's content digest must be the target's.
+///
+/// # Errors
+///
+/// [`DeltaError::BaseMissing`] when `locate` finds no source for site entries (all named,
+/// before anything is written), [`DeltaError::Mismatch`] or [`DeltaError::Size`] when a source
+/// does not match, [`DeltaError::Verify`] when the rebuilt bundle breaks a rule of the format,
+/// [`DeltaError::Digest`], [`DeltaError::Io`].
+pub fn rebuild_into(
+    manifest: &DeltaManifest,
+    delta_root: &Path,
+    sink: &mut dyn Sink,
+    limits: Limits,
+    locate: &dyn Fn(&DeltaEntry) -> Option<PathBuf>,
+) -> Result<VerifyReport, DeltaError> {
+    let missing = manifest.missing(|e| locate(e).is_some());
+    if !missing.is_empty() {
+        return Err(DeltaError::BaseMissing { missing });
+    }
+    let mut sources: Vec<(&DeltaEntry, PathBuf)> = Vec::with_capacity(manifest.entries.len());
     for e in &manifest.entries {
         let from = match e.source {
             EntrySource::Delta => delta_root.join(STORE_DIR).join(&e.sha256),
@@ -473,68 +519,204 @@ pub fn rebuild(
                 missing: vec![e.path.clone()],
             })?,
         };
-        let mut input = fs_err::File::open(&from).map_err(io_err(&from))?;
-        let mut hasher = Sha256::new();
-        {
-            let mut w = sink
-                .file(&e.path, e.mode)
-                .map_err(io_err(&out.join(&e.path)))?;
-            loop {
-                let n = input.read(&mut buf).map_err(io_err(&from))?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                w.write_all(&buf[..n]).map_err(io_err(&out.join(&e.path)))?;
-                total += n as u64;
+        sources.push((e, from));
+    }
+    // The order every bundle has: bundle.json, SHA256SUMS, then the rest.
+    sources.sort_by_key(|(e, _)| (e.path != MANIFEST_PATH, e.path.clone()));
+    let (reader, writer) = io::pipe().map_err(|source| DeltaError::Io {
+        path: delta_root.to_owned(),
+        source,
+    })?;
+    std::thread::scope(|scope| {
+        let producer = scope.spawn(|| write_tar(writer, &manifest.target_sums, &sources));
+        let verified = verify_tar(io::BufReader::with_capacity(1 << 20, reader), sink, limits);
+        let produced = producer.join().unwrap_or(Err(Some(DeltaError::Invalid {
+            what: DELTA_PATH.to_owned(),
+            reason: "the rebuild stopped unexpectedly".to_owned(),
+        })));
+        match (produced, verified) {
+            // A source's own fault names the source.
+            (Err(Some(e)), _) => Err(e),
+            (_, Err(e)) => Err(DeltaError::Verify(e)),
+            (Err(None), Ok(_)) => Err(DeltaError::Invalid {
+                what: DELTA_PATH.to_owned(),
+                reason: "the rebuilt stream ended early".to_owned(),
+            }),
+            (Ok(()), Ok(report)) if report.content_digest != manifest.target_content_digest => {
+                Err(DeltaError::Digest {
+                    expected: manifest.target_content_digest.clone(),
+                    actual: report.content_digest,
+                })
             }
-            w.flush().map_err(io_err(&out.join(&e.path)))?;
+            (Ok(()), Ok(report)) => Ok(report),
         }
-        let actual = hex::encode(hasher.finalize());
-        if actual != e.sha256 {
-            return Err(DeltaError::Mismatch {
+    })
+}
+
+/// Writes the target's tar stream into `out`. `Err(None)`: the verifier stopped reading (its
+/// error is the one to report); `Err(Some(_))`: a source is at fault.
+fn write_tar(
+    out: io::PipeWriter,
+    target_sums: &str,
+    sources: &[(&DeltaEntry, PathBuf)],
+) -> Result<(), Option<DeltaError>> {
+    let mut tar = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, out));
+    let mut sums_written = false;
+    for (e, from) in sources {
+        if !sums_written && e.path != MANIFEST_PATH {
+            append(
+                &mut tar,
+                SUMS_PATH,
+                0o644,
+                target_sums.len() as u64,
+                target_sums.as_bytes(),
+            )
+            .map_err(|_| None)?;
+            sums_written = true;
+        }
+        let io_err = |source| {
+            Some(DeltaError::Io {
+                path: from.clone(),
+                source,
+            })
+        };
+        let input = fs_err::File::open(from).map_err(io_err)?;
+        let actual_size = input.metadata().map_err(io_err)?.len();
+        if actual_size != e.size {
+            return Err(Some(DeltaError::Size {
                 path: e.path.clone(),
-                from,
+                from: from.clone(),
+                expected: e.size,
+                actual: actual_size,
+            }));
+        }
+        let mut hashed = HashRead {
+            inner: input.take(e.size),
+            hasher: Sha256::new(),
+            read: 0,
+            failed: None,
+        };
+        let written = append(&mut tar, &e.path, e.mode, e.size, &mut hashed);
+        if let Some(source) = hashed.failed.take() {
+            return Err(io_err(source));
+        }
+        written.map_err(|_| None)?;
+        if hashed.read != e.size {
+            return Err(Some(DeltaError::Size {
+                path: e.path.clone(),
+                from: from.clone(),
+                expected: e.size,
+                actual: hashed.read,
+            }));
+        }
+        let actual = hex::encode(hashed.hasher.finalize());
+        if actual != e.sha256 {
+            return Err(Some(DeltaError::Mismatch {
+                path: e.path.clone(),
+                from: from.clone(),
                 expected: e.sha256.clone(),
                 actual,
-            });
+            }));
         }
     }
-    {
-        let mut w = sink
-            .file(SUMS_PATH, 0o644)
-            .map_err(io_err(&out.join(SUMS_PATH)))?;
-        w.write_all(manifest.target_sums.as_bytes())
-            .and_then(|()| w.flush())
-            .map_err(io_err(&out.join(SUMS_PATH)))?;
+    if !sums_written {
+        append(
+            &mut tar,
+            SUMS_PATH,
+            0o644,
+            target_sums.len() as u64,
+            target_sums.as_bytes(),
+        )
+        .map_err(|_| None)?;
     }
-    sink.finish().map_err(io_err(out))?;
-    Ok(total + manifest.target_sums.len() as u64)
+    tar.into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(|_| None)
+}
+
+fn append<W: Write>(
+    tar: &mut tar::Builder<W>,
+    path: &str,
+    mode: u32,
+    size: u64,
+    data: impl Read,
+) -> io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(size);
+    header.set_mode(mode);
+    header.set_mtime(0);
+    tar.append_data(&mut header, path, data)
+}
+
+/// Hashes and counts what passes through; keeps a read error of the source apart from the
+/// writer's.
+struct HashRead<R> {
+    inner: R,
+    hasher: Sha256,
+    read: u64,
+    failed: Option<io::Error>,
+}
+
+impl<R: Read> Read for HashRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.hasher.update(&buf[..n]);
+                self.read += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                let shown = io::Error::new(e.kind(), e.to_string());
+                self.failed = Some(e);
+                Err(shown)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::pack::PlannedFile;
+    use crate::manifest::BundleManifest;
+    use crate::pack::{plan_bundle, Entry, Source, FILE_MODE};
 
-    fn file(path: &str, content: &[u8]) -> PlannedFile {
-        PlannedFile {
-            path: path.into(),
-            sha256: sha256_hex(content),
-            size: content.len() as u64,
-            mode: 0o644,
-        }
+    /// The bundle `pack` would write with `files` (path, content) and an empty manifest.
+    fn planned(files: &[(&str, &[u8])]) -> PlannedBundle {
+        let manifest = BundleManifest {
+            format_version: crate::FORMAT_VERSION,
+            tool_version: "0.1.0".into(),
+            cluster: "c".into(),
+            kubernetes_version: "v1.33.1".into(),
+            zone: "default".into(),
+            arches: ["amd64".to_owned()].into(),
+            created: 0,
+            files: vec![],
+            images: vec![],
+            sizes: BTreeMap::new(),
+        };
+        let entries = files
+            .iter()
+            .map(|(path, content)| Entry {
+                path: (*path).to_owned(),
+                source: Source::Bytes(content.to_vec()),
+                sha256: None,
+                mode: FILE_MODE,
+            })
+            .collect();
+        plan_bundle(&manifest, entries).expect("plan")
     }
 
-    /// A planned bundle of `files` and a `bundle.json` of `{}`.
-    fn planned(files: Vec<PlannedFile>) -> PlannedBundle {
-        let mut files = files;
-        files.push(file("bundle.json", b"{}\n"));
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        PlannedBundle {
-            manifest_json: b"{}\n".to_vec(),
-            files,
+    /// Writes what the delta carries into its store under `droot`.
+    fn store(droot: &Path, target: &PlannedBundle, contents: &[&[u8]]) {
+        std::fs::create_dir_all(droot.join(STORE_DIR)).expect("mkdir");
+        for c in contents
+            .iter()
+            .copied()
+            .chain([target.manifest_json.as_slice()])
+        {
+            std::fs::write(droot.join(STORE_DIR).join(sha256_hex(c)), c).expect("w");
         }
     }
 
@@ -549,7 +731,7 @@ mod tests {
             ..SiteInventory::default()
         };
         inv.files.insert(sha256_hex(b"same"), 4);
-        let target = planned(vec![file("files/a", b"same"), file("files/b", b"new")]);
+        let target = planned(&[("files/a", b"same"), ("files/b", b"new")]);
         let (delta, carry) = plan(&target, &inv, &"0".repeat(64));
         assert_eq!(carry.len(), 2, "files/b and bundle.json");
         assert_eq!(delta.from_site().count(), 1);
@@ -558,12 +740,16 @@ mod tests {
 
         // The delta's store holds what the site lacks.
         let droot = dir.path().join("delta");
-        std::fs::create_dir_all(droot.join(STORE_DIR)).expect("mkdir");
-        std::fs::write(droot.join(STORE_DIR).join(sha256_hex(b"new")), b"new").expect("w");
-        std::fs::write(droot.join(STORE_DIR).join(sha256_hex(b"{}\n")), b"{}\n").expect("w");
+        store(&droot, &target, &[b"new"]);
         let out = dir.path().join("out");
         let site = old.join("files/a");
-        rebuild(&parsed, &droot, &out, &|_| Some(site.clone())).expect("rebuilds");
+        let report = rebuild(&parsed, &droot, &out, &|_| Some(site.clone())).expect("rebuilds");
+        assert_eq!(report.content_digest, parsed.target_content_digest);
+        assert_eq!(
+            report.pinned_bytes,
+            Some(report.bytes),
+            "sizes pinned as pack pins them"
+        );
         let sums = std::fs::read(out.join(SUMS_PATH)).expect("sums");
         assert_eq!(sha256_hex(&sums), parsed.target_content_digest);
         assert_eq!(std::fs::read(out.join("files/a")).expect("a"), b"same");
@@ -579,12 +765,81 @@ mod tests {
         })
         .expect_err("mismatch");
         assert!(matches!(err, DeltaError::Mismatch { .. }), "{err}");
+        // A longer source is not read past the entry's size.
+        std::fs::write(&site, b"same and more").expect("w");
+        let err = rebuild(&parsed, &droot, &dir.path().join("out4"), &|_| {
+            Some(site.clone())
+        })
+        .expect_err("size");
+        assert!(
+            matches!(
+                err,
+                DeltaError::Size {
+                    expected: 4,
+                    actual: 13,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_tree_goes_through_every_check_of_a_bundle() {
+        // The target's layout names a blob the bundle lacks: `pack` plans it, but the
+        // rebuilt bundle must not close, exactly as the same full bundle would not verify.
+        let dir = tempfile::tempdir().expect("tmp");
+        let index = format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:{}","size":2}}]}}"#,
+            "a".repeat(64)
+        );
+        let target = planned(&[("images/index.json", index.as_bytes())]);
+        let (delta, _) = plan(&target, &SiteInventory::default(), &"0".repeat(64));
+        let droot = dir.path().join("delta");
+        store(&droot, &target, &[index.as_bytes()]);
+        let err = rebuild(&delta, &droot, &dir.path().join("out"), &|_| None).expect_err("layout");
+        assert!(
+            matches!(err, DeltaError::Verify(VerifyError::Layout(_))),
+            "{err:?}"
+        );
+
+        // Over the space limit: refused before the sink gets anything.
+        let target = planned(&[("files/a", b"0123456789")]);
+        let (delta, _) = plan(&target, &SiteInventory::default(), &"0".repeat(64));
+        let droot = dir.path().join("delta2");
+        store(&droot, &target, &[b"0123456789"]);
+        let limits = Limits { max_bytes: Some(5) };
+        let err = rebuild_into(
+            &delta,
+            &droot,
+            &mut crate::verify::NullSink,
+            limits,
+            &|_| None,
+        )
+        .expect_err("space");
+        assert!(
+            matches!(err, DeltaError::Verify(VerifyError::NoSpace { .. })),
+            "{err:?}"
+        );
+
+        // Another target than the delta names: refused.
+        let mut other = delta.clone();
+        other.target_content_digest = "b".repeat(64);
+        let err = rebuild_into(
+            &other,
+            &droot,
+            &mut crate::verify::NullSink,
+            Limits::default(),
+            &|_| None,
+        )
+        .expect_err("digest");
+        assert!(matches!(err, DeltaError::Digest { .. }), "{err:?}");
     }
 
     #[test]
     fn parse_refuses_entries_that_leave_the_tree() {
         let (mut delta, _) = plan(
-            &planned(vec![file("files/a", b"x")]),
+            &planned(&[("files/a", b"x")]),
             &SiteInventory::default(),
             "",
         );

@@ -62,6 +62,37 @@ const TRUSTED: &str = "trusted comment: ";
 /// File name suffix of a detached signature (`demo.tar.zst.minisig`).
 pub const SIGNATURE_SUFFIX: &str = ".minisig";
 
+/// Largest key or signature file read ([`read_file`]): two comment lines of at most
+/// [`MAX_COMMENT`] bytes and two base64 lines make less than 2.5 KiB.
+pub const MAX_FILE: u64 = 8 << 10;
+
+/// Reads a minisign key or signature file, refusing one over [`MAX_FILE`] bytes (it comes from
+/// the same untrusted media as the bundle) or not UTF-8 before parsing it.
+///
+/// # Errors
+///
+/// The I/O error (its kind kept: `NotFound` for an absent file); `InvalidData` for a file too
+/// large or not text.
+pub fn read_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_FILE} bytes: not a minisign key or signature"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not text: not a minisign key or signature",
+        )
+    })
+}
+
 /// A problem with a key or signature.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]

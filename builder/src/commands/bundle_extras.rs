@@ -227,7 +227,8 @@ pub fn load_secret_key(path: &Path) -> Result<sign::SecretKey> {
             path.display()
         );
     }
-    let text = fs_err::read_to_string(path)?;
+    let text =
+        sign::read_file(path).with_context(|| format!("Failed to read `{}`", path.display()))?;
     sign::SecretKey::parse(&text).with_context(|| {
         format!(
             "`{}` is not a usable signing key (make one with `kubexm-build keygen`, or `minisign -G -W`)",

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use kubexm_bundles::sign::{self, PublicKey, Signature};
 use kubexm_bundles::split::{self, PartsReader, SplitIndex};
 use kubexm_bundles::verify::{verify, NullSink};
+use kubexm_manifests::display::Untrusted;
 
 use super::bundle_extras::beside;
 use crate::cli::VerifyArgs;
@@ -104,14 +105,19 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
     }
     let report = verify(input.open()?, &mut NullSink)
         .with_context(|| format!("`{shown}` failed verification"))?;
+    let pinned = if report.pinned_bytes.is_some() {
+        "sizes pinned"
+    } else {
+        "formatVersion 1: sizes not pinned"
+    };
     writeln!(
         out,
-        "{}: OK ({} entries, {} bytes; cluster {}, Kubernetes {}, {} files, {} images)",
+        "{}: OK ({} entries; takes {} bytes on disk unpacked, {pinned}; cluster {}, Kubernetes {}, {} files, {} images)",
         shown,
         report.entries,
         report.bytes,
-        report.manifest.cluster,
-        report.manifest.kubernetes_version,
+        Untrusted(&report.manifest.cluster),
+        Untrusted(&report.manifest.kubernetes_version),
         report.manifest.files.len(),
         report.manifest.images.len()
     )?;
@@ -122,7 +128,8 @@ fn load_trusted(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
     paths
         .iter()
         .map(|p| {
-            let text = fs_err::read_to_string(p)?;
+            let text =
+                sign::read_file(p).with_context(|| format!("Failed to read `{}`", p.display()))?;
             PublicKey::parse(&text)
                 .with_context(|| format!("`{}` is not a minisign public key", p.display()))
         })
@@ -130,7 +137,7 @@ fn load_trusted(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
 }
 
 fn check_signature(trusted: &[PublicKey], message: &[u8], sig_path: &Path) -> Result<PublicKey> {
-    let text = fs_err::read_to_string(sig_path)
+    let text = sign::read_file(sig_path)
         .with_context(|| format!("no signature `{}`", sig_path.display()))?;
     let sig = Signature::parse(&text)?;
     Ok(sign::verify(trusted, message, &sig)?.clone())

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::check::{self, ManifestProblem};
 use crate::hash;
 use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
-use crate::{space, sums};
+use crate::{pins, space, sums};
 
 mod chunks;
 mod error;
@@ -133,10 +133,12 @@ pub fn pack(
 ) -> Result<PackReport, PackError> {
     let (dir, partial) = output_paths(out)?;
     let Layout {
+        manifest,
         files,
         dirs,
         manifest_json,
     } = layout(manifest, entries)?;
+    let manifest = &manifest;
 
     let sums_len: usize = files
         .iter()
@@ -190,6 +192,8 @@ pub fn pack(
 /// The files (checked and sorted), the derived directories and `bundle.json`'s bytes: what
 /// [`pack`] writes and [`plan_bundle`] describes.
 struct Layout {
+    /// The manifest with every entry's size pinned (formatVersion 2).
+    manifest: BundleManifest,
     files: Vec<plan::Planned>,
     dirs: std::collections::BTreeSet<String>,
     manifest_json: Vec<u8>,
@@ -204,9 +208,13 @@ fn layout(manifest: &BundleManifest, entries: Vec<Entry>) -> Result<Layout, Pack
     }
     let files = plan::plan(entries)?;
     let dirs = plan::directories(&files)?;
-    let mut manifest_json = serde_json::to_vec_pretty(manifest).map_err(PackError::Serialize)?;
+    // formatVersion 2: every entry's size is pinned in bundle.json.
+    let mut manifest = manifest.clone();
+    manifest.sizes = files.iter().map(|f| (f.path.clone(), f.size)).collect();
+    let mut manifest_json = serde_json::to_vec_pretty(&manifest).map_err(PackError::Serialize)?;
     manifest_json.push(b'\n');
     Ok(Layout {
+        manifest,
         files,
         dirs,
         manifest_json,
@@ -226,6 +234,7 @@ fn sums_of(
         sums.insert(file.path.clone(), sum);
     }
     check::manifest(manifest, &sums).map_err(PackError::Manifest)?;
+    pins::pins(manifest, &sums).map_err(PackError::Manifest)?;
     sums.insert(MANIFEST_PATH.to_owned(), hash::sha256_hex(manifest_json));
     Ok(sums)
 }
@@ -264,11 +273,12 @@ pub fn plan_bundle(
     entries: Vec<Entry>,
 ) -> Result<PlannedBundle, PackError> {
     let Layout {
+        manifest,
         files,
         manifest_json,
         ..
     } = layout(manifest, entries)?;
-    let sums = sums_of(manifest, &files, &manifest_json)?;
+    let sums = sums_of(&manifest, &files, &manifest_json)?;
     let mut planned: Vec<PlannedFile> = files
         .iter()
         .map(|f| PlannedFile {

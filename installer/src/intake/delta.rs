@@ -3,7 +3,8 @@
 //! up at the site: an absent base is refused there, naming each missing entry, before anything
 //! is written. After the delta is unpacked, the full bundle's tree is rebuilt from the delta,
 //! the unpacked bundles and (for blobs only the registry holds) the site's registry, each entry
-//! checked against its sha256, and published under the full bundle's content digest — the tree
+//! checked against its sha256 and size, streamed through the same verifier as a whole bundle
+//! (pinned sizes, sums, paths, the image layout's closure, the free-space limit), and published under the full bundle's content digest — the tree
 //! the rest of the install reads, exactly as if the full bundle had been unpacked.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use kubexm_bundles::delta::{self as format, DeltaEntry, DeltaError, DeltaManifest, EntrySource};
 use kubexm_bundles::head::{read_head, HeadError};
+use kubexm_bundles::verify::DirSink;
 
 use super::site::SiteFiles;
 use super::source::BundleSource;
@@ -128,16 +130,28 @@ pub async fn complete(
         .collect();
     let plan = delta.clone();
     let bundle_owned = bundle.to_owned();
-    let published = publish_tree(work_dir, &delta.target_content_digest, move |out| {
-        let locate = |e: &DeltaEntry| by_sha.get(&e.sha256).cloned();
-        format::rebuild(&plan, &delta_root, out, &locate).map_err(|source| {
-            Box::new(IntakeDeltaError::Delta {
-                bundle: bundle_owned.clone(),
-                source,
-            }) as Box<dyn std::error::Error + Send + Sync>
-        })?;
-        Ok(())
-    })?;
+    let published = publish_tree(
+        work_dir,
+        &delta.target_content_digest,
+        move |out, limits| {
+            let locate = |e: &DeltaEntry| by_sha.get(&e.sha256).cloned();
+            let boxed = |source| {
+                Box::new(IntakeDeltaError::Delta {
+                    bundle: bundle_owned.clone(),
+                    source,
+                }) as Box<dyn std::error::Error + Send + Sync>
+            };
+            let mut sink = DirSink::new(out).map_err(|source| {
+                boxed(DeltaError::Io {
+                    path: out.to_owned(),
+                    source,
+                })
+            })?;
+            // The same verifier as any bundle: pinned sizes, sums, paths, the layout closure.
+            format::rebuild_into(&plan, &delta_root, &mut sink, limits, &locate).map_err(boxed)?;
+            Ok(())
+        },
+    )?;
     tracing::info!(
         bundle = %bundle.display(),
         dir = %published.dir.display(),

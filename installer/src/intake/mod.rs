@@ -139,7 +139,7 @@ pub fn prepare(
         })?;
     let full = if is_complete(work_dir, &plan.target_content_digest) {
         // Completed by an earlier run: publish_tree reuses it.
-        crate::unpack::publish_tree(work_dir, &plan.target_content_digest, |_| {
+        crate::unpack::publish_tree(work_dir, &plan.target_content_digest, |_, _| {
             Err("the completed tree vanished".into())
         })?
     } else {

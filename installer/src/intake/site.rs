@@ -156,6 +156,7 @@ fn bundle_candidates(
             })?;
         for (repo, blobs) in seed::image_blobs(&b.dir, &manifest, opts)? {
             for (digest, size) in blobs {
+                let digest = digest.to_string();
                 into.entry(digest)
                     .or_insert((size, BTreeSet::new()))
                     .1

@@ -133,7 +133,7 @@ impl TrustPolicy {
                     path: path.clone(),
                     source,
                 };
-                let text = std::fs::read_to_string(path).map_err(|e| key_err(Box::new(e)))?;
+                let text = sign::read_file(path).map_err(|e| key_err(Box::new(e)))?;
                 PublicKey::parse(&text).map_err(|e| key_err(Box::new(e)))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -197,7 +197,7 @@ impl TrustPolicy {
 }
 
 fn read_signature(sig_path: &Path, bundle: &Path) -> Result<Signature, TrustError> {
-    let text = match std::fs::read_to_string(sig_path) {
+    let text = match sign::read_file(sig_path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(TrustError::Unsigned {

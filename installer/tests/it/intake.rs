@@ -42,6 +42,7 @@ pub(crate) fn manifest_with(files: &[(&str, &[u8])]) -> BundleManifest {
         zone: "default".into(),
         arches: ["amd64".to_owned()].into(),
         created: 1_700_000_000,
+        sizes: BTreeMap::new(),
         files: files
             .iter()
             .map(|(path, content)| {
@@ -451,7 +452,7 @@ fn inventory_lists_registry_blobs_and_a_delta_fetches_them_from_the_registry() {
     let expected: BTreeSet<String> = kubexm_install::seed::image_blobs(&u.dir, &u.manifest, &opts)
         .expect("blobs")
         .into_iter()
-        .flat_map(|(_, b)| b.into_keys())
+        .flat_map(|(_, b)| b.into_keys().map(|d| d.to_string()))
         .collect();
     assert!(!expected.is_empty());
     assert_eq!(
