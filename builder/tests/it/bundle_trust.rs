@@ -302,11 +302,14 @@ fn a_signature_does_not_carry_over_to_another_bundle() {
     let key_arg = lab.path("k.key").display().to_string();
     let out = bundle(&lab, "a.tar.zst", "cache", &["--sign", &key_arg]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // Another bundle (one more line in cluster.yaml → another content digest), with a's signature.
+    // Another bundle (another cluster name → another content digest; a comment would not do:
+    // the inline registry password makes the builder re-render cluster.yaml without comments),
+    // with a's signature.
     let cluster = lab.path("cluster.yaml");
-    let mut text_now = std::fs::read_to_string(&cluster).expect("cluster");
-    text_now.push_str("# changed\n");
-    std::fs::write(&cluster, text_now).expect("write");
+    let before = std::fs::read_to_string(&cluster).expect("cluster");
+    let changed = before.replace("metadata: {name: lab}", "metadata: {name: lab2}");
+    assert_ne!(before, changed, "the cluster name is in cluster.yaml");
+    std::fs::write(&cluster, changed).expect("write");
     let out = bundle(&lab, "b.tar.zst", "cache", &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     std::fs::copy(lab.path("a.tar.zst.minisig"), lab.path("b.tar.zst.minisig")).expect("copy");
