@@ -145,13 +145,14 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::manifest::{FileRecord, ImageRecord};
 
     const H: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-    fn bundle() -> BundleManifest {
+    /// A valid manifest of one file (other modules' tests start from it).
+    pub(crate) fn bundle() -> BundleManifest {
         BundleManifest {
             format_version: crate::FORMAT_VERSION,
             tool_version: "0.1.0".into(),

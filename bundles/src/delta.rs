@@ -561,77 +561,75 @@ fn write_tar(
     sources: &[(&DeltaEntry, PathBuf)],
 ) -> Result<(), Option<DeltaError>> {
     let mut tar = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, out));
-    let mut sums_written = false;
-    for (e, from) in sources {
-        if !sums_written && e.path != MANIFEST_PATH {
-            append(
-                &mut tar,
-                SUMS_PATH,
-                0o644,
-                target_sums.len() as u64,
-                target_sums.as_bytes(),
-            )
-            .map_err(|_| None)?;
-            sums_written = true;
-        }
-        let io_err = |source| {
-            Some(DeltaError::Io {
-                path: from.clone(),
-                source,
-            })
-        };
-        let input = fs_err::File::open(from).map_err(io_err)?;
-        let actual_size = input.metadata().map_err(io_err)?.len();
-        if actual_size != e.size {
-            return Err(Some(DeltaError::Size {
-                path: e.path.clone(),
-                from: from.clone(),
-                expected: e.size,
-                actual: actual_size,
-            }));
-        }
-        let mut hashed = HashRead {
-            inner: input.take(e.size),
-            hasher: Sha256::new(),
-            read: 0,
-            failed: None,
-        };
-        let written = append(&mut tar, &e.path, e.mode, e.size, &mut hashed);
-        if let Some(source) = hashed.failed.take() {
-            return Err(io_err(source));
-        }
-        written.map_err(|_| None)?;
-        if hashed.read != e.size {
-            return Err(Some(DeltaError::Size {
-                path: e.path.clone(),
-                from: from.clone(),
-                expected: e.size,
-                actual: hashed.read,
-            }));
-        }
-        let actual = hex::encode(hashed.hasher.finalize());
-        if actual != e.sha256 {
-            return Err(Some(DeltaError::Mismatch {
-                path: e.path.clone(),
-                from: from.clone(),
-                expected: e.sha256.clone(),
-                actual,
-            }));
-        }
+    // bundle.json (sorted first when the target has one), SHA256SUMS, the rest.
+    let head = usize::from(
+        sources
+            .first()
+            .is_some_and(|(e, _)| e.path == MANIFEST_PATH),
+    );
+    let (manifest, rest) = sources.split_at(head);
+    for (e, from) in manifest {
+        append_source(&mut tar, e, from)?;
     }
-    if !sums_written {
-        append(
-            &mut tar,
-            SUMS_PATH,
-            0o644,
-            target_sums.len() as u64,
-            target_sums.as_bytes(),
-        )
-        .map_err(|_| None)?;
+    let sums = target_sums.as_bytes();
+    append(&mut tar, SUMS_PATH, 0o644, sums.len() as u64, sums).map_err(|_| None)?;
+    for (e, from) in rest {
+        append_source(&mut tar, e, from)?;
     }
     tar.into_inner()
         .and_then(|mut w| w.flush())
         .map_err(|_| None)
+}
+
+/// Appends entry `e` read from `from`: no further than its size, its size and sum checked.
+fn append_source<W: Write>(
+    tar: &mut tar::Builder<W>,
+    e: &DeltaEntry,
+    from: &Path,
+) -> Result<(), Option<DeltaError>> {
+    let io_err = |source| {
+        Some(DeltaError::Io {
+            path: from.to_owned(),
+            source,
+        })
+    };
+    let size_err = |actual| {
+        Some(DeltaError::Size {
+            path: e.path.clone(),
+            from: from.to_owned(),
+            expected: e.size,
+            actual,
+        })
+    };
+    let input = fs_err::File::open(from).map_err(io_err)?;
+    let actual_size = input.metadata().map_err(io_err)?.len();
+    if actual_size != e.size {
+        return Err(size_err(actual_size));
+    }
+    let mut hashed = HashRead {
+        inner: input.take(e.size),
+        hasher: Sha256::new(),
+        read: 0,
+        failed: None,
+    };
+    let written = append(tar, &e.path, e.mode, e.size, &mut hashed);
+    if let Some(source) = hashed.failed.take() {
+        return Err(io_err(source));
+    }
+    written.map_err(|_| None)?;
+    if hashed.read != e.size {
+        return Err(size_err(hashed.read));
+    }
+    let actual = hex::encode(hashed.hasher.finalize());
+    if actual != e.sha256 {
+        return Err(Some(DeltaError::Mismatch {
+            path: e.path.clone(),
+            from: from.to_owned(),
+            expected: e.sha256.clone(),
+            actual,
+        }));
+    }
+    Ok(())
 }
 
 fn append<W: Write>(
@@ -685,16 +683,8 @@ mod tests {
     /// The bundle `pack` would write with `files` (path, content) and an empty manifest.
     fn planned(files: &[(&str, &[u8])]) -> PlannedBundle {
         let manifest = BundleManifest {
-            format_version: crate::FORMAT_VERSION,
-            tool_version: "0.1.0".into(),
-            cluster: "c".into(),
-            kubernetes_version: "v1.33.1".into(),
-            zone: "default".into(),
-            arches: ["amd64".to_owned()].into(),
-            created: 0,
             files: vec![],
-            images: vec![],
-            sizes: BTreeMap::new(),
+            ..crate::check::tests::bundle()
         };
         let entries = files
             .iter()

@@ -341,18 +341,12 @@ impl PushClient {
             object: &object,
             bytes: 0,
         };
-        let resp = self
-            .send(
-                &op,
-                Method::HEAD,
-                &format!("/v2/{repo}/manifests/{reference}"),
-                &h,
-                Body::Empty,
-            )
-            .await?;
-        if !resp.status().is_success() {
+        let Some(resp) = self
+            .head(&op, &format!("/v2/{repo}/manifests/{reference}"), &h)
+            .await?
+        else {
             return Ok(None);
-        }
+        };
         Ok(resp
             .headers()
             .get("docker-content-digest")
@@ -401,18 +395,26 @@ impl PushClient {
             bytes: 0,
         };
         let resp = self
-            .send(
+            .head(
                 &op,
-                Method::HEAD,
                 &format!("/v2/{repo}/blobs/{digest}"),
                 &HeaderMap::new(),
-                Body::Empty,
             )
             .await?;
-        if !resp.status().is_success() {
-            return Ok(None);
-        }
-        Ok(Some(resp.content_length().unwrap_or(0)))
+        Ok(resp.map(|r| r.content_length().unwrap_or(0)))
+    }
+
+    /// HEADs `path`: the answer when the registry serves it, `None` otherwise.
+    async fn head(
+        &self,
+        op: &Op<'_>,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Result<Option<reqwest::Response>, SeedError> {
+        let resp = self
+            .send(op, Method::HEAD, path, headers, Body::Empty)
+            .await?;
+        Ok(resp.status().is_success().then_some(resp))
     }
 
     /// GETs a `/v2/…` path of `repo` (or of the catalog when `repo` is [`CATALOG`]) into memory,

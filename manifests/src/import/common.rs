@@ -314,6 +314,66 @@ pub(crate) fn new_host(name: String, address: String) -> Host {
 }
 
 /// `amd64`/`x86_64` and `arm64`/`aarch64`.
+/// The fields both KubeKey formats give a host alike: `port` and `user` under `conn` (the host
+/// itself in v1alpha2, its `connector` in v4), `arch` and `labels` under `at`.
+///
+/// # Errors
+///
+/// An architecture KubeXM does not bundle.
+pub(crate) fn host_fields(
+    doc: &mut Doc,
+    ctx: &Ctx<'_>,
+    host: &mut Host,
+    conn: &FieldPath,
+    at: &FieldPath,
+) -> Result<(), ImportError> {
+    if let Some(port) = doc.integer(&conn.key("port")) {
+        match u16::try_from(port) {
+            Ok(p) if p > 0 => host.port = p,
+            _ => doc.reject(&conn.key("port"), &Value::from(port), "not a TCP port"),
+        }
+    }
+    if let Some(user) = doc.string(&conn.key("user")) {
+        host.user = user;
+    }
+    if let Some(arch) = doc.string(&at.key("arch")) {
+        host.arch = parse_arch(&arch).ok_or_else(|| {
+            ctx.field_error(
+                &at.key("arch"),
+                format!("architecture `{arch}` is not one KubeXM bundles"),
+                "use amd64 or arm64",
+            )
+        })?;
+    }
+    for key in doc.keys(&at.key("labels")) {
+        if let Some(v) = doc.string(&at.key("labels").key(&key)) {
+            host.labels.insert(key, v);
+        }
+    }
+    Ok(())
+}
+
+/// Adds `host` with its credentials: the key path as given, an inline key and a password each
+/// written to its own 0600 file. Returns the host's index.
+pub(crate) fn push_host(
+    ctx: &mut Ctx<'_>,
+    mut host: Host,
+    key_path: Option<String>,
+    inline_key: Option<String>,
+    password: Option<String>,
+) -> usize {
+    host.private_key_path = key_path;
+    ctx.cluster.spec.hosts.push(host);
+    let idx = ctx.cluster.spec.hosts.len() - 1;
+    if let Some(key) = inline_key {
+        ctx.host_key(idx, key);
+    }
+    if let Some(pw) = password {
+        ctx.host_password(idx, pw);
+    }
+    idx
+}
+
 pub(crate) fn parse_arch(s: &str) -> Option<Arch> {
     match s {
         "amd64" | "x86_64" => Some(Arch::Amd64),

@@ -6,8 +6,8 @@
 use serde_json::Value;
 
 use super::common::{
-    self, is_dns_label, map_feature_gates, new_host, parse_arch, parse_flags, set_endpoint,
-    split_internal, split_registry, Ctx, Endpoint,
+    self, host_fields, is_dns_label, map_feature_gates, new_host, parse_flags, push_host,
+    set_endpoint, split_internal, split_registry, Ctx, Endpoint,
 };
 use super::doc::{Doc, FieldPath};
 use super::{ImportError, ImportOptions, Imported};
@@ -111,29 +111,7 @@ fn hosts(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
                 format!("kept the IPv4 address; KubeXM keeps one in-cluster address per host, so `{rest}` (dual-stack) is not used"),
             );
         }
-        if let Some(port) = doc.integer(&at.key("port")) {
-            match u16::try_from(port) {
-                Ok(p) if p > 0 => host.port = p,
-                _ => doc.reject(&at.key("port"), &Value::from(port), "not a TCP port"),
-            }
-        }
-        if let Some(user) = doc.string(&at.key("user")) {
-            host.user = user;
-        }
-        if let Some(arch) = doc.string(&at.key("arch")) {
-            host.arch = parse_arch(&arch).ok_or_else(|| {
-                ctx.field_error(
-                    &at.key("arch"),
-                    format!("architecture `{arch}` is not one KubeXM bundles"),
-                    "use amd64 or arm64",
-                )
-            })?;
-        }
-        for key in doc.keys(&at.key("labels")) {
-            if let Some(v) = doc.string(&at.key("labels").key(&key)) {
-                host.labels.insert(key, v);
-            }
-        }
+        host_fields(doc, ctx, &mut host, &at, &at)?;
         doc.unmapped(
             &at.key("timeout"),
             "KubeXM has no per-host SSH timeout; its connections use one connect timeout",
@@ -141,18 +119,13 @@ fn hosts(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         let key_path = doc.string(&at.key("privateKeyPath"));
         let inline_key = doc.string(&at.key("privateKey"));
         let password = doc.string(&at.key("password"));
-        ctx.cluster.spec.hosts.push(host);
-        let idx = ctx.cluster.spec.hosts.len() - 1;
-        ctx.cluster.spec.hosts[idx].private_key_path = key_path.clone();
-        if let Some(key) = inline_key {
-            ctx.host_key(idx, key);
+        let inline = inline_key.is_some();
+        let idx = push_host(ctx, host, key_path, inline_key, password);
+        if inline {
             ctx.decide(
                 &format!("spec.hosts[{i}].privateKeyPath"),
                 "the inline privateKey is written to its own 0600 file",
             );
-        }
-        if let Some(pw) = password {
-            ctx.host_password(idx, pw);
         }
         let h = &ctx.cluster.spec.hosts[idx];
         if h.private_key_path.is_none() && h.password_file.is_none() {

@@ -7,8 +7,8 @@
 use serde_json::Value;
 
 use super::common::{
-    self, is_dns_label, is_template, map_feature_gates, new_host, parse_arch, set_endpoint,
-    split_registry, Ctx, Endpoint,
+    self, host_fields, is_dns_label, is_template, map_feature_gates, new_host, push_host,
+    set_endpoint, split_registry, Ctx, Endpoint,
 };
 use super::doc::{Doc, FieldPath};
 use super::{ImportError, ImportOptions, Imported};
@@ -148,29 +148,7 @@ fn inventory_hosts(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> 
             (None, Some(ip)) if ip != address => host.internal_address = Some(ip),
             _ => {}
         }
-        if let Some(port) = doc.integer(&c.key("port")) {
-            match u16::try_from(port) {
-                Ok(p) if p > 0 => host.port = p,
-                _ => doc.reject(&c.key("port"), &Value::from(port), "not a TCP port"),
-            }
-        }
-        if let Some(user) = doc.string(&c.key("user")) {
-            host.user = user;
-        }
-        if let Some(arch) = doc.string(&at.key("arch")) {
-            host.arch = parse_arch(&arch).ok_or_else(|| {
-                ctx.field_error(
-                    &at.key("arch"),
-                    format!("architecture `{arch}` is not one KubeXM bundles"),
-                    "use amd64 or arm64",
-                )
-            })?;
-        }
-        for key in doc.keys(&at.key("labels")) {
-            if let Some(v) = doc.string(&at.key("labels").key(&key)) {
-                host.labels.insert(key, v);
-            }
-        }
+        host_fields(doc, ctx, &mut host, &c, &at)?;
         let key_path = doc.string(&c.key("private_key"));
         let key_content = doc.string(&c.key("private_key_content"));
         let password = doc.string(&c.key("password"));
@@ -186,15 +164,7 @@ fn inventory_hosts(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> 
             &at.key("kubernetes"),
             "per-host storage and multipath settings are not KubeXM's",
         );
-        ctx.cluster.spec.hosts.push(host);
-        let idx = ctx.cluster.spec.hosts.len() - 1;
-        ctx.cluster.spec.hosts[idx].private_key_path = key_path;
-        if let Some(key) = key_content {
-            ctx.host_key(idx, key);
-        }
-        if let Some(pw) = password {
-            ctx.host_password(idx, pw);
-        }
+        push_host(ctx, host, key_path, key_content, password);
     }
     Ok(())
 }
