@@ -6,14 +6,21 @@
 //! deciding which tasks run where), [`pipelines`] (ordered lists of modules: create, delete),
 //! [`pipeline`] (the engine: steps, executor, state, journal, plan), [`run`] (connecting to the
 //! nodes and running a pipeline), [`runner`] (local and SSH runners).
+//!
+//! Day-2: [`record`] (the installed cluster kept in the work directory), [`change`] (what an
+//! edited cluster.yaml changes), [`facts`] (what the running cluster says, gathered once, and
+//! the checks made on it) and the `add_node`, `delete_node` and `etcd_member` pipelines.
 #![warn(missing_docs)]
 
+pub mod change;
 pub mod context;
+pub mod facts;
 pub mod inventory;
 pub mod modules;
 pub mod pipeline;
 pub mod pipelines;
 pub mod pki;
+pub mod record;
 pub mod run;
 pub mod runner;
 pub mod seed;

@@ -75,7 +75,19 @@ pub(crate) fn run(
         anyhow::bail!("{}", delete_summary(&ctx, &plan));
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
-    run_and_report(&ctx, &pipeline, &opts, "Delete failed", "deleted")?;
+    let started_at = kubexm_install::record::now();
+    let started = std::time::Instant::now();
+    let result = run_and_report(&ctx, &pipeline, &opts, "Delete failed", "deleted");
+    super::record_whole(
+        &ctx,
+        args.file.as_deref(),
+        &opts,
+        "delete",
+        started_at,
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| format!("{e:#}")),
+    );
+    result?;
     // A later install starts from scratch: `--resume` must not skip what was just removed.
     let install_state = work_dir
         .join("state")

@@ -26,6 +26,18 @@ pub(crate) fn run(
         return Ok(());
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
-    run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed")?;
-    Ok(())
+    let started_at = kubexm_install::record::now();
+    let started = std::time::Instant::now();
+    let result = run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed");
+    // The installed cluster, for the day-2 commands (add-node, delete-node, etcd).
+    super::record_whole(
+        &ctx,
+        args.file.as_deref(),
+        &opts,
+        "install",
+        started_at,
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| format!("{e:#}")),
+    );
+    result
 }
