@@ -135,7 +135,11 @@ pub fn diff(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> C
             ),
             ("arch", old.arch.to_string(), h.arch.to_string()),
         ] {
-            if was != now {
+            // An internal address that follows the address is reported once, as the address.
+            let follows = field == "internalAddress"
+                && old.internal_address.is_none()
+                && h.internal_address.is_none();
+            if was != now && !follows {
                 change.problems.push(Problem {
                     path: format!("spec.hosts[{idx}].{field}"),
                     message: format!(

@@ -38,6 +38,9 @@ use crate::runner::shell;
 
 /// The API server's static pod manifest (kubeadm).
 pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+/// Its copy before KubeXM changed its etcd endpoints (the rollback), outside the manifests
+/// directory.
+const BACKUP: &str = "/etc/kubernetes/kubexm/kube-apiserver.yaml.kubexm-orig";
 
 /// etcdctl inside the stacked etcd pod of `master`, with kubeadm's health-check client
 /// certificate; append a subcommand.
@@ -395,11 +398,15 @@ impl Step for StaticPodEtcdServers {
         Ok(vec![
             Op::Run(
                 RunCommand::new(format!(
-                    "set -e\ngrep -q -- '^ *- --etcd-servers=' {APISERVER_MANIFEST} || {{ echo '{APISERVER_MANIFEST} has no --etcd-servers flag' >&2; exit 1; }}\ncp -a {APISERVER_MANIFEST} /etc/kubernetes/kubexm/kube-apiserver.yaml.kubexm-orig\nsed -i 's#^\\( *- --etcd-servers=\\).*#\\1{}#' {APISERVER_MANIFEST}",
+                    // Written beside, then renamed: the kubelet reads every file of the manifests
+                    // directory, so no temporary file may appear there.
+                    "set -e\ngrep -q -- '^ *- --etcd-servers=' {APISERVER_MANIFEST} || {{ echo '{APISERVER_MANIFEST} has no --etcd-servers flag' >&2; exit 1; }}\ncp -a {APISERVER_MANIFEST} {BACKUP}\nsed 's#^\\( *- --etcd-servers=\\).*#\\1{}#' {APISERVER_MANIFEST} > {BACKUP}.new\nchmod 600 {BACKUP}.new\nmv -f {BACKUP}.new {APISERVER_MANIFEST}",
                     self.servers
                 ))
                 .unless(has)
-                .undo(format!("if [ -e /etc/kubernetes/kubexm/kube-apiserver.yaml.kubexm-orig ]; then mv -f /etc/kubernetes/kubexm/kube-apiserver.yaml.kubexm-orig {APISERVER_MANIFEST}; fi")),
+                .undo(format!(
+                    "if [ -e {BACKUP} ]; then mv -f {BACKUP} {APISERVER_MANIFEST}; fi"
+                )),
             ),
             Op::Wait(WaitFor {
                 what: format!("the kubelet runs {}'s API server with the new etcd endpoints", node.name),
