@@ -120,13 +120,11 @@ check_install() {
 
 # --- day-2 (tests/lab/day2) ---
 
-# kubexm VERB ARGS...: kubexm-install VERB in the lab namespace with the lab's work directory,
-# known_hosts and node3's sudo password.
+# kubexm ARGS...: kubexm-install ARGS (a verb, e.g. `etcd add-member`, and its flags) in the lab
+# namespace with the lab's work directory, known_hosts and node3's sudo password.
 kubexm() {
-  local verb=$1
-  shift
   "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
-    "$BIN/kubexm-install" --work-dir "$work/kubexm" "$verb" --known-hosts "$LAB_KNOWN_HOSTS" "$@"
+    "$BIN/kubexm-install" --work-dir "$work/kubexm" "$@" --known-hosts "$LAB_KNOWN_HOSTS"
 }
 
 # with_hosts IN OUT NODE...: the lab cluster.yaml IN with hosts NODE (root, the lab key) added

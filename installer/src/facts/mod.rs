@@ -181,8 +181,9 @@ impl fmt::Display for ClusterFacts {
             None => writeln!(f, "  API: no master answered")?,
         }
         if let Some(e) = &self.etcd {
-            let list: Vec<String> = e
-                .members
+            let mut members: Vec<&EtcdMember> = e.members.iter().collect();
+            members.sort_by(|a, b| (a.name.is_empty(), &a.name).cmp(&(b.name.is_empty(), &b.name)));
+            let list: Vec<String> = members
                 .iter()
                 .map(|m| {
                     let name = if m.started() {

@@ -291,7 +291,7 @@ impl Step for RetireEtcd {
         let (d, c) = (shell::quote(&self.data_dir), shell::quote(&self.config));
         Ok(vec![Op::Run(
             RunCommand::new(format!(
-                "systemctl disable --now {UNIT} 2>/dev/null || systemctl stop {UNIT} 2>/dev/null || true\nrm -rf -- {d}\nrm -f -- {c} {UNIT_FILE}\nsystemctl daemon-reload"
+                "systemctl disable --now {UNIT} 2>/dev/null || systemctl stop {UNIT} 2>/dev/null || true\nrm -rf -- {d}\nrm -f -- {c} {UNIT_FILE}\nrmdir \"$(dirname -- {c})\" 2>/dev/null || true\nsystemctl daemon-reload"
             ))
             .unless(format!(
                 "[ ! -e {UNIT_FILE} ] && [ ! -e {d} ] && [ ! -e {c} ] && ! systemctl is-active -q {UNIT}"

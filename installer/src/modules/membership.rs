@@ -167,6 +167,10 @@ impl Step for Drain {
                 hint = shell::quote(&hint),
             ))
             .unless(node_absent(&k, &self.node))
+            // A drained node is cordoned (kubectl drain cordons first).
+            .verify(format!(
+                "[ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" = true ]"
+            ))
             .timeout(self.options.timeout + Duration::from_secs(60)),
         )])
     }
