@@ -161,7 +161,7 @@ pub fn membership(cluster: &ValidCluster) -> BTreeMap<String, Vec<String>> {
     crate::inventory::nodes(cluster)
         .into_iter()
         .map(|n| {
-            let mut roles = n.roles;
+            let mut roles: Vec<String> = n.roles.iter().map(|r| r.as_str().to_string()).collect();
             roles.sort();
             (n.name, roles)
         })

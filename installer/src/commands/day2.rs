@@ -41,6 +41,9 @@ pub(crate) struct Session {
     pub(crate) desired_full: ValidCluster,
     bundle: Option<BundleRef>,
     resolution: Option<kubexm_manifests::resolve::Resolution>,
+    /// The cluster's key directory, shared by every context of the run: planning (`--dry-run`)
+    /// makes what is missing in memory only; a run keeps it.
+    keys: kubexm_install::pki::KeyDir,
 }
 
 fn cluster_name(file: &kubexm_manifests::model::ClusterFile) -> String {
@@ -52,7 +55,8 @@ fn cluster_name(file: &kubexm_manifests::model::ClusterFile) -> String {
 }
 
 impl Session {
-    /// Loads the record of the cluster `common` names, its bundle and both clusters.
+    /// Loads the record of the cluster `common` names, its bundle and both clusters. Keys and
+    /// certificates missing from the PKI directory are written only without `--dry-run`.
     pub(crate) fn open(common: &Day2Args, work_dir: &Path) -> Result<Self> {
         let records = Records::new(work_dir);
         let file_text = match &common.file {
@@ -174,6 +178,13 @@ impl Session {
                 ),
             };
         let resolution = recorded.resolution.clone();
+        let keys = if common.dry_run {
+            recorded.key_dir()
+        } else {
+            recorded
+                .key_dir()
+                .with_keys(kubexm_install::pki::Keys::Keep)
+        };
         let mut s = Self {
             work_dir: work_dir.to_path_buf(),
             name,
@@ -185,6 +196,7 @@ impl Session {
             desired_full,
             bundle,
             resolution,
+            keys,
         };
         s.installed = s.context(installed_cluster);
         Ok(s)
@@ -195,6 +207,7 @@ impl Session {
         Arc::new(InstallContext {
             nodes: kubexm_install::inventory::nodes(&cluster),
             pki_dir: self.work_dir.join("pki").join(cluster.cluster_name()),
+            keys: self.keys.clone(),
             cluster,
             bundle: self.bundle.clone(),
             resolution: self.resolution.clone(),

@@ -12,6 +12,7 @@
 //! * The kubelets run the cluster's Kubernetes minor version (day-2 does not upgrade).
 
 use kubexm_manifests::model::EtcdType;
+use kubexm_manifests::resolve::Role;
 use kubexm_manifests::validate::Problem;
 
 use super::ClusterFacts;
@@ -307,10 +308,10 @@ pub fn check_add(
         let Some(n) = desired.node(name) else {
             continue;
         };
-        if n.has_role("registry") {
+        if n.has_role(Role::Registry) {
             v.problem(
                 "spec.roleGroups.registry",
-                format!("{name} would run the private registry, which already runs on {}", installed.with_role("registry").join(",")),
+                format!("{name} would run the private registry, which already runs on {}", installed.with_role(Role::Registry).join(",")),
                 "the registry host is chosen at install time: add the node without the registry role",
             );
         }
@@ -326,10 +327,10 @@ pub fn check_add(
                 "{name} is registered in the API already (an earlier add-node?): its join is skipped if it has joined"
             ));
         }
-        if n.has_role("etcd") && kind == EtcdType::Kubexm {
+        if n.has_role(Role::Etcd) && kind == EtcdType::Kubexm {
             etcd_new.push(name.clone());
         }
-        if n.has_role("master") {
+        if n.has_role(Role::Master) {
             masters_new += 1;
         }
     }
@@ -350,7 +351,7 @@ pub fn check_add(
                 "add masters one at a time (`add-node --node NAME`)",
             );
         } else {
-            stacked_masters_change(&mut v, facts, desired.with_role("master").len(), g);
+            stacked_masters_change(&mut v, facts, desired.with_role(Role::Master).len(), g);
         }
     }
     v
@@ -370,14 +371,14 @@ pub fn check_delete(
         return v;
     };
     api(&mut v, desired, facts);
-    if n.has_role("master") && desired.with_role("master").is_empty() {
+    if n.has_role(Role::Master) && desired.with_role(Role::Master).is_empty() {
         v.problem(
             "--node",
             format!("{node} is the last master"),
             "a cluster keeps at least one master: add another first, or delete the whole cluster with `kubexm-install delete`",
         );
     }
-    if n.has_role("registry") {
+    if n.has_role(Role::Registry) {
         v.problem(
             "--node",
             format!("{node} runs the private registry every node pulls from"),
@@ -407,7 +408,7 @@ pub fn check_delete(
         _ => {}
     }
     match installed.cluster.file.spec.etcd.kind {
-        EtcdType::Kubexm if n.has_role("etcd") => {
+        EtcdType::Kubexm if n.has_role(Role::Etcd) => {
             let layout = EtcdLayout::from_context(installed);
             let peer = layout
                 .member(node)
@@ -415,8 +416,8 @@ pub fn check_delete(
                 .unwrap_or_default();
             etcd_remove(&mut v, node, &peer, facts, g);
         }
-        EtcdType::Kubeadm if n.has_role("master") => {
-            let after = desired.with_role("master").len();
+        EtcdType::Kubeadm if n.has_role(Role::Master) => {
+            let after = desired.with_role(Role::Master).len();
             if after > 0 {
                 stacked_masters_change(&mut v, facts, after, g);
             }

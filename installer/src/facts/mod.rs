@@ -15,6 +15,7 @@
 pub mod checks;
 pub mod parse;
 
+use kubexm_manifests::resolve::Role;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -94,13 +95,13 @@ impl ClusterFacts {
         let nodes = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .map(|n| ApiNode {
                 name: n.name.clone(),
                 ready: true,
                 unschedulable: false,
                 kubelet_version: version.clone(),
-                control_plane: n.has_role("master"),
+                control_plane: n.has_role(Role::Master),
             })
             .collect();
         let etcd = (ctx.cluster.file.spec.etcd.kind == EtcdType::Kubexm).then(|| {
@@ -250,7 +251,7 @@ pub async fn gather(
         unreachable,
         ..ClusterFacts::default()
     };
-    for m in ctx.with_role("master") {
+    for m in ctx.with_role(Role::Master) {
         let (Some(runner), Some(node)) = (runners.get(&m), ctx.node(&m)) else {
             continue;
         };

@@ -19,6 +19,7 @@
 //! the member and `kubeadm reset` removes it; [`StackedMemberGoneModule`] checks (and, for a
 //! node that is gone, does) the removal through the etcd pod of a master that stays.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -317,7 +318,7 @@ impl Module for ApiServerEtcdModule {
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let ctx = &self.ctx;
-        let masters = ctx.with_role("master");
+        let masters = ctx.with_role(Role::Master);
         let servers = EtcdLayout::from_context(ctx).client_endpoints().join(",");
         match ctx.cluster.file.spec.kubernetes.kind {
             KubernetesType::Kubeadm => {

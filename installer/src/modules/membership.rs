@@ -13,6 +13,7 @@
 //! * [`LocalProxiesModule`]: the internal load balancer's local API proxies on the workers get
 //!   the new list of masters.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -272,7 +273,7 @@ impl Module for LocalProxiesModule {
             .ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("worker") && !n.has_role("master"))
+            .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
             .filter(|n| !self.except.contains(&n.name))
             .map(|n| n.name.clone())
             .collect();

@@ -25,6 +25,7 @@
 //!    haproxy/nginx) lists it.
 //! 10. `network` — from the first master: the pod network (unchanged) and every node Ready.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -57,19 +58,19 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
     let d = a.desired;
     let new = d.scope(a.new)?;
     let is_new = |n: &str| a.new.iter().any(|x| x == n);
-    let new_with = |role: &str| -> Vec<String> {
+    let new_with = |role: Role| -> Vec<String> {
         a.new
             .iter()
             .filter(|n| d.node(n).is_some_and(|x| x.has_role(role)))
             .cloned()
             .collect()
     };
-    let new_masters = new_with("master");
-    let new_lb = new_with("loadbalancer");
+    let new_masters = new_with(Role::Master);
+    let new_lb = new_with(Role::Loadbalancer);
     let kubexm_etcd = d.cluster.file.spec.etcd.kind == EtcdType::Kubexm;
-    let new_member = new_with("etcd").into_iter().find(|_| kubexm_etcd);
+    let new_member = new_with(Role::Etcd).into_iter().find(|_| kubexm_etcd);
     let first = d.first_master().map(|n| n.name.clone()).unwrap_or_default();
-    let masters = d.with_role("master");
+    let masters = d.with_role(Role::Master);
     let with = |extra: &[String]| -> Result<Scope, UnknownNode> {
         let mut s: BTreeSet<String> = a.new.iter().cloned().collect();
         s.extend(extra.iter().cloned());

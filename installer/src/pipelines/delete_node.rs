@@ -20,6 +20,7 @@
 //!    [`crate::modules::membership`]).
 //! 8. `node-prep` — every node that stays: the managed `/etc/hosts` block without the node.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use kubexm_manifests::model::{EtcdType, KubernetesType};
@@ -58,9 +59,10 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
         known: i.all().join(", "),
     })?;
     let only = i.scope(&[x.node])?;
-    let master = node.has_role("master");
+    let master = node.has_role(Role::Master);
     let registered = x.facts.api(x.node).is_some() || x.facts.assumed;
-    let kubexm_member = i.cluster.file.spec.etcd.kind == EtcdType::Kubexm && node.has_role("etcd");
+    let kubexm_member =
+        i.cluster.file.spec.etcd.kind == EtcdType::Kubexm && node.has_role(Role::Etcd);
     let stacked = i.cluster.file.spec.etcd.kind == EtcdType::Kubeadm && master;
     let gone = "--unreachable: the node is left as it is";
 
@@ -81,7 +83,7 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
         Phase::new("loadbalancer", loadbalancer::LoadBalancerModule(d.clone()))
             .one_at_a_time()
             .skip_if(
-                !master && !node.has_role("loadbalancer"),
+                !master && !node.has_role(Role::Loadbalancer),
                 "not a master or load-balancer node: the load balancers do not change",
             ),
     );
@@ -98,7 +100,7 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
     if i.cluster.file.spec.kubernetes.kind == KubernetesType::Kubexm {
         phases.push(
             Phase::new("kubexm-certs", kubexm::certs::KubexmCertsModule(d.clone()))
-                .scope(d.scope(&d.with_role("master"))?)
+                .scope(d.scope(&d.with_role(Role::Master))?)
                 .one_at_a_time()
                 .skip_if(!master, "not a master: the certificates do not change"),
         );

@@ -76,6 +76,7 @@ fn with_roles(
         cluster,
         bundle: None,
         pki_dir: full.pki_dir.clone(),
+        keys: full.keys.clone(),
         resolution: full.resolution.clone(),
     })
 }

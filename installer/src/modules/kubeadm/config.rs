@@ -30,6 +30,7 @@
 //!   bind the node's own address: a per-node kubeadm patch adds `--bind-address` (the cluster
 //!   configuration is shared by every master, so it cannot hold a per-node address).
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -54,6 +55,8 @@ pub const JOIN_CONFIG: &str = "/etc/kubernetes/kubexm/kubeadm-join.yaml";
 /// kubeadm patches (the API server's bind address).
 pub const PATCHES_DIR: &str = "/etc/kubernetes/kubexm/patches";
 /// containerd's CRI socket.
+// issue 13: kubeadm's criSocket is containerd's for every runtime; it should be
+// `runtime::Runtime::of(ctx).cri_socket()` (the rendered output is kept as is in this change).
 pub const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// External etcd: the CA kubeadm's components trust.
 pub const ETCD_CA: &str = "/etc/kubernetes/pki/etcd/ca.crt";
@@ -271,7 +274,7 @@ impl KubeadmSettings {
                 sans.push(vip.clone());
             }
         }
-        for m in ctx.with_role("master") {
+        for m in ctx.with_role(Role::Master) {
             if let Some(n) = ctx.node(&m) {
                 sans.push(n.name.clone());
                 sans.push(n.internal_address.clone());

@@ -39,10 +39,11 @@ pub mod flags;
 pub mod kubeconfig;
 pub mod node;
 
+use kubexm_manifests::resolve::Role;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use kubexm_manifests::model::{KubernetesType, RuntimeType};
+use kubexm_manifests::model::KubernetesType;
 use kubexm_manifests::version::KubeVersion;
 
 use super::loadbalancer::APISERVER_PORT;
@@ -168,7 +169,7 @@ impl KubexmCluster {
         self.ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master"))
+            .filter(|n| n.has_role(Role::Master))
             .collect()
     }
 
@@ -177,7 +178,7 @@ impl KubexmCluster {
         self.ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .map(|n| n.name.clone())
             .collect()
     }
@@ -224,22 +225,12 @@ impl KubexmCluster {
 
     /// The CRI socket of the configured runtime.
     pub fn runtime_endpoint(&self) -> &'static str {
-        match self.ctx.cluster.file.spec.runtime.kind {
-            RuntimeType::Containerd => "unix:///run/containerd/containerd.sock",
-            RuntimeType::Docker => "unix:///run/cri-dockerd.sock",
-            RuntimeType::CriO => "unix:///var/run/crio/crio.sock",
-            RuntimeType::Isulad => "unix:///var/run/isulad.sock",
-        }
+        runtime::Runtime::of(&self.ctx).cri_socket()
     }
 
     /// The systemd unit of the configured runtime (kubelet starts after it).
     pub fn runtime_unit(&self) -> &'static str {
-        match self.ctx.cluster.file.spec.runtime.kind {
-            RuntimeType::Containerd => "containerd.service",
-            RuntimeType::Docker => "cri-docker.service",
-            RuntimeType::CriO => "crio.service",
-            RuntimeType::Isulad => "isulad.service",
-        }
+        runtime::Runtime::of(&self.ctx).cri_unit()
     }
 
     /// A template context with the values every kubexm template uses.

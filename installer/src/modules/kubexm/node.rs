@@ -19,6 +19,7 @@
 //! `node-role.kubernetes.io/*`): `node-role.kubernetes.io/control-plane` on masters,
 //! `node-role.kubernetes.io/worker` on workers, and each host's `labels`.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -60,7 +61,7 @@ impl Module for KubexmNodesModule {
         // API through the VIP it holds (a kubelet runs static pods without the API).
         if k.kube_vip() {
             tasks.push(
-                Task::new("kube-vip", self.0.with_role("master"))
+                Task::new("kube-vip", self.0.with_role(Role::Master))
                     .step(KubeVip::new(&self.0, ADMIN_CONF)?),
             );
         }
@@ -85,7 +86,7 @@ impl Module for KubexmNodesModule {
                 .0
                 .nodes
                 .iter()
-                .filter(|n| n.has_role("worker") && !n.has_role("master"))
+                .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
                 .map(|n| n.name.clone())
                 .collect();
             if !workers.is_empty() {
@@ -143,7 +144,7 @@ impl Kubelet {
         c.insert("tls_key", &l.pki("kubelet.key"));
         c.insert(
             "control_plane_taint",
-            &(node.has_role("master") && !node.has_role("worker")),
+            &(node.has_role(Role::Master) && !node.has_role(Role::Worker)),
         );
         Ok(vec![
             RenderTemplate::new(
@@ -245,13 +246,13 @@ impl Step for KubeProxy {
 /// The labels KubeXM keeps on `node`: its role labels and cluster.yaml's `labels`.
 pub fn node_labels(ctx: &InstallContext, node: &Node) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
-    if node.has_role("master") {
+    if node.has_role(Role::Master) {
         labels.insert(
             "node-role.kubernetes.io/control-plane".to_string(),
             String::new(),
         );
     }
-    if node.has_role("worker") {
+    if node.has_role(Role::Worker) {
         labels.insert("node-role.kubernetes.io/worker".to_string(), String::new());
     }
     if let Some(h) = ctx
