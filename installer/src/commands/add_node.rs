@@ -31,13 +31,7 @@ pub(crate) fn run(args: &AddNodeArgs, work_dir: &std::path::Path) -> Result<()> 
             r.gained.iter().map(|g| format!("+{g}")).chain(r.lost.iter().map(|l| format!("-{l}"))).collect::<Vec<_>>().join(" ")
         ));
     }
-    if !refused.is_empty() {
-        bail!(
-            "{} differs from the installed cluster in ways add-node does not change:\n  - {}",
-            s.desired_origin,
-            refused.join("\n  - ")
-        );
-    }
+    s.refuse("add-node", &refused)?;
     let added: Vec<String> = change.added.iter().map(|a| a.name.clone()).collect();
     let new: Vec<String> = if args.nodes.is_empty() {
         added.clone()
@@ -78,7 +72,7 @@ pub(crate) fn run(args: &AddNodeArgs, work_dir: &std::path::Path) -> Result<()> 
             nodes.insert(n.clone(), want.get(n).cloned().unwrap_or_default());
         }
     }
-    let desired = s.desired(&nodes);
+    let desired = s.desired(&nodes)?;
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &desired, &opts)?;
     let guards = Guards {

@@ -214,9 +214,40 @@ impl Session {
         })
     }
 
-    /// The desired cluster with exactly `nodes` (and their roles).
-    pub(crate) fn desired(&self, nodes: &BTreeMap<String, Vec<String>>) -> Arc<InstallContext> {
-        self.context(record::restrict(self.desired_full.clone(), nodes))
+    /// The desired cluster with exactly `nodes` (and their roles); each must be a host of the
+    /// desired cluster.yaml.
+    pub(crate) fn desired(
+        &self,
+        nodes: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Arc<InstallContext>> {
+        let ctx = self.context(record::restrict(self.desired_full.clone(), nodes));
+        if ctx.nodes.len() != nodes.len() {
+            let missing: Vec<&str> = nodes
+                .keys()
+                .filter(|n| ctx.node(n).is_none())
+                .map(String::as_str)
+                .collect();
+            bail!(
+                "{} lacks hosts that are in the cluster ({}): pass the cluster.yaml the cluster was applied with (kept in {})",
+                self.desired_origin,
+                missing.join(", "),
+                self.record.cluster_yaml_path.display()
+            );
+        }
+        Ok(ctx)
+    }
+
+    /// Stops when the desired cluster.yaml changes what `verb` does not (`refused`, one line
+    /// each).
+    pub(crate) fn refuse(&self, verb: &str, refused: &[String]) -> Result<()> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        bail!(
+            "{} differs from the installed cluster in ways `{verb}` does not change:\n  - {}",
+            self.desired_origin,
+            refused.join("\n  - ")
+        )
     }
 
     /// How to connect and run.

@@ -1,7 +1,7 @@
 //! `delete-node`: one node leaves the installed cluster (see
 //! [`kubexm_install::pipelines::delete_node`]).
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use kubexm_install::change::diff;
 use kubexm_install::facts::checks::{check_delete, Guards};
 use kubexm_install::modules::membership::DrainOptions;
@@ -45,23 +45,10 @@ pub(crate) fn run(args: &DeleteNodeArgs, work_dir: &std::path::Path) -> Result<(
             r.name, s.desired_origin
         ));
     }
-    if !refused.is_empty() {
-        bail!(
-            "{} differs from the installed cluster in ways delete-node does not change:\n  - {}",
-            s.desired_origin,
-            refused.join("\n  - ")
-        );
-    }
+    s.refuse("delete-node", &refused)?;
     let mut nodes = s.record.installed.nodes.clone();
     nodes.remove(node);
-    let desired = s.desired(&nodes);
-    if desired.nodes.len() != nodes.len() {
-        bail!(
-            "{} lacks hosts that are in the cluster: pass the cluster.yaml the cluster was applied with (kept in {})",
-            s.desired_origin,
-            s.record.cluster_yaml_path.display()
-        );
-    }
+    let desired = s.desired(&nodes)?;
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &s.installed, &opts)?;
     let guards = Guards {

@@ -53,13 +53,7 @@ fn member(args: &EtcdMemberArgs, add: bool, work_dir: &std::path::Path) -> Resul
             s.desired_origin
         )
     }));
-    if !refused.is_empty() {
-        bail!(
-            "{} differs from the installed cluster in ways `{verb}` does not change:\n  - {}",
-            s.desired_origin,
-            refused.join("\n  - ")
-        );
-    }
+    s.refuse(verb, &refused)?;
     let mut nodes = s.record.installed.nodes.clone();
     let mut r: Vec<String> = roles.iter().filter(|r| *r != "etcd").cloned().collect();
     if add {
@@ -67,14 +61,7 @@ fn member(args: &EtcdMemberArgs, add: bool, work_dir: &std::path::Path) -> Resul
         r.sort();
     }
     nodes.insert(node.to_string(), r);
-    let desired = s.desired(&nodes);
-    if desired.nodes.len() != nodes.len() {
-        bail!(
-            "{} lacks hosts that are in the cluster: pass the cluster.yaml the cluster was applied with (kept in {})",
-            s.desired_origin,
-            s.record.cluster_yaml_path.display()
-        );
-    }
+    let desired = s.desired(&nodes)?;
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &s.installed, &opts)?;
     let guards = Guards {

@@ -167,16 +167,24 @@ fn etcd_add(
         }
     }
     let after = e.members.len() + usize::from(e.member(node, &peer).is_none());
-    if after % 2 == 0 && !g.allow_even_etcd {
-        v.problem(
-            "etcd",
-            format!("adding {node} leaves {after} etcd members, an even number"),
-            EVEN_HINT,
-        );
-    } else if after % 2 == 0 {
+    even(v, &format!("adding {node}"), after, g);
+}
+
+/// An even member count after `change`: refused without `--allow-even-etcd`, else a warning.
+fn even(v: &mut Verdict, change: &str, after: usize, g: Guards) {
+    if after % 2 != 0 {
+        return;
+    }
+    if g.allow_even_etcd {
         v.warnings.push(format!(
             "{after} etcd members (even, accepted with --allow-even-etcd): add or remove one more soon"
         ));
+    } else {
+        v.problem(
+            "etcd",
+            format!("{change} leaves {after} etcd members, an even number"),
+            EVEN_HINT,
+        );
     }
 }
 
@@ -217,17 +225,7 @@ fn etcd_remove(v: &mut Verdict, node: &str, peer: &str, facts: &ClusterFacts, g:
             "bring the unhealthy members back first: removing a member now would break etcd's quorum",
         );
     }
-    if after % 2 == 0 && !g.allow_even_etcd {
-        v.problem(
-            "etcd",
-            format!("removing {node} leaves {after} etcd members, an even number"),
-            EVEN_HINT,
-        );
-    } else if after % 2 == 0 {
-        v.warnings.push(format!(
-            "{after} etcd members (even, accepted with --allow-even-etcd): add or remove one more soon"
-        ));
-    }
+    even(v, &format!("removing {node}"), after, g);
 }
 
 /// Stacked (kubeadm) etcd: each master is a member, so masters count as members.
@@ -273,13 +271,12 @@ fn stacked_masters_change(v: &mut Verdict, facts: &ClusterFacts, masters_after: 
             );
         }
     }
-    if masters_after % 2 == 0 && !g.allow_even_etcd {
-        v.problem(
-            "etcd",
-            format!("{masters_after} masters means {masters_after} stacked etcd members, an even number"),
-            EVEN_HINT,
-        );
-    }
+    even(
+        v,
+        &format!("{masters_after} masters (each a stacked etcd member)"),
+        masters_after,
+        g,
+    );
 }
 
 /// add-node: `new` (names) join the installed cluster, giving `desired`.

@@ -17,7 +17,7 @@ use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubexm_manifests::model::{InternalLbType, KubernetesType, LbMode};
+use kubexm_manifests::model::KubernetesType;
 
 use super::internal_lb::{LocalProxy, LocalProxyKind};
 use super::kubexm::KubexmCluster;
@@ -244,15 +244,7 @@ pub struct LocalProxiesModule {
 
 impl LocalProxiesModule {
     fn kind(&self) -> Option<LocalProxyKind> {
-        let lb = &self.ctx.cluster.file.spec.load_balancer;
-        if lb.mode != LbMode::Internal {
-            return None;
-        }
-        match lb.internal.kind {
-            InternalLbType::Haproxy => Some(LocalProxyKind::Haproxy),
-            InternalLbType::Nginx => Some(LocalProxyKind::Nginx),
-            InternalLbType::KubeVip => None,
-        }
+        super::internal_lb::local_proxy_kind(&self.ctx)
     }
 }
 

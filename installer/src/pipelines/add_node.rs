@@ -76,20 +76,11 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         s.extend(extra.iter().cloned());
         d.scope(&s.into_iter().collect::<Vec<_>>())
     };
-    let via = a
-        .facts
-        .etcd
-        .as_ref()
-        .map(|e| e.from.clone())
-        .filter(|m| !is_new(m))
-        .or_else(|| {
-            etcd::EtcdLayout::from_context(a.installed)
-                .members
-                .first()
-                .map(|m| m.name.clone())
-        })
-        .unwrap_or_default();
-
+    let via = super::etcd_member::via(
+        a.facts,
+        a.installed,
+        new_member.as_deref().unwrap_or_default(),
+    );
     let mut phases: Vec<Phase> = vec![
         Phase::new("preflight", preflight::PreflightModule(d.clone())).scope(new.clone()),
         Phase::new("node-prep", os::NodePrepModule(d.clone())),

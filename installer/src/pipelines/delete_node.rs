@@ -32,7 +32,7 @@ use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdLeaveModule, StackedM
 use crate::modules::membership::{
     DeleteNodeObjectModule, DrainModule, DrainOptions, LocalProxiesModule,
 };
-use crate::modules::{etcd, kubexm, loadbalancer, os};
+use crate::modules::{kubexm, loadbalancer, os};
 use crate::pipeline::{Module, Pipeline};
 
 /// The node leaving and the cluster before and after.
@@ -106,19 +106,7 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
         );
     }
     if kubexm_member {
-        let via = x
-            .facts
-            .etcd
-            .as_ref()
-            .map(|e| e.from.clone())
-            .filter(|m| m != x.node)
-            .or_else(|| {
-                etcd::EtcdLayout::from_context(d)
-                    .members
-                    .first()
-                    .map(|m| m.name.clone())
-            })
-            .unwrap_or_default();
+        let via = super::etcd_member::via(x.facts, d, x.node);
         phases.push(Phase::new(
             "apiserver-etcd-servers",
             ApiServerEtcdModule { ctx: d.clone() },

@@ -32,18 +32,21 @@ pub struct EtcdChange<'a> {
     pub facts: &'a ClusterFacts,
 }
 
-fn via(c: &EtcdChange<'_>, layout_of: &Arc<InstallContext>) -> String {
-    c.facts
+/// The running etcd member a membership change runs etcdctl on: the one that answered the
+/// facts, else the first member of `ctx`'s layout — never `except` (the member joining or
+/// leaving).
+pub fn via(facts: &ClusterFacts, ctx: &InstallContext, except: &str) -> String {
+    facts
         .etcd
         .as_ref()
         .map(|e| e.from.clone())
-        .filter(|m| m != c.node)
+        .filter(|m| m != except)
         .or_else(|| {
-            EtcdLayout::from_context(layout_of)
+            EtcdLayout::from_context(ctx)
                 .members
                 .iter()
                 .map(|m| m.name.clone())
-                .find(|m| m != c.node)
+                .find(|m| m != except)
         })
         .unwrap_or_default()
 }
@@ -73,7 +76,7 @@ pub fn add_member_pipeline(c: &EtcdChange<'_>) -> Result<Pipeline, UnknownNode> 
                     current: c.installed.clone(),
                     next: d.clone(),
                     member: c.node.to_string(),
-                    via: via(c, c.installed),
+                    via: via(c.facts, c.installed, c.node),
                 },
             ),
             Phase::new(
@@ -100,7 +103,7 @@ pub fn remove_member_pipeline(c: &EtcdChange<'_>) -> Result<Pipeline, UnknownNod
                     current: c.installed.clone(),
                     next: d.clone(),
                     member: c.node.to_string(),
-                    via: via(c, d),
+                    via: via(c.facts, d, c.node),
                 },
             ),
             Phase::new(

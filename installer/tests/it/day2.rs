@@ -85,6 +85,44 @@ fn build(p: &kubexm_install::pipeline::Pipeline, ctx: &InstallContext) -> Plan {
     plan::build(p, &ctx.plan_nodes(), &Default::default()).expect("plan")
 }
 
+/// The add-node plan of `new` joining `installed`, giving `desired`.
+fn add_plan(
+    installed: &Arc<InstallContext>,
+    desired: &Arc<InstallContext>,
+    new: &[String],
+    facts: &ClusterFacts,
+) -> Plan {
+    let p = add_node_pipeline(&AddNodes {
+        installed,
+        desired,
+        new,
+        facts,
+    })
+    .expect("pipeline");
+    build(&p, desired)
+}
+
+/// The delete-node plan of `node` leaving `installed`, giving `desired`.
+fn delete_plan(
+    installed: &Arc<InstallContext>,
+    desired: &Arc<InstallContext>,
+    node: &str,
+    facts: &ClusterFacts,
+    drain: DrainOptions,
+    unreachable: bool,
+) -> Plan {
+    let p = delete_node_pipeline(&DeleteNode {
+        installed,
+        desired,
+        node,
+        facts,
+        drain,
+        unreachable,
+    })
+    .expect("pipeline");
+    build(&p, installed)
+}
+
 /// `[i] module` / task lines only: the shape of a plan (which phase, which task, which nodes).
 fn outline(p: &Plan) -> String {
     let mut s = String::new();
@@ -201,16 +239,7 @@ fn add_worker_plan_kubeadm_path() {
     let new = vec!["node4".to_string()];
     let v = check_add(&l.three, &four, &new, &facts, Guards::default());
     assert!(v.problems.is_empty(), "{:?}", v.problems);
-    let p = build(
-        &add_node_pipeline(&AddNodes {
-            installed: &l.three,
-            desired: &four,
-            new: &new,
-            facts: &facts,
-        })
-        .expect("pipeline"),
-        &four,
-    );
+    let p = add_plan(&l.three, &four, &new, &facts);
     assert_eq!(hosts(&p, "preflight", "check-nodes"), ["node4"]);
     // Every node's /etc/hosts block and chrony name node4.
     assert_eq!(
@@ -247,16 +276,7 @@ fn add_master_plan_kubeadm_path_updates_every_load_balancer_one_at_a_time() {
     let new = vec!["node5".to_string()];
     let v = check_add(&l.three, &four, &new, &facts, Guards::default());
     assert!(v.problems.is_empty(), "{:?}", v.problems);
-    let p = build(
-        &add_node_pipeline(&AddNodes {
-            installed: &l.three,
-            desired: &four,
-            new: &new,
-            facts: &facts,
-        })
-        .expect("pipeline"),
-        &four,
-    );
+    let p = add_plan(&l.three, &four, &new, &facts);
     let lb = phase(&p, "loadbalancer");
     let install = lb
         .tasks
@@ -297,17 +317,13 @@ fn delete_master_plan_drains_removes_the_member_resets_then_deletes_the_node() {
     let facts = ClusterFacts::assumed(&installed);
     let v = check_delete(&installed, &desired, "node5", &facts, Guards::default());
     assert!(v.problems.is_empty(), "{:?}", v.problems);
-    let p = build(
-        &delete_node_pipeline(&DeleteNode {
-            installed: &installed,
-            desired: &desired,
-            node: "node5",
-            facts: &facts,
-            drain: DrainOptions::default(),
-            unreachable: false,
-        })
-        .expect("pipeline"),
+    let p = delete_plan(
         &installed,
+        &desired,
+        "node5",
+        &facts,
+        DrainOptions::default(),
+        false,
     );
     let order = [
         "drain",
@@ -385,20 +401,16 @@ fn delete_worker_unreachable_runs_only_cluster_side_phases() {
     assert!(check_delete(&four, &three, "node4", &facts, g)
         .problems
         .is_empty());
-    let p = build(
-        &delete_node_pipeline(&DeleteNode {
-            installed: &four,
-            desired: &three,
-            node: "node4",
-            facts: &facts,
-            drain: DrainOptions {
-                force: true,
-                ..DrainOptions::default()
-            },
-            unreachable: true,
-        })
-        .expect("pipeline"),
+    let p = delete_plan(
         &four,
+        &three,
+        "node4",
+        &facts,
+        DrainOptions {
+            force: true,
+            ..DrainOptions::default()
+        },
+        true,
     );
     for m in &p.modules {
         for t in &m.tasks {
@@ -423,20 +435,16 @@ fn forced_drain_bypasses_eviction_and_says_so() {
     let l = lab();
     let four = with_nodes(&l.full, &["node1", "node2", "node3", "node4"]);
     let facts = ClusterFacts::assumed(&four);
-    let p = build(
-        &delete_node_pipeline(&DeleteNode {
-            installed: &four,
-            desired: &l.three,
-            node: "node4",
-            facts: &facts,
-            drain: DrainOptions {
-                force: true,
-                timeout: std::time::Duration::from_secs(120),
-            },
-            unreachable: false,
-        })
-        .expect("pipeline"),
+    let p = delete_plan(
         &four,
+        &l.three,
+        "node4",
+        &facts,
+        DrainOptions {
+            force: true,
+            timeout: std::time::Duration::from_secs(120),
+        },
+        false,
     );
     let text = p.to_text();
     assert!(
@@ -629,17 +637,13 @@ fn stacked_etcd_masters_join_one_at_a_time() {
     // One stacked master leaving: kubeadm reset removes its member, checked gone after.
     let four = with_nodes(&full, &["node1", "node2", "node3", "node5"]);
     let facts = ClusterFacts::assumed(&four);
-    let p = build(
-        &delete_node_pipeline(&DeleteNode {
-            installed: &four,
-            desired: &three,
-            node: "node5",
-            facts: &facts,
-            drain: DrainOptions::default(),
-            unreachable: false,
-        })
-        .expect("pipeline"),
+    let p = delete_plan(
         &four,
+        &three,
+        "node5",
+        &facts,
+        DrainOptions::default(),
+        false,
     );
     assert!(position(&p, "delete-kubeadm") < position(&p, "stacked-etcd-member"));
     assert!(position(&p, "stacked-etcd-member") < position(&p, "delete-node-object"));
@@ -679,16 +683,7 @@ fn kubexm_path_add_master_reissues_the_api_server_certificate_one_master_at_a_ti
         ],
     );
     let new = vec!["worker3".to_string()];
-    let p = build(
-        &add_node_pipeline(&AddNodes {
-            installed: &installed,
-            desired: &plus_worker,
-            new: &new,
-            facts: &facts,
-        })
-        .expect("pipeline"),
-        &plus_worker,
-    );
+    let p = add_plan(&installed, &plus_worker, &new, &facts);
     assert_eq!(
         hosts(&p, "kubexm-certs", "kubernetes-certificates"),
         ["worker3"]
@@ -710,16 +705,7 @@ fn kubexm_path_add_master_reissues_the_api_server_certificate_one_master_at_a_ti
         ],
     );
     let new = vec!["master4".to_string()];
-    let p = build(
-        &add_node_pipeline(&AddNodes {
-            installed: &installed,
-            desired: &plus_master,
-            new: &new,
-            facts: &facts,
-        })
-        .expect("pipeline"),
-        &plus_master,
-    );
+    let p = add_plan(&installed, &plus_master, &new, &facts);
     let certs = phase(&p, "kubexm-certs")
         .tasks
         .iter()
