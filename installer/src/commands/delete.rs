@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use super::{install_context, run_and_report, run_options};
+use super::{install_context, run_options};
 use crate::cli::DeleteArgs;
 
 /// What `delete` without `--yes` prints: the nodes and, per module, its tasks and hosts.
@@ -85,19 +85,15 @@ pub(crate) fn run(
         anyhow::bail!("{}", delete_summary(&ctx, &plan));
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
-    let started_at = kubexm_install::record::now();
-    let started = std::time::Instant::now();
-    let result = run_and_report(&ctx, &pipeline, &opts, "Delete failed", "deleted");
-    super::record_whole(
+    super::run_and_record(
         &ctx,
-        args.file.as_deref(),
+        &pipeline,
         &opts,
+        args.file.as_deref(),
         "delete",
-        started_at,
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| format!("{e:#}")),
-    );
-    result?;
+        "Delete failed",
+        "deleted",
+    )?;
     // A later install starts from scratch: `--resume` must not skip what was just removed.
     let install_state = work_dir
         .join("state")

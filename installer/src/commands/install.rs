@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::{install_context, run_and_report, run_options};
+use super::{install_context, run_options};
 use crate::cli::InstallArgs;
 
 pub(crate) fn run(
@@ -25,18 +25,14 @@ pub(crate) fn run(
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
     let ctx = std::sync::Arc::new(ctx.for_execution());
     let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
-    let started_at = kubexm_install::record::now();
-    let started = std::time::Instant::now();
-    let result = run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed");
-    // The installed cluster, for the day-2 commands (add-node, delete-node, etcd).
-    super::record_whole(
+    // Recorded for the day-2 commands (add-node, delete-node, etcd).
+    super::run_and_record(
         &ctx,
-        args.file.as_deref(),
+        &pipeline,
         &opts,
+        args.file.as_deref(),
         "install",
-        started_at,
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| format!("{e:#}")),
-    );
-    result
+        "Install failed",
+        "installed",
+    )
 }

@@ -119,11 +119,37 @@ pub(crate) fn run_options(
     })
 }
 
+/// [`run_and_report`] for an install or delete of the whole cluster, recorded in the work
+/// directory ([`record_whole`]) whether it succeeded or not.
+pub(crate) fn run_and_record(
+    ctx: &kubexm_install::context::InstallContext,
+    pipeline: &kubexm_install::pipeline::Pipeline,
+    opts: &kubexm_install::run::RunOptions,
+    file: Option<&std::path::Path>,
+    operation: &str,
+    failed: &'static str,
+    done: &str,
+) -> Result<()> {
+    let started_at = kubexm_install::record::now();
+    let started = std::time::Instant::now();
+    let result = run_and_report(ctx, pipeline, opts, failed, done);
+    record_whole(
+        ctx,
+        file,
+        opts,
+        operation,
+        started_at,
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| format!("{e:#}")),
+    );
+    result
+}
+
 /// Records an install or delete of the whole cluster in `WORK/clusters/<cluster>/` (see
 /// [`kubexm_install::record`]): on success the cluster.yaml text and bundle applied, and the
 /// nodes (none after a delete); a failure only in the history. A record that cannot be written
 /// is a warning: the operation itself is done.
-pub(crate) fn record_whole(
+fn record_whole(
     ctx: &kubexm_install::context::InstallContext,
     file: Option<&std::path::Path>,
     opts: &kubexm_install::run::RunOptions,

@@ -124,6 +124,22 @@ fn layout_members(ctx: &InstallContext) -> Vec<String> {
         .collect()
 }
 
+/// The etcd facts, or a problem saying they are needed `before`.
+fn asked<'a>(
+    v: &mut Verdict,
+    facts: &'a ClusterFacts,
+    before: &str,
+) -> Option<&'a super::EtcdFacts> {
+    if facts.etcd.is_none() {
+        v.problem(
+            "etcd",
+            "the etcd members could not be asked (see the notes above)",
+            format!("etcd must answer `etcdctl member list` on a member {before}"),
+        );
+    }
+    facts.etcd.as_ref()
+}
+
 /// Checks for adding the etcd member `node` (kubexm etcd) to the members the facts show.
 fn etcd_add(
     v: &mut Verdict,
@@ -136,12 +152,7 @@ fn etcd_add(
     let Some(member) = layout.member(node) else {
         return;
     };
-    let Some(e) = &facts.etcd else {
-        v.problem(
-            "etcd",
-            "the etcd members could not be asked (see the notes above)",
-            "etcd must answer `etcdctl member list` on a member before one is added",
-        );
+    let Some(e) = asked(v, facts, "before one is added") else {
         return;
     };
     let peer = layout.peer_url(member);
@@ -190,12 +201,11 @@ fn even(v: &mut Verdict, change: &str, after: usize, g: Guards) {
 
 /// Checks for removing the etcd member `node` from the members the facts show.
 fn etcd_remove(v: &mut Verdict, node: &str, peer: &str, facts: &ClusterFacts, g: Guards) {
-    let Some(e) = &facts.etcd else {
-        v.problem(
-            "etcd",
-            "the etcd members could not be asked (see the notes above)",
-            "etcd must answer `etcdctl member list` before a member is removed: quorum is checked first",
-        );
+    let Some(e) = asked(
+        v,
+        facts,
+        "before a member is removed: quorum is checked first",
+    ) else {
         return;
     };
     if e.member(node, peer).is_none() {
