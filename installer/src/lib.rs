@@ -20,6 +20,7 @@ pub mod modules;
 pub mod pipeline;
 pub mod pipelines;
 pub mod pki;
+pub mod private_dir;
 pub mod record;
 pub mod run;
 pub mod runner;

@@ -22,4 +22,5 @@ pub mod network;
 pub mod os;
 pub mod preflight;
 pub mod registry;
+mod remote_path;
 pub mod runtime;

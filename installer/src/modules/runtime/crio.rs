@@ -51,7 +51,7 @@ pub const SOCKET: &str = "unix:///var/run/crio/crio.sock";
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = CrioConfig::new(ctx)?;
     // cri-o reads the registry credentials from its own auth file (see the config step).
-    let pull = PullPause::crictl(&config.sandbox_image, None, AUTH_FILE);
+    let pull = PullPause::crictl(&config.sandbox_image);
     Ok(vec![Task::new("install-cri-o", runtime_hosts(ctx))
         .step(CrioBinaries { ctx: ctx.clone() })
         .step(config)
