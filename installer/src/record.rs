@@ -19,7 +19,6 @@
 //! provides the hosts' definitions and the rest of the spec.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -396,31 +395,11 @@ pub struct Applied<'a> {
 }
 
 fn private_dir(dir: &Path) -> Result<(), RecordError> {
-    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io("create", dir))?;
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io("create", dir))
+    crate::private_dir::ensure_private_dir(dir).map_err(io("create", dir))
 }
 
 fn write_atomic(path: &Path, content: &[u8]) -> Result<(), RecordError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kubexm-record")
-        .tempfile_in(dir)
-        .map_err(io("write", path))?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(io("write", path))?;
-    tmp.write_all(content).map_err(io("write", path))?;
-    tmp.as_file().sync_all().map_err(io("write", path))?;
-    tmp.persist(path).map_err(|e| io("write", path)(e.error))?;
-    Ok(())
+    crate::private_dir::write_private_file(path, content, 0o600).map_err(io("write", path))
 }
 
 #[cfg(test)]
