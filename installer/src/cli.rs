@@ -118,6 +118,120 @@ pub(crate) enum Command {
     /// Delete the cluster from its nodes: everything the install put there, in reverse order
     /// (OS packages stay). Refuses without --yes, printing what would be deleted.
     Delete(DeleteArgs),
+    /// Add the nodes that cluster.yaml has and the installed cluster does not (workers, masters,
+    /// an etcd member), reusing the install's steps on them; shows the change, the facts and
+    /// the plan first.
+    #[command(after_help = ADD_NODE_EXAMPLES)]
+    AddNode(AddNodeArgs),
+    /// Remove one node from the installed cluster: cordon, drain (PodDisruptionBudgets
+    /// respected), its etcd member, the load balancers' backends, `kubeadm reset` on it, its Node
+    /// object, then what the install put on it.
+    #[command(after_help = DELETE_NODE_EXAMPLES)]
+    DeleteNode(DeleteNodeArgs),
+    /// Change KubeXM's etcd (`etcd.type: kubexm`) one member at a time: add or remove a member
+    /// on a node of the cluster; the API servers follow, one master at a time.
+    #[command(subcommand, after_help = ETCD_EXAMPLES)]
+    Etcd(EtcdCommand),
+}
+
+const ADD_NODE_EXAMPLES: &str = "Examples:
+  # after adding node4 to spec.hosts and roleGroups.worker in cluster.yaml:
+  kubexm-install add-node -f cluster.yaml --dry-run     # the change, the facts and the plan
+  kubexm-install add-node -f cluster.yaml               # every new node
+  kubexm-install add-node -f cluster.yaml --node node4  # only node4
+  kubexm-install add-node -f cluster.yaml --resume      # after a failure: skip what finished
+
+The installed cluster (the cluster.yaml and bundle last applied, its nodes and history) is kept
+in WORK_DIR/clusters/<cluster>/; the bundle is the one it was installed with (kept unpacked in
+WORK_DIR/bundles/), or --bundle FILE with the same content.";
+
+const DELETE_NODE_EXAMPLES: &str = "Examples:
+  kubexm-install delete-node --node node4 --dry-run
+  kubexm-install delete-node --node node4
+  kubexm-install delete-node --node node4 --force-drain   # pods deleted without eviction
+  kubexm-install delete-node --node node5 --unreachable   # the machine is gone: cluster side only
+  kubexm-install delete-node --node node4 --resume        # after a failure
+
+cluster.yaml may keep the node (it is recorded as deleted) or drop it (-f cluster.yaml).";
+
+const ETCD_EXAMPLES: &str = "Examples:
+  kubexm-install etcd add-member --node node4 --dry-run
+  kubexm-install etcd add-member --node node4 --allow-even-etcd   # 3 -> 4 members
+  kubexm-install etcd remove-member --node node4";
+
+/// What every day-2 command takes: which cluster, which file and bundle, how to run.
+#[derive(Debug, Args)]
+pub(crate) struct Day2Args {
+    /// The edited cluster.yaml (default: the one the cluster was last applied with, kept in
+    /// the work directory).
+    #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
+    pub(crate) file: Option<PathBuf>,
+    /// The cluster, when -f is not given and the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The bundle, when the one the cluster was installed with is no longer unpacked in the
+    /// work directory (it must have the same content).
+    #[arg(long, value_name = "FILE.tar.zst")]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Show the change, the facts and the full plan, and change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Skip tasks an earlier run of the same command completed with the same inputs.
+    #[arg(long)]
+    pub(crate) resume: bool,
+    /// Accept leaving an even number of etcd members (refused otherwise).
+    #[arg(long)]
+    pub(crate) allow_even_etcd: bool,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AddNodeArgs {
+    /// A node to add (repeatable; default: every node cluster.yaml has and the cluster does
+    /// not). A node already in the cluster is applied again (nothing should change).
+    #[arg(long = "node", value_name = "NAME")]
+    pub(crate) nodes: Vec<String>,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DeleteNodeArgs {
+    /// The node to remove.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) node: String,
+    /// Delete its pods without the eviction API: PodDisruptionBudgets are bypassed, pods no
+    /// controller manages are deleted too.
+    #[arg(long)]
+    pub(crate) force_drain: bool,
+    /// How long one drain may wait for evictions, in seconds (tried 3 times).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub(crate) drain_timeout: u64,
+    /// The node cannot be reached: remove it from the cluster only (drain skipped, etcd
+    /// member, load balancers, Node object); nothing is done on the machine.
+    #[arg(long)]
+    pub(crate) unreachable: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EtcdCommand {
+    /// Make a node of the cluster an etcd member (`member add`, then etcd on it with
+    /// `initial-cluster-state: existing`).
+    AddMember(EtcdMemberArgs),
+    /// Remove a node's etcd member (`member remove`), then stop etcd on it.
+    RemoveMember(EtcdMemberArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EtcdMemberArgs {
+    /// The node.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) node: String,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 #[derive(Debug, Args)]

@@ -35,6 +35,9 @@ fn run(cli: Cli) -> Result<()> {
         (Some(Command::Delete(args)), bundle) => {
             commands::delete::run(&args, bundle, &cli.work_dir, &trust)
         }
+        (Some(Command::AddNode(args)), _) => commands::add_node::run(&args, &cli.work_dir),
+        (Some(Command::DeleteNode(args)), _) => commands::delete_node::run(&args, &cli.work_dir),
+        (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.
         (None, Some(bundle)) => {
             commands::install::run(&bundle, &cli.install, &cli.work_dir, &trust)

@@ -32,6 +32,31 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `content` to `path` whole or not at all: a temporary file beside it (created with
+/// `mode`, so a secret is never readable by others even for a moment), synced, then renamed over
+/// `path`. The parent directory is made private first ([`ensure_private_dir`]).
+///
+/// # Errors
+///
+/// The directory cannot be made private, or the file cannot be written, synced or renamed.
+pub fn write_private_file(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    ensure_private_dir(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kubexm-write")
+        .tempfile_in(dir)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.write_all(content)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +75,26 @@ mod tests {
         let file = tmp.path().join("f");
         std::fs::write(&file, b"").expect("write");
         assert!(ensure_private_dir(&file).is_err());
+    }
+
+    #[test]
+    fn private_files_are_written_whole_with_their_mode() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = d.path().join("keys/ca.key");
+        write_private_file(&f, b"one", 0o600).expect("write");
+        write_private_file(&f, b"two", 0o600).expect("rewrite");
+        assert_eq!(std::fs::read(&f).expect("read"), b"two");
+        let mode = std::fs::metadata(&f).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let dmode = std::fs::metadata(d.path().join("keys"))
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(dmode, 0o700);
+        let left: Vec<_> = std::fs::read_dir(d.path().join("keys"))
+            .expect("ls")
+            .collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
     }
 }

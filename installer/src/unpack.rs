@@ -530,6 +530,26 @@ fn fsync_dir(dir: &Path) -> Result<(), UnpackError> {
 }
 
 /// A directory with a marker holding `digest`.
+/// The bundle unpacked earlier under `work_dir/bundles/<digest>/` (what a cluster record names),
+/// `None` when it is not there whole. Nothing is read but its `bundle.json`: the tree was
+/// verified when it was unpacked.
+pub fn unpacked(work_dir: &Path, digest: &str) -> Result<Option<Unpacked>, UnpackError> {
+    if !kubexm_manifests::catalog::is_sha256_hex(digest) {
+        return Ok(None);
+    }
+    let dir = work_dir.join(BUNDLES_DIR).join(digest);
+    if !is_complete(&dir, digest) {
+        return Ok(None);
+    }
+    let manifest = read_manifest(&dir)?;
+    Ok(Some(Unpacked {
+        dir,
+        digest: digest.to_owned(),
+        manifest,
+        reused: true,
+    }))
+}
+
 fn is_complete(dir: &Path, digest: &str) -> bool {
     fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
         && fs::read_to_string(dir.join(MARKER)).is_ok_and(|m| m.trim_end() == digest)

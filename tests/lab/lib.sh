@@ -49,14 +49,15 @@ EOF2
     die "kubexm-build bundle failed"
 }
 
-# lab_start [10.88.X]: a fresh three-node lab NAME (on that subnet, else on one no other lab
-# uses), its variables (LAB_IP_node1, LAB_VIP, LAB_SSH_KEY, ...) and $work/cluster.yaml for it.
+# lab_start [10.88.X] [NODES]: a fresh lab NAME of NODES nodes (3 by default; on that subnet,
+# else on one no other lab uses), its variables (LAB_IP_node1, LAB_VIP, LAB_SSH_KEY, ...) and
+# $work/cluster.yaml for it (the three-node lab cluster).
 lab_start() {
-  local subnet=${1:-}
+  local subnet=${1:-} nodes=${2:-3}
   # Nodes share the host kernel: load the modules Kubernetes needs here (a container cannot).
   modprobe -a br_netfilter overlay ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack 2>/dev/null || true
   "$LAB" down "$NAME" >/dev/null 2>&1 || true
-  "$LAB" up --name "$NAME" --nodes 3 ${subnet:+--subnet "$subnet"} >/dev/null
+  "$LAB" up --name "$NAME" --nodes "$nodes" ${subnet:+--subnet "$subnet"} >/dev/null
   . <("$LAB" env "$NAME")
   "$LAB" cluster-yaml "$NAME" >"$work/cluster.yaml"
 }
@@ -116,3 +117,44 @@ check_install() {
   [ "$holders" = 1 ] || die "$holders nodes hold the VIP $LAB_VIP (want exactly 1)"
   echo "   VIP $LAB_VIP held by exactly one node ($VIP_HOLDER)"
 }
+
+# --- day-2 (tests/lab/day2) ---
+
+# kubexm ARGS...: kubexm-install ARGS (a verb, e.g. `etcd add-member`, and its flags) in the lab
+# namespace with the lab's work directory, known_hosts and node3's sudo password.
+kubexm() {
+  "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
+    "$BIN/kubexm-install" --work-dir "$work/kubexm" "$@" --known-hosts "$LAB_KNOWN_HOSTS"
+}
+
+# with_hosts IN OUT NODE...: the lab cluster.yaml IN with hosts NODE (root, the lab key) added
+# after the others (their roles are the caller's edits).
+with_hosts() {
+  local in=$1 out=$2 n ipv lines=""
+  shift 2
+  for n in "$@"; do
+    ipv=LAB_IP_$n
+    lines+="    - {name: $n, address: ${!ipv}, user: root, privateKeyPath: $LAB_SSH_KEY}\n"
+  done
+  sed "s|^  roleGroups:$|${lines}  roleGroups:|" "$in" >"$out"
+}
+
+# What the STAND-IN kubeadm/kubelet/kubectl recorded on a node (tests/lab/mirror/standins):
+# standin_calls NODE TOOL prints the calls without their time stamps; standin_stamp NODE TOOL
+# TEXT the time stamp of the first call containing TEXT.
+SI=/var/log/kubexm-standin
+standin_calls() { sshx "$1" "cat $SI/$2.log 2>/dev/null" | cut -d' ' -f2-; }
+standin_stamp() { sshx "$1" "grep -m1 -F -- '$3' $SI/$2.log" | cut -d' ' -f1; }
+before() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$1" "$2"; }
+
+# etcd_outside ARGS...: Debian's etcdctl from the lab namespace (outside every node) with the
+# admin certificate of node1 kept on the control host, against the given members.
+etcd_outside() {
+  local pki=$work/kubexm/pki/$NAME/etcd eps=$1
+  shift
+  "$LAB" exec "$NAME" env ETCDCTL_API=3 etcdctl --endpoints="$eps" --cacert="$pki/etcd-ca.crt" \
+    --cert="$pki/admin-node1.crt" --key="$pki/admin-node1.key" --command-timeout=10s "$@"
+}
+
+# The installed-cluster record (WORK/clusters/NAME/installed.json) as JSON on stdout.
+record_json() { cat "$work/kubexm/clusters/$NAME/installed.json"; }

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::{install_context, run_and_report, run_options};
+use super::{install_context, run_options};
 use crate::cli::InstallArgs;
 
 pub(crate) fn run(
@@ -26,6 +26,14 @@ pub(crate) fn run(
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
     let ctx = std::sync::Arc::new(ctx.for_execution());
     let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
-    run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed")?;
-    Ok(())
+    // Recorded for the day-2 commands (add-node, delete-node, etcd).
+    super::run_and_record(
+        &ctx,
+        &pipeline,
+        &opts,
+        args.file.as_deref(),
+        "install",
+        "Install failed",
+        "installed",
+    )
 }

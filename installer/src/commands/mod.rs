@@ -1,8 +1,12 @@
 //! One file per verb; this file holds what several verbs share: loading the context and
 //! running a pipeline over SSH with a one-line summary.
 
+pub(crate) mod add_node;
 pub(crate) mod check;
+pub(crate) mod day2;
 pub(crate) mod delete;
+pub(crate) mod delete_node;
+pub(crate) mod etcd;
 pub(crate) mod install;
 pub(crate) mod inventory;
 pub(crate) mod plan;
@@ -210,4 +214,100 @@ pub(crate) fn run_options(
         concurrency: connect.concurrency,
         connect_timeout: std::time::Duration::from_secs(15),
     })
+}
+
+/// [`run_and_report`] for an install or delete of the whole cluster, recorded in the work
+/// directory ([`record_whole`]) whether it succeeded or not.
+pub(crate) fn run_and_record(
+    ctx: &kubexm_install::context::InstallContext,
+    pipeline: &kubexm_install::pipeline::Pipeline,
+    opts: &kubexm_install::run::RunOptions,
+    file: Option<&std::path::Path>,
+    operation: &str,
+    failed: &'static str,
+    done: &str,
+) -> Result<()> {
+    let started_at = kubexm_install::record::now();
+    let started = std::time::Instant::now();
+    let result = run_and_report(ctx, pipeline, opts, failed, done);
+    record_whole(
+        ctx,
+        file,
+        opts,
+        operation,
+        started_at,
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| format!("{e:#}")),
+    );
+    result
+}
+
+/// Records an install or delete of the whole cluster in `WORK/clusters/<cluster>/` (see
+/// [`kubexm_install::record`]): on success the cluster.yaml text and bundle applied, and the
+/// nodes (none after a delete); a failure only in the history. A record that cannot be written
+/// is a warning: the operation itself is done.
+fn record_whole(
+    ctx: &kubexm_install::context::InstallContext,
+    file: Option<&std::path::Path>,
+    opts: &kubexm_install::run::RunOptions,
+    operation: &str,
+    started_at: String,
+    seconds: f64,
+    error: Option<String>,
+) {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let path = match (file, &ctx.bundle) {
+        (Some(f), _) => f.to_path_buf(),
+        (None, Some(b)) => b.dir.join(kubexm_bundles::manifest::CLUSTER_PATH),
+        (None, None) => return,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "warning: the cluster record was not written: cannot read {}: {e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    let base_dir = std::fs::canonicalize(&opts.base_dir).unwrap_or_else(|_| opts.base_dir.clone());
+    let digest = ctx
+        .bundle
+        .as_ref()
+        .and_then(|b| b.dir.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|d| kubexm_manifests::catalog::is_sha256_hex(d));
+    let ok = error.is_none();
+    let op = Operation {
+        operation: operation.to_string(),
+        nodes: ctx.all(),
+        started_at,
+        finished_at: record::now(),
+        seconds: (seconds * 10.0).round() / 10.0,
+        result: if ok {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed
+        },
+        error,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(text.as_bytes()),
+        bundle_digest: digest.clone(),
+    };
+    let present = operation != "delete";
+    let applied = ok.then(|| Applied {
+        cluster_yaml: &text,
+        base_dir: &base_dir,
+        bundle_digest: digest.as_deref(),
+        nodes: if present {
+            record::membership(&ctx.cluster)
+        } else {
+            Default::default()
+        },
+        present,
+    });
+    if let Err(e) = Records::new(&opts.work_dir).finish(ctx.cluster.cluster_name(), op, applied) {
+        eprintln!("warning: the cluster record was not written: {e}");
+    }
 }

@@ -49,6 +49,21 @@ pub enum LocalProxyKind {
     Nginx,
 }
 
+/// The local API proxy workers run: `loadBalancer.mode: internal` with type haproxy or nginx
+/// (kube-vip holds a VIP on the masters instead; other modes run none).
+pub fn local_proxy_kind(ctx: &InstallContext) -> Option<LocalProxyKind> {
+    use kubexm_manifests::model::{InternalLbType, LbMode};
+    let lb = &ctx.cluster.file.spec.load_balancer;
+    if lb.mode != LbMode::Internal {
+        return None;
+    }
+    match lb.internal.kind {
+        InternalLbType::Haproxy => Some(LocalProxyKind::Haproxy),
+        InternalLbType::Nginx => Some(LocalProxyKind::Nginx),
+        InternalLbType::KubeVip => None,
+    }
+}
+
 /// kube-vip's static pod with the given kubeconfig.
 pub struct KubeVip {
     cluster: String,

@@ -2,6 +2,7 @@
 
 mod attacks;
 mod cli;
+mod day2;
 mod delete;
 mod etcd;
 mod harbor;

@@ -196,7 +196,8 @@ pub fn scheduler_flags(k: &KubexmCluster) -> Flags {
 
 /// kube-apiserver's unit on a master.
 pub struct ApiServer {
-    k: Arc<KubexmCluster>,
+    /// The cluster.
+    pub k: Arc<KubexmCluster>,
 }
 
 impl ApiServer {
@@ -289,7 +290,8 @@ impl Step for Scheduler {
 /// Every master's API server answers `/readyz` (with `super-admin.conf`, against the node
 /// itself), and its controller-manager and scheduler answer `/healthz`.
 pub struct WaitControlPlane {
-    k: Arc<KubexmCluster>,
+    /// The cluster.
+    pub k: Arc<KubexmCluster>,
 }
 
 impl Step for WaitControlPlane {

@@ -186,17 +186,7 @@ impl KubexmCluster {
     /// The local API proxy workers run with `loadBalancer.mode: internal` and type haproxy or
     /// nginx (kube-vip holds a VIP on the masters instead).
     pub fn local_proxy(&self) -> Option<crate::modules::internal_lb::LocalProxyKind> {
-        use crate::modules::internal_lb::LocalProxyKind;
-        use kubexm_manifests::model::{InternalLbType, LbMode};
-        let lb = &self.ctx.cluster.file.spec.load_balancer;
-        if lb.mode != LbMode::Internal {
-            return None;
-        }
-        match lb.internal.kind {
-            InternalLbType::Haproxy => Some(LocalProxyKind::Haproxy),
-            InternalLbType::Nginx => Some(LocalProxyKind::Nginx),
-            InternalLbType::KubeVip => None,
-        }
+        crate::modules::internal_lb::local_proxy_kind(&self.ctx)
     }
 
     /// Whether kube-vip holds the VIP on the masters (`loadBalancer.mode: internal`, type
