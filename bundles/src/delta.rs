@@ -193,7 +193,7 @@ pub enum DeltaError {
     },
     /// The rebuilt bundle breaks a rule of the bundle format.
     #[error("the bundle rebuilt from the delta is refused")]
-    Verify(#[source] VerifyError),
+    Verify(#[source] Box<VerifyError>),
     /// The rebuilt bundle is another bundle than the delta's target.
     #[error("the rebuilt bundle has content digest sha256:{actual}, the delta targets sha256:{expected}")]
     Digest {
@@ -523,10 +523,7 @@ pub fn rebuild_into(
     }
     // The order every bundle has: bundle.json, SHA256SUMS, then the rest.
     sources.sort_by_key(|(e, _)| (e.path != MANIFEST_PATH, e.path.clone()));
-    let (reader, writer) = io::pipe().map_err(|source| DeltaError::Io {
-        path: delta_root.to_owned(),
-        source,
-    })?;
+    let (reader, writer) = channel_pipe();
     std::thread::scope(|scope| {
         let producer = scope.spawn(|| write_tar(writer, &manifest.target_sums, &sources));
         let verified = verify_tar(io::BufReader::with_capacity(1 << 20, reader), sink, limits);
@@ -537,7 +534,7 @@ pub fn rebuild_into(
         match (produced, verified) {
             // A source's own fault names the source.
             (Err(Some(e)), _) => Err(e),
-            (_, Err(e)) => Err(DeltaError::Verify(e)),
+            (_, Err(e)) => Err(DeltaError::Verify(Box::new(e))),
             (Err(None), Ok(_)) => Err(DeltaError::Invalid {
                 what: DELTA_PATH.to_owned(),
                 reason: "the rebuilt stream ended early".to_owned(),
@@ -556,7 +553,7 @@ pub fn rebuild_into(
 /// Writes the target's tar stream into `out`. `Err(None)`: the verifier stopped reading (its
 /// error is the one to report); `Err(Some(_))`: a source is at fault.
 fn write_tar(
-    out: io::PipeWriter,
+    out: impl Write,
     target_sums: &str,
     sources: &[(&DeltaEntry, PathBuf)],
 ) -> Result<(), Option<DeltaError>> {
@@ -579,6 +576,61 @@ fn write_tar(
     tar.into_inner()
         .and_then(|mut w| w.flush())
         .map_err(|_| None)
+}
+
+/// An in-process pipe (a bounded channel of chunks): the writer blocks while the reader is
+/// behind; writing fails once the reader is gone, reading ends once the writer is gone.
+fn channel_pipe() -> (ChannelReader, ChannelWriter) {
+    let (tx, rx) = std::sync::mpsc::sync_channel(4);
+    (
+        ChannelReader {
+            rx,
+            chunk: Vec::new(),
+            at: 0,
+        },
+        ChannelWriter { tx },
+    )
+}
+
+struct ChannelWriter {
+    tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tx
+            .send(buf.to_vec())
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+struct ChannelReader {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.chunk = chunk;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Appends entry `e` read from `from`: no further than its size, its size and sum checked.
@@ -789,7 +841,7 @@ mod tests {
         store(&droot, &target, &[index.as_bytes()]);
         let err = rebuild(&delta, &droot, &dir.path().join("out"), &|_| None).expect_err("layout");
         assert!(
-            matches!(err, DeltaError::Verify(VerifyError::Layout(_))),
+            matches!(&err, DeltaError::Verify(e) if matches!(**e, VerifyError::Layout(_))),
             "{err:?}"
         );
 
@@ -808,7 +860,7 @@ mod tests {
         )
         .expect_err("space");
         assert!(
-            matches!(err, DeltaError::Verify(VerifyError::NoSpace { .. })),
+            matches!(&err, DeltaError::Verify(e) if matches!(**e, VerifyError::NoSpace { .. })),
             "{err:?}"
         );
 

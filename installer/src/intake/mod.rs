@@ -48,13 +48,19 @@ pub enum IntakeError {
     Trust(#[from] TrustError),
     /// A delta bundle whose base is absent, or that could not be completed.
     #[error(transparent)]
-    Delta(#[from] IntakeDeltaError),
+    Delta(Box<IntakeDeltaError>),
     /// Unpacking failed.
     #[error(transparent)]
     Unpack(#[from] UnpackError),
     /// The site's unpacked bundles cannot be read.
     #[error(transparent)]
     Site(#[from] site::SiteError),
+}
+
+impl From<IntakeDeltaError> for IntakeError {
+    fn from(e: IntakeDeltaError) -> Self {
+        Self::Delta(Box::new(e))
+    }
 }
 
 /// A bundle taken in: the tree to install from.
