@@ -727,6 +727,39 @@ fn malformed_outputs_are_named_without_quoting_the_token() {
     assert!(parse(&no_port).is_err());
 }
 
+/// Found by the `kubeadm_join` fuzz target: an endpoint holding control characters
+/// (`lb.kubexm\u{1}\0\0\0.internal:6443`) was accepted and would have been rendered into every
+/// node's join configuration.
+#[test]
+fn join_endpoint_with_control_characters_is_refused() {
+    let with = |endpoint: &str| {
+        format!(
+            "kubeadm join {endpoint} --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash {HASH}\n"
+        )
+    };
+    for bad in [
+        "lb.kubexm\u{1}\0\0\0.internal:6443",
+        "\u{1b}[32mlb:6443",
+        "lb.kubexm.internal:+6443",
+        "lb.kubexm.internal:0",
+        "lb.kubexm.internal:65536",
+        "\"lb\":6443",
+        "LB.example:6443",
+        "[not-v6]:6443",
+        ":6443",
+    ] {
+        let err = parse(&with(bad)).expect_err(bad).to_string();
+        assert!(err.contains("HOST:PORT"), "{bad:?}: {err}");
+    }
+    for good in [
+        "10.0.0.10:6443",
+        "lb.kubexm.internal:6443",
+        "[fd00::10]:6443",
+    ] {
+        assert_eq!(parse(&with(good)).expect(good).endpoint, good);
+    }
+}
+
 #[test]
 fn learned_credentials_round_trip_through_facts() {
     let facts = Facts::default();

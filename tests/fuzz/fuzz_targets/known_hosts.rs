@@ -1,5 +1,6 @@
 //! The known_hosts parser and host matcher: never panics, never takes exponential time on
-//! wildcard patterns; an empty file knows no host.
+//! wildcard patterns; an empty file knows no host, and whatever a file holds, a line recording
+//! the key for the host appended to it makes the key known (or revoked, if a line revokes it).
 #![no_main]
 
 use kubexm_install::runner::ssh::known_hosts::{check_text, Verdict};
@@ -19,5 +20,19 @@ fuzz_target!(|data: &[u8]| {
         if text.trim().is_empty() {
             assert_eq!(verdict, Verdict::Unknown);
         }
+        if host.is_empty() {
+            continue;
+        }
+        let name = if port == 22 {
+            host.to_owned()
+        } else {
+            format!("[{host}]:{port}")
+        };
+        let learned = format!("{text}\n{name} {KEY}\n");
+        let verdict = check_text(&learned, host, port, &key);
+        assert!(
+            matches!(verdict, Verdict::Known | Verdict::Revoked { .. }),
+            "{verdict:?}"
+        );
     }
 });
