@@ -56,7 +56,13 @@ pub struct KubeVip {
     vip: String,
     interface: String,
     kubeconfig: &'static str,
+    /// Only while the cluster is not initialised: the manifest is staged and copied into place
+    /// only when `admin.conf` does not exist yet.
+    before_init: bool,
 }
+
+/// Where the pre-init kube-vip manifest is staged (root only).
+pub const KUBE_VIP_BOOTSTRAP: &str = "/etc/kubernetes/kubexm/kube-vip-bootstrap.yaml";
 
 impl KubeVip {
     /// kube-vip for the cluster, using `kubeconfig` on the node.
@@ -76,7 +82,17 @@ impl KubeVip {
             vip,
             interface,
             kubeconfig,
+            before_init: false,
         })
+    }
+
+    /// kube-vip for the first master before `kubeadm init` (v1.29+: with `super-admin.conf`):
+    /// put in place only while `/etc/kubernetes/admin.conf` does not exist, so a re-run does
+    /// not swap the running kube-vip's kubeconfig back and forth (two restarts, a VIP gap).
+    pub fn before_init(ctx: &InstallContext, kubeconfig: &'static str) -> Result<Self, StepError> {
+        let mut k = Self::new(ctx, kubeconfig)?;
+        k.before_init = true;
+        Ok(k)
     }
 
     /// The rendered static pod.
@@ -103,13 +119,34 @@ impl Step for KubeVip {
         "kube-vip"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        Ok(vec![
-            Op::Mkdir(CreateDir {
-                path: MANIFESTS.into(),
-                mode: 0o755,
-            }),
-            Op::Template(self.render()?),
-        ])
+        let mut ops = vec![Op::Mkdir(CreateDir {
+            path: MANIFESTS.into(),
+            mode: 0o755,
+        })];
+        if !self.before_init {
+            ops.push(Op::Template(self.render()?));
+            return Ok(ops);
+        }
+        let mut staged = self.render()?;
+        staged.file.dest = KUBE_VIP_BOOTSTRAP.to_string();
+        ops.push(Op::Mkdir(CreateDir {
+            path: super::kubeadm::config::STATE_DIR.into(),
+            mode: 0o700,
+        }));
+        ops.push(Op::Template(staged));
+        let admin = super::kubeadm::init::ADMIN_CONF;
+        ops.push(Op::Run(
+            RunCommand::new(format!(
+                "install -m 0600 {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
+            ))
+            .unless(format!(
+                "[ -s {admin} ] || cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
+            ))
+            .undo(format!(
+                "if cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}; then rm -f {KUBE_VIP_MANIFEST}; fi"
+            )),
+        ));
+        Ok(ops)
     }
 }
 

@@ -21,3 +21,4 @@ pub mod os;
 pub mod preflight;
 pub mod registry;
 pub mod runtime;
+pub mod scripts;

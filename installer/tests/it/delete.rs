@@ -42,13 +42,19 @@ fn delete_plan_of_the_lab_cluster() {
             "delete-registry",
             "delete-loadbalancer",
             "delete-etcd",
+            "delete-scripts",
             "delete-node-prep"
         ],
         "reverse install order"
     );
     // The lab is kubernetes.type kubeadm: only the kubexm removal is skipped.
     for m in &p.modules {
-        assert_eq!(m.skipped.is_some(), m.name == "delete-kubexm", "{}", m.name);
+        assert_eq!(
+            m.skipped.is_some(),
+            m.name == "delete-kubexm" || m.name == "delete-scripts",
+            "{}",
+            m.name
+        );
     }
     let text = p.to_text();
     for want in [

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
-use kubexm_install::modules::kubeadm::config::{ApiVersion, KubeadmSettings};
+use kubexm_install::modules::kubeadm::config::KubeadmSettings;
+use kubexm_manifests::kube_version::KubeadmApi;
 use kubexm_install::modules::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
 use kubexm_install::modules::kubeadm::join::{parse, JoinCredentials, JoinParseError};
 use kubexm_install::modules::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
@@ -79,7 +80,7 @@ fn join_text(ctx: &InstallContext, s: &KubeadmSettings, node: &str, cp: bool) ->
 fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
     let ctx = lab_context(|t| t);
     let s = KubeadmSettings::new(&ctx).expect("settings");
-    assert_eq!(s.api, ApiVersion::V1beta4);
+    assert_eq!(s.api, KubeadmApi::V1beta4);
     let init = init_text(&ctx, &s, "node1", false);
     assert!(init.starts_with("# Written by KubeXM"), "{init}");
     let docs = yaml_docs(&init);
@@ -196,7 +197,7 @@ fn stacked_etcd_no_lb_and_component_settings_on_v1_31() {
             .replace("    mode: internal\n    internal:\n      type: haproxy\n", "    mode: none\n")
     });
     let s = KubeadmSettings::new(&ctx).expect("settings");
-    assert_eq!(s.api, ApiVersion::V1beta4);
+    assert_eq!(s.api, KubeadmApi::V1beta4);
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
     let cc = &docs[1];
@@ -260,11 +261,7 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
             )
     });
     let v130: KubeVersion = "v1.30.14".parse().expect("version");
-    assert_eq!(
-        ApiVersion::for_version(v130).expect("api"),
-        ApiVersion::V1beta3
-    );
-    assert!(ApiVersion::for_version("v1.21.14".parse().expect("v")).is_err());
+    assert_eq!(v130.kubeadm_api(), KubeadmApi::V1beta3);
     let s = KubeadmSettings::for_version(&ctx, v130).expect("settings");
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
@@ -796,6 +793,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
         modules,
         [
             "preflight",
+            "pre-install",
             "node-prep",
             "etcd",
             "loadbalancer",
@@ -808,7 +806,8 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
             "kubeadm",
             "network",
             "nodelocaldns",
-            "addons"
+            "addons",
+            "post-install"
         ]
     );
     let text = p.to_text();

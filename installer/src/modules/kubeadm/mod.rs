@@ -101,19 +101,20 @@ impl Module for KubeadmModule {
             .step(KubeBinaries { ctx: ctx.clone() })
             .step(KubeletService {
                 cluster: ctx.cluster.file.metadata.name.clone(),
+                cri: crate::modules::runtime::cri::Cri::of(ctx),
             })];
         let mut init = Task::new("kubeadm-init", [first.clone()]);
         if kube_vip {
-            // Before v1.29 admin.conf has its rights from the start.
-            let before_init = if ctx.cluster.version.at_least(1, 29) {
-                SUPER_ADMIN_CONF
+            // From v1.29 kubeadm's admin.conf gets its rights only at the end of init: kube-vip
+            // holds the VIP with super-admin.conf until then, and only before the first init
+            // (a re-run leaves the running kube-vip alone). Before v1.29 there is no
+            // super-admin.conf and admin.conf has its rights from the start.
+            let step = if ctx.cluster.version.has_super_admin_conf() {
+                KubeVip::before_init(ctx, SUPER_ADMIN_CONF)?
             } else {
-                ADMIN_CONF
+                KubeVip::new(ctx, ADMIN_CONF)?
             };
-            tasks.push(
-                Task::new("kube-vip-first-master", [first.clone()])
-                    .step(KubeVip::new(ctx, before_init)?),
-            );
+            tasks.push(Task::new("kube-vip-first-master", [first.clone()]).step(step));
         }
         init = init.step(InitControlPlane {
             settings: settings.clone(),

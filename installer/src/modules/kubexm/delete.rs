@@ -66,7 +66,7 @@ impl Module for KubexmDeleteModule {
         Ok(vec![Task::new("delete-kubernetes", k.node_names()).step(
             Ops {
                 name: "remove-kubernetes",
-                ops: remove_ops(&k.layout, k.runtime_endpoint()),
+                ops: remove_ops(&k.layout, &k.cri().endpoint()),
             },
         )])
     }

@@ -42,7 +42,7 @@ pub mod node;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use kubexm_manifests::model::{KubernetesType, RuntimeType};
+use kubexm_manifests::model::KubernetesType;
 use kubexm_manifests::version::KubeVersion;
 
 use super::loadbalancer::APISERVER_PORT;
@@ -222,24 +222,9 @@ impl KubexmCluster {
         )
     }
 
-    /// The CRI socket of the configured runtime.
-    pub fn runtime_endpoint(&self) -> &'static str {
-        match self.ctx.cluster.file.spec.runtime.kind {
-            RuntimeType::Containerd => "unix:///run/containerd/containerd.sock",
-            RuntimeType::Docker => "unix:///run/cri-dockerd.sock",
-            RuntimeType::CriO => "unix:///var/run/crio/crio.sock",
-            RuntimeType::Isulad => "unix:///var/run/isulad.sock",
-        }
-    }
-
-    /// The systemd unit of the configured runtime (kubelet starts after it).
-    pub fn runtime_unit(&self) -> &'static str {
-        match self.ctx.cluster.file.spec.runtime.kind {
-            RuntimeType::Containerd => "containerd.service",
-            RuntimeType::Docker => "cri-docker.service",
-            RuntimeType::CriO => "crio.service",
-            RuntimeType::Isulad => "isulad.service",
-        }
+    /// How the kubelet reaches the configured runtime.
+    pub fn cri(&self) -> runtime::cri::Cri {
+        runtime::cri::Cri::of(&self.ctx)
     }
 
     /// A template context with the values every kubexm template uses.

@@ -14,6 +14,7 @@ use super::{
     sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
     ARTIFACTS, BIN_DIR, EXTRACT, RUNC,
 };
+use super::cri::Cri;
 use crate::context::InstallContext;
 use crate::pipeline::ops::{Op, RenderTemplate};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
@@ -31,8 +32,6 @@ pub const DATA_MARKER: &str = "/etc/kubexm/containerd-data.created";
 pub const UNIT_FILE: &str = "/etc/systemd/system/containerd.service";
 /// Root-only file with `user:password` for `ctr images pull --user`.
 pub const PULL_AUTH: &str = "/etc/containerd/kubexm-pull.auth";
-/// containerd's CRI socket.
-pub const SOCKET: &str = "unix:///run/containerd/containerd.sock";
 
 /// The `install-containerd` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
@@ -131,6 +130,15 @@ impl ContainerdConfig {
         context.insert("auths", &auths);
         context.insert("bin_dir", BIN_DIR);
         context.insert("config", CONFIG);
+        context.insert(
+            "restrict_oom_score_adj",
+            &ctx.cluster
+                .file
+                .spec
+                .runtime
+                .containerd
+                .restrict_oom_score_adj,
+        );
         let config_template = match major(&version) {
             Some(1) => "containerd/config-v2.toml.tera",
             Some(2) => "containerd/config-v3.toml.tera",
@@ -161,7 +169,7 @@ impl ContainerdConfig {
                 0o644,
             )?);
         }
-        files.push(crictl_config(ctx, SOCKET)?);
+        files.push(crictl_config(ctx, &Cri::Containerd.endpoint())?);
         files.push(RenderTemplate::new(
             "containerd/containerd.service.tera",
             &context,
@@ -192,7 +200,8 @@ impl Step for ContainerdConfig {
             (
                 "containerd",
                 format!(
-                    "{BIN_DIR}/ctr --address /run/containerd/containerd.sock version >/dev/null"
+                    "{BIN_DIR}/ctr --address {} version >/dev/null",
+                    Cri::Containerd.socket()
                 ),
             ),
         ));
