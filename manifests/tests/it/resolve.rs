@@ -274,18 +274,26 @@ fn every_builtin_release_resolves_the_default_cluster() {
             .ok()
             .and_then(|k| catalog.release(k))
             .is_some_and(|r| r.defaults.contains_key("calico"));
-        for arch in [Arch::Amd64, Arch::Arm64] {
-            let out = run(&catalog, "default", |f| {
-                f.spec.kubernetes.version = v.clone();
-                f.spec.hosts.iter_mut().for_each(|h| h.arch = arch);
-                if !has_calico {
-                    f.spec.network.plugin = Plugin::None;
-                }
+        // One run per release with both arches among the masters and among the nodes (m1 and w1
+        // amd64, the others arm64): every file is resolved for both arches.
+        let out = run(&catalog, "default", |f| {
+            f.spec.kubernetes.version = v.clone();
+            f.spec.hosts.iter_mut().for_each(|h| {
+                h.arch = if h.name == "m1" || h.name == "w1" {
+                    Arch::Amd64
+                } else {
+                    Arch::Arm64
+                };
             });
-            assert!(!out.contains("PROBLEM"), "{v} {arch}: {out}");
+            if !has_calico {
+                f.spec.network.plugin = Plugin::None;
+            }
+        });
+        assert!(!out.contains("PROBLEM"), "{v}: {out}");
+        for arch in [Arch::Amd64, Arch::Arm64] {
             assert!(
                 out.contains(&format!("file  kubeadm {v} {arch}")),
-                "{v}: {out}"
+                "{v} {arch}: {out}"
             );
         }
     }

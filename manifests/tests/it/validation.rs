@@ -756,17 +756,6 @@ fn versions_refuse_what_cannot_work() {
         f.spec.runtime.version = Some("1.7.30".into());
     })
     .is_empty());
-    // Dual-stack needs GA (v1.23).
-    expect(
-        |f| {
-            f.spec.kubernetes.version = "v1.22.17".into();
-            f.spec.network.plugin = Plugin::None;
-            f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8607::1:0/112".into();
-            f.spec.network.service_cidr = "10.233.0.0/18,fd85:ee78:d8a6:8607::1000/116".into();
-        },
-        "spec.network.podCidr",
-        "dual-stack is not generally available in v1.22.17",
-    );
     // multus cannot delegate to none.
     expect(
         |f| {
