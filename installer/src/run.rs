@@ -126,7 +126,7 @@ pub fn control_node() -> Node {
         name: CONTROL_HOST.to_string(),
         address: "127.0.0.1".to_string(),
         internal_address: "127.0.0.1".to_string(),
-        roles: vec!["control".to_string()],
+        roles: Vec::new(),
         arch: std::env::consts::ARCH
             .replace("x86_64", "amd64")
             .replace("aarch64", "arm64"),

@@ -20,7 +20,17 @@ fn delete_summary(
         ctx.nodes.len()
     );
     for n in &ctx.nodes {
-        let _ = writeln!(s, "  {} ({}): {}", n.name, n.address, n.roles.join(","));
+        let _ = writeln!(
+            s,
+            "  {} ({}): {}",
+            n.name,
+            n.address,
+            n.roles
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
     }
     let _ = writeln!(s, "plan:");
     for m in &plan.modules {

@@ -11,14 +11,11 @@ pub(crate) fn run(
     args: &InstallArgs,
     work_dir: &std::path::Path,
 ) -> Result<()> {
-    let ctx = std::sync::Arc::new(install_context(
-        args.file.as_deref(),
-        None,
-        Some(bundle),
-        work_dir,
-    )?);
-    let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
+    let ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir)?;
     if args.dry_run {
+        // Planning: keys and certificates that do not exist yet are made in memory only.
+        let ctx = std::sync::Arc::new(ctx);
+        let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
         let nodes = ctx.plan_nodes();
         let plan = kubexm_install::pipeline::plan::build(&pipeline, &nodes, &Default::default())
             .context("Failed to build the plan")?;
@@ -26,6 +23,8 @@ pub(crate) fn run(
         return Ok(());
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
+    let ctx = std::sync::Arc::new(ctx.for_execution());
+    let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
     run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed")?;
     Ok(())
 }

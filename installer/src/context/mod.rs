@@ -6,6 +6,7 @@ mod scope;
 
 pub use scope::{scoped, Scope, ScopeExt, Scoped, UnknownNode};
 
+use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
 
 use kubexm_bundles::manifest::{BundleManifest, FileRecord};
@@ -18,6 +19,7 @@ use kubexm_manifests::validate::ValidCluster;
 
 use crate::modules::loadbalancer;
 use crate::pipeline::{Node, StepError};
+use crate::pki::{KeyDir, Keys};
 use crate::run;
 
 /// Everything the install modules read.
@@ -33,6 +35,10 @@ pub struct InstallContext {
     /// Control-host directory for the cluster's generated keys and certificates
     /// (`WORK/pki/<cluster>`), kept so re-runs reuse the same CAs.
     pub pki_dir: PathBuf,
+    /// `pki_dir` as modules use it when they build their tasks: [`Keys::Plan`] (the default:
+    /// what is missing is made in memory, nothing is written) until
+    /// [`InstallContext::for_execution`].
+    pub keys: KeyDir,
     /// What the cluster needs per the catalog (upstream zone), used for the plan's file and
     /// image records when there is no bundle; `None` when it cannot be resolved.
     pub resolution: Option<Resolution>,
@@ -80,7 +86,7 @@ impl InstallContext {
         if let Some(p) = &r.private_registry {
             return Some(p.clone());
         }
-        let host = self.with_role("registry").into_iter().next()?;
+        let host = self.with_role(Role::Registry).into_iter().next()?;
         let node = self.node(&host)?;
         match r.kind {
             RegistryType::Registry => Some(format!("{}:{REGISTRY_PORT}", node.internal_address)),
@@ -191,7 +197,7 @@ impl InstallContext {
 
     /// The first master (`roleGroups.master[0]`): where the cluster is initialised.
     pub fn first_master(&self) -> Result<&Node, StepError> {
-        self.with_role("master")
+        self.with_role(Role::Master)
             .first()
             .and_then(|m| self.node(m))
             .ok_or_else(|| {
@@ -200,7 +206,7 @@ impl InstallContext {
     }
 
     /// Names of the nodes with `role`.
-    pub fn with_role(&self, role: &str) -> Vec<String> {
+    pub fn with_role(&self, role: Role) -> Vec<String> {
         self.nodes
             .iter()
             .filter(|n| n.has_role(role))
@@ -219,6 +225,19 @@ impl InstallContext {
     /// Every node name.
     pub fn all(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// The same context for executing a pipeline: keys and certificates that do not exist yet
+    /// are created in `pki_dir` and kept, so re-runs reuse them.
+    #[must_use]
+    pub fn for_execution(mut self) -> Self {
+        self.keys = self.keys.with_keys(Keys::Keep);
+        self
+    }
+
+    /// The cluster's key directory (`pki_dir`) in this context's [`Keys`] mode.
+    pub fn key_dir(&self) -> KeyDir {
+        self.keys.clone()
     }
 
     /// A node by name.
@@ -264,6 +283,7 @@ pub fn load_context(
         cluster,
         nodes,
         bundle,
+        keys: KeyDir::new(pki_dir.clone(), Keys::Plan),
         pki_dir,
         resolution,
     })

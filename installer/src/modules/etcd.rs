@@ -19,6 +19,7 @@
 //! this run created it and it is still empty: data etcd wrote is never deleted by a rollback.
 //! [`delete_module`] is the explicit removal, data included.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use crate::pipeline::ops::{
     UploadFile, WaitFor,
 };
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
-use crate::pki::{Ca, CertSpec, PkiError, San, Usage};
+use crate::pki::{CertSpec, KeyDir, PkiError, San, Usage};
 use crate::runner::{shell, UploadSource};
 
 /// Certificates on the nodes.
@@ -127,7 +128,7 @@ impl EtcdLayout {
         let members = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("etcd"))
+            .filter(|n| n.has_role(Role::Etcd))
             .map(|n| Member {
                 name: n.name.clone(),
                 address: n.internal_address.clone(),
@@ -252,15 +253,15 @@ pub struct CertFile {
     pub mode: u32,
 }
 
-/// Makes (or reuses, from `pki_dir`) the etcd CA and certificates, and returns the files each
+/// Makes (or reuses, from `pki`) the etcd CA and certificates, and returns the files each
 /// node gets: members get the CA, `member-*`, `peer-*` and `admin-*`; masters get the CA and
 /// `node-*` (the kube-apiserver's etcd client certificate).
 pub fn certificates(
     layout: &EtcdLayout,
     masters: &[Node],
-    pki_dir: &Path,
+    pki: &KeyDir,
 ) -> Result<BTreeMap<String, Vec<CertFile>>, PkiError> {
-    let ca = Ca::load_or_create(pki_dir, "etcd", "etcd-ca")?;
+    let ca = pki.ca("etcd", "etcd-ca")?;
     let mut out: BTreeMap<String, Vec<CertFile>> = BTreeMap::new();
     let ca_file = || CertFile {
         name: "ca.pem".to_string(),
@@ -268,7 +269,7 @@ pub fn certificates(
         mode: 0o644,
     };
     let mut push = |node: &str, stem: &str, spec: CertSpec| -> Result<(), PkiError> {
-        let c = ca.load_or_issue(pki_dir, stem, &spec)?;
+        let c = pki.leaf(&ca, stem, &spec)?;
         let files = out
             .entry(node.to_string())
             .or_insert_with(|| vec![ca_file()]);
@@ -355,11 +356,10 @@ impl Module for EtcdModule {
         let masters: Vec<Node> = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master"))
+            .filter(|n| n.has_role(Role::Master))
             .cloned()
             .collect();
-        let pki_dir = ctx.pki_dir.join("etcd");
-        let files = certificates(&layout, &masters, &pki_dir)
+        let files = certificates(&layout, &masters, &ctx.key_dir().join("etcd"))
             .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))?;
         let cert_hosts: Vec<String> = ctx
             .nodes
@@ -608,8 +608,8 @@ impl Module for EtcdDeleteModule {
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let layout = Arc::new(EtcdLayout::from_context(&self.0));
-        let mut hosts = self.0.with_role("etcd");
-        for m in self.0.with_role("master") {
+        let mut hosts = self.0.with_role(Role::Etcd);
+        for m in self.0.with_role(Role::Master) {
             if !hosts.contains(&m) {
                 hosts.push(m);
             }

@@ -20,6 +20,7 @@
 //! `0.0.0.0` — otherwise one of the two cannot bind. [`api_server_must_bind_node_address`] tells
 //! the Kubernetes module when that applies.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -61,15 +62,15 @@ pub fn api_server_must_bind_node_address(ctx: &InstallContext, node: &Node) -> b
     lb.mode == LbMode::External
         && lb.external.kind != ExternalLbType::External
         && lb.port == APISERVER_PORT
-        && node.has_role("loadbalancer")
-        && node.has_role("master")
+        && node.has_role(Role::Loadbalancer)
+        && node.has_role(Role::Master)
 }
 
 /// Every master's API server (internal address, port 6443): the backends of any load balancer
 /// in front of them.
 pub fn api_backends(ctx: &InstallContext) -> Result<Vec<Backend>, StepError> {
     let backends: Vec<Backend> = ctx
-        .with_role("master")
+        .with_role(Role::Master)
         .iter()
         .filter_map(|m| ctx.node(m))
         .map(|n| Backend {
@@ -124,7 +125,7 @@ impl Module for LoadBalancerModule {
                 "loadBalancer.external.type is external: the load balancer is not managed by KubeXM"
                     .to_string(),
             ),
-            (LbMode::External, _) if self.0.with_role("loadbalancer").is_empty() => Some(
+            (LbMode::External, _) if self.0.with_role(Role::Loadbalancer).is_empty() => Some(
                 "no host has the loadbalancer role: add hosts to roleGroups.loadbalancer"
                     .to_string(),
             ),
@@ -152,7 +153,7 @@ impl Module for LoadBalancerModule {
             )
         })?;
         let cluster = ctx.cluster.cluster_name().to_string();
-        let hosts = ctx.with_role("loadbalancer");
+        let hosts = ctx.with_role(Role::Loadbalancer);
         let backends = api_backends(ctx)?;
         let lb_nodes: Vec<(String, String)> = hosts
             .iter()
@@ -480,7 +481,7 @@ impl Module for LoadBalancerDeleteModule {
         }
         Ok(vec![Task::new(
             "delete-loadbalancer",
-            self.0.with_role("loadbalancer"),
+            self.0.with_role(Role::Loadbalancer),
         )
         .step(Ops {
             name: "remove-loadbalancer",

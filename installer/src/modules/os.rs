@@ -1,6 +1,7 @@
 //! Module 1: node preparation. SELinux, swap, firewall, hostname, /etc/hosts, resolvers, time,
 //! kernel settings and OS packages on every node; each step idempotent and reverted on failure.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -205,7 +206,9 @@ impl HostsBlock {
             .collect();
         if let (Some(reg), Some(first)) = (
             spec.registry.private_registry.as_deref(),
-            ctx.with_role("registry").first().and_then(|r| ctx.node(r)),
+            ctx.with_role(Role::Registry)
+                .first()
+                .and_then(|r| ctx.node(r)),
         ) {
             let host = reg.split(':').next().unwrap_or(reg);
             if host.parse::<std::net::IpAddr>().is_err() {

@@ -1,6 +1,7 @@
 //! Module 0: preflight. Read-only checks on every node, in parallel; a failed check stops the
 //! install before anything changed, with what is wrong and what to do.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use kubexm_manifests::model::ProxyMode;
@@ -122,7 +123,7 @@ check_step!(CheckResources, "check-resources");
 
 impl CheckResources {
     fn check(&self, node: &Node) -> Check {
-        let (need, kind) = if node.has_role("master") {
+        let (need, kind) = if node.has_role(Role::Master) {
             (self.master_mib, "a master")
         } else {
             (self.worker_mib, "a node")
@@ -135,7 +136,7 @@ impl CheckResources {
                  if [ \"$mem\" -lt {need} ]; then echo \"$mem MiB of memory, {kind} needs at least {need} MiB (spec.system.preflight.min{which}MemoryMiB)\" >&2; bad=1; fi\n\
                  exit $bad",
                 cpus = self.min_cpus,
-                which = if node.has_role("master") { "Master" } else { "Worker" },
+                which = if node.has_role(Role::Master) { "Master" } else { "Worker" },
             ),
         )
     }
@@ -254,13 +255,13 @@ impl CheckPorts {
     /// Ports a node with these roles listens on.
     pub fn ports(node: &Node) -> Vec<u16> {
         let mut p = Vec::new();
-        if node.has_role("master") {
+        if node.has_role(Role::Master) {
             p.extend([6443, 10257, 10259]);
         }
-        if node.has_role("etcd") {
+        if node.has_role(Role::Etcd) {
             p.extend([2379, 2380]);
         }
-        if node.has_role("master") || node.has_role("worker") {
+        if node.has_role(Role::Master) || node.has_role(Role::Worker) {
             p.push(10250);
         }
         p.sort_unstable();

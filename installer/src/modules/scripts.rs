@@ -186,7 +186,14 @@ impl RunScripts {
             "mkdir -p {LOG_DIR} && chmod 0700 {LOG_DIR}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
             cluster = shell::quote(&self.cluster),
             node = shell::quote(&node.name),
-            roles = shell::quote(&node.roles.join(",")),
+            roles = shell::quote(
+                &node
+                    .roles
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
             phase = self.phase.as_str(),
             sum = shell::quote(&script.sha256),
         )

@@ -13,7 +13,7 @@ use kubexm_bundles::pack::{pack, Entry, PackOptions, Source, FILE_MODE};
 use kubexm_install::context::load_context;
 use sha2::{Digest, Sha256};
 
-use crate::plan_cli::without_generated_keys;
+use crate::plan_cli::{files_under, without_generated_keys};
 
 fn lab(file: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -124,8 +124,8 @@ fn lab_bundle(dir: &Path) -> PathBuf {
 }
 
 /// `kubexm-install --work-dir <fresh> ARGS`: exit status, stdout and stderr with the work
-/// directory replaced by `WORK`.
-fn kubexm_install(args: &[&str]) -> (bool, String, String) {
+/// directory replaced by `WORK`, and the files left under `WORK/pki`.
+fn kubexm_install(args: &[&str]) -> (bool, String, String, Vec<PathBuf>) {
     let work = tempfile::tempdir().expect("tempdir");
     let out = Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
         .arg("--work-dir")
@@ -139,6 +139,7 @@ fn kubexm_install(args: &[&str]) -> (bool, String, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).replace(&w, "WORK"),
         String::from_utf8_lossy(&out.stderr).replace(&w, "WORK"),
+        files_under(&work.path().join("pki")),
     )
 }
 
@@ -157,11 +158,14 @@ fn install_verb_and_top_level_bundle_run_the_same_install() {
         without_generated_keys(&verb.1),
         without_generated_keys(&old.1)
     );
+    // A dry run plans: it keeps no key or certificate.
+    assert_eq!(verb.3, Vec::<PathBuf>::new());
+    assert_eq!(old.3, Vec::<PathBuf>::new());
 }
 
 #[test]
 fn install_without_a_bundle_says_what_is_missing() {
-    let (ok, _, err) = kubexm_install(&["install", "--dry-run"]);
+    let (ok, _, err, _) = kubexm_install(&["install", "--dry-run"]);
     assert!(!ok);
     assert!(err.contains("install needs --bundle FILE"), "{err}");
 }

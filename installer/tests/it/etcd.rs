@@ -12,6 +12,7 @@ use kubexm_install::context::load_context;
 use kubexm_install::modules::etcd::{certificates, EtcdLayout, Member};
 use kubexm_install::pipeline::plan;
 use kubexm_install::pipelines::install_pipeline;
+use kubexm_install::pki::{KeyDir, Keys};
 
 fn three_members(prefix: &str) -> Vec<Member> {
     (1..=3)
@@ -100,9 +101,28 @@ fn the_lab_plan_has_certificates_install_and_health_and_reuses_the_pki() {
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }
-    // A second plan reuses the CA and certificates: the same uploads.
+    // A second plan reuses the CA and certificates: the same uploads. Planning writes nothing:
+    // they are held in the context's memory, not in the work directory.
     assert_eq!(build().to_text(), text);
+    assert!(!work.path().join("pki").exists());
+    // An executing context keeps them, and a second one reuses them.
+    let keep = |work: &std::path::Path| {
+        let ctx = Arc::new(
+            load_context(&lab_cluster(), Some(&lab_catalog()), None, work)
+                .expect("context")
+                .for_execution(),
+        );
+        plan::build(
+            &install_pipeline(&ctx),
+            &ctx.plan_nodes(),
+            &Default::default(),
+        )
+        .expect("plan")
+        .to_text()
+    };
+    let first = keep(work.path());
     assert!(work.path().join("pki/lab/etcd/etcd-ca.key").exists());
+    assert_eq!(keep(work.path()), first);
 }
 
 #[test]
@@ -189,7 +209,12 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
     layout.cert_dir = tmp.path().join("ssl").display().to_string();
     layout.bin_dir = etcdctl.parent().expect("dir").display().to_string();
 
-    let files = certificates(&layout, &[], &tmp.path().join("pki")).expect("certificates");
+    let files = certificates(
+        &layout,
+        &[],
+        &KeyDir::new(tmp.path().join("pki"), Keys::Keep),
+    )
+    .expect("certificates");
     std::fs::create_dir_all(&layout.cert_dir).expect("cert dir");
     for f in files.values().flatten() {
         std::fs::write(Path::new(&layout.cert_dir).join(&f.name), &f.content).expect("cert");
@@ -280,7 +305,8 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
     );
     // Nor do they accept a certificate from another CA.
     let other = tempfile::tempdir().expect("tempdir");
-    let foreign = certificates(&layout, &[], other.path()).expect("foreign");
+    let foreign =
+        certificates(&layout, &[], &KeyDir::new(other.path(), Keys::Keep)).expect("foreign");
     let admin = &foreign["node1"];
     let find = |n: &str| admin.iter().find(|f| f.name == n).expect(n);
     std::fs::write(other.path().join("a.pem"), &find("admin-node1.pem").content).expect("w");

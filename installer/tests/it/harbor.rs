@@ -64,7 +64,8 @@ fn harbor_context(edit: impl Fn(String) -> String) -> (Arc<InstallContext>, temp
         &work,
     )
     .expect("harbor lab cluster loads");
-    (Arc::new(ctx), dir)
+    // These tests run the registry module for real too: keys are kept as an install keeps them.
+    (Arc::new(ctx.for_execution()), dir)
 }
 
 const HARBOR_YML: &str = "/opt/kubexm-harbor/harbor/harbor.yml";
@@ -425,7 +426,7 @@ impl StandIn {
             name: "node1".into(),
             address: "127.0.0.1".into(),
             internal_address: "127.0.0.1".into(),
-            roles: vec!["registry".into()],
+            roles: vec![kubexm_manifests::resolve::Role::Registry],
             arch: "amd64".into(),
         };
         let runner: Arc<dyn Runner> = Arc::new(LocalRunner::new("node1"));

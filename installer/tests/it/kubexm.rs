@@ -28,6 +28,7 @@ use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::pipeline::{plan, Module, Pipeline, StepError, Task};
 use kubexm_install::pipelines::delete_pipeline;
 use kubexm_install::pipelines::install_pipeline;
+use kubexm_install::pki::{KeyDir, Keys};
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
 
@@ -493,7 +494,8 @@ fn certificates_chain_to_their_ca_with_kubernetes_subjects_sans_and_usages() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = v131_kubexm_etcd_external_lb(work.path());
     let k = KubexmCluster::new(&ctx).expect("cluster");
-    let files = certificates(&k, &work.path().join("pki")).expect("certificates");
+    let files =
+        certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep)).expect("certificates");
     assert_eq!(
         files.keys().cloned().collect::<Vec<_>>(),
         ["master1", "master2", "master3", "worker1", "worker2"]
@@ -751,7 +753,8 @@ fn external_etcd_files_are_the_users_and_a_missing_file_is_named() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = v135_external_etcd_internal_lb(work.path());
     let k = KubexmCluster::new(&ctx).expect("cluster");
-    let files = certificates(&k, &work.path().join("pki")).expect("certificates");
+    let files =
+        certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep)).expect("certificates");
     let find = |dest: &str| {
         files["master2"]
             .iter()
@@ -780,7 +783,7 @@ fn external_etcd_files_are_the_users_and_a_missing_file_is_named() {
     }
 
     std::fs::remove_file(etcd.join("client.key")).expect("rm");
-    let err = certificates(&k, &work.path().join("pki"))
+    let err = certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep))
         .expect_err("missing key")
         .to_string();
     assert!(
@@ -813,7 +816,8 @@ fn kubectl_with_our_kubeconfig_talks_tls_to_a_server_with_our_apiserver_certific
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = v131_kubexm_etcd_external_lb(work.path());
     let k = KubexmCluster::new(&ctx).expect("cluster");
-    let files = certificates(&k, &work.path().join("pki")).expect("certificates");
+    let files =
+        certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep)).expect("certificates");
     let roots = write_node_files(&work.path().join("nodes"), &files);
     let m1 = &roots["master1"];
     let p = |f: &str| m1.join("etc/kubernetes").join(f).display().to_string();
@@ -873,7 +877,8 @@ fn kubectl_with_our_kubeconfig_talks_tls_to_a_server_with_our_apiserver_certific
     }
     // A kubeconfig of another cluster (another CA) does not trust this server.
     let other = tempfile::tempdir().expect("tempdir");
-    let other_files = certificates(&k, &other.path().join("pki")).expect("other certificates");
+    let other_files = certificates(&k, &KeyDir::new(other.path().join("pki"), Keys::Keep))
+        .expect("other certificates");
     let other_roots = write_node_files(&other.path().join("nodes"), &other_files);
     let foreign = other_roots["master1"]
         .join("etc/kubernetes/admin.conf")
@@ -942,7 +947,7 @@ async fn run_certificates(
         kubelet_dir: root.join("var/lib/kubelet").display().to_string(),
     };
     let k = KubexmCluster::with_layout(ctx, layout.clone()).expect("cluster");
-    let files = certificates(&k, pki).expect("certificates");
+    let files = certificates(&k, &KeyDir::new(pki, Keys::Keep)).expect("certificates");
     let pipeline = Pipeline {
         name: "test".to_string(),
         modules: vec![Box::new(OneTask(Mutex::new(vec![Task::new(

@@ -2,6 +2,7 @@
 //! drop-in. The kubelet is enabled, not started: kubeadm starts it during init/join (before
 //! that it has no configuration and would only restart in a loop).
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use crate::context::InstallContext;
@@ -33,7 +34,7 @@ impl Step for KubeBinaries {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut names = vec!["kubeadm", "kubelet"];
-        if node.has_role("master") {
+        if node.has_role(Role::Master) {
             names.push("kubectl");
         }
         let mut ops = Vec::new();

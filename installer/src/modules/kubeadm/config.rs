@@ -41,6 +41,7 @@
 //!   bind the node's own address: a per-node kubeadm patch adds `--bind-address` (the cluster
 //!   configuration is shared by every master, so it cannot hold a per-node address).
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -261,7 +262,7 @@ impl KubeadmSettings {
                 sans.push(vip.clone());
             }
         }
-        for m in ctx.with_role("master") {
+        for m in ctx.with_role(Role::Master) {
             if let Some(n) = ctx.node(&m) {
                 sans.push(n.name.clone());
                 sans.push(n.internal_address.clone());

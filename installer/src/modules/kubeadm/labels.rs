@@ -8,6 +8,7 @@
 //!   so pods may run there; master-only nodes keep them;
 //! * `spec.hosts[].labels` are set on their node.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ impl NodeRoles {
         let nodes = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .map(|n| {
                 let mut labels: BTreeMap<String, String> = ctx
                     .cluster
@@ -58,13 +59,13 @@ impl NodeRoles {
                     .find(|h| h.name == n.name)
                     .map(|h| h.labels.clone())
                     .unwrap_or_default();
-                if n.has_role("worker") {
+                if n.has_role(Role::Worker) {
                     labels.insert(WORKER_LABEL.to_string(), String::new());
                 }
                 Wanted {
                     name: n.name.clone(),
                     labels,
-                    untaint: n.has_role("master") && n.has_role("worker"),
+                    untaint: n.has_role(Role::Master) && n.has_role(Role::Worker),
                 }
             })
             .collect();

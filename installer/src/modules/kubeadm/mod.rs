@@ -27,6 +27,7 @@ pub mod join;
 pub mod joining;
 pub mod labels;
 
+use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -56,7 +57,7 @@ pub fn admin_kubeconfig_path(ctx: &InstallContext) -> PathBuf {
 fn kubernetes_nodes(ctx: &InstallContext) -> Vec<String> {
     ctx.nodes
         .iter()
-        .filter(|n| n.has_role("master") || n.has_role("worker"))
+        .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
         .map(|n| n.name.clone())
         .collect()
 }
@@ -80,12 +81,12 @@ impl Module for KubeadmModule {
         let ctx = &self.0;
         let settings = Arc::new(KubeadmSettings::new(ctx)?);
         let first = ctx.first_master()?.name.clone();
-        let masters = ctx.with_role("master");
+        let masters = ctx.with_role(Role::Master);
         let others: Vec<String> = masters.iter().skip(1).cloned().collect();
         let workers: Vec<String> = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("worker") && !n.has_role("master"))
+            .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
             .map(|n| n.name.clone())
             .collect();
         let lb = &ctx.cluster.file.spec.load_balancer;

@@ -23,8 +23,9 @@
 //! name and internal (and SSH, when different) address, the VIP, `loadBalancer.domain`,
 //! `apiserverCertExtraSans`, `127.0.0.1` and `localhost`. Keys are mode 0600.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
-use std::path::Path;
+
 use std::sync::Arc;
 
 use kubexm_manifests::model::EtcdType;
@@ -34,7 +35,7 @@ use super::{KubexmCluster, Layout, CLUSTER_ADMINS, SERVICES};
 use crate::context::InstallContext;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
-use crate::pki::{load_or_create_key, Ca, CertSpec, IssuedCert, PkiError, San, Usage};
+use crate::pki::{Ca, CertSpec, IssuedCert, KeyDir, PkiError, San, Usage};
 use crate::runner::UploadSource;
 
 /// The certificates module.
@@ -49,7 +50,7 @@ impl Module for KubexmCertsModule {
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let k = KubexmCluster::new(&self.0)?;
-        let files = certificates(&k, &self.0.pki_dir.join("kubernetes"))?;
+        let files = certificates(&k, &self.0.key_dir().join("kubernetes"))?;
         Ok(vec![Task::new("kubernetes-certificates", k.node_names())
             .step(KubernetesCertificates {
                 layout: k.layout.clone(),
@@ -158,16 +159,14 @@ pub fn kubelet_spec(node: &Node) -> CertSpec {
 /// The files every master and worker gets, by node name.
 pub fn certificates(
     k: &KubexmCluster,
-    pki_dir: &Path,
+    keys: &KeyDir,
 ) -> Result<BTreeMap<String, Vec<NodeFile>>, StepError> {
     let pki = |e: PkiError| StepError::Invalid(format!("Kubernetes certificates: {e}"));
     let l = &k.layout;
-    let ca = Ca::load_or_create(pki_dir, "kubernetes", "kubernetes").map_err(pki)?;
-    let front_proxy_ca =
-        Ca::load_or_create(pki_dir, "front-proxy", "front-proxy-ca").map_err(pki)?;
-    let sa = load_or_create_key(pki_dir, "sa").map_err(pki)?;
-    let issue =
-        |ca: &Ca, stem: &str, spec: CertSpec| ca.load_or_issue(pki_dir, stem, &spec).map_err(pki);
+    let ca = keys.ca("kubernetes", "kubernetes").map_err(pki)?;
+    let front_proxy_ca = keys.ca("front-proxy", "front-proxy-ca").map_err(pki)?;
+    let sa = keys.key_pair("sa").map_err(pki)?;
+    let issue = |ca: &Ca, stem: &str, spec: CertSpec| keys.leaf(ca, stem, &spec).map_err(pki);
     let client = |cn: &str| CertSpec::new(cn, Usage::Client);
 
     let apiserver = issue(&ca, "apiserver", apiserver_spec(k)?)?;
@@ -254,7 +253,7 @@ pub fn certificates(
             continue;
         };
         let mut files = vec![NodeFile::bytes(ca.cert_pem(), l.pki("ca.crt"), 0o644)];
-        if node.has_role("master") {
+        if node.has_role(Role::Master) {
             files.push(NodeFile::bytes(&ca.key_pem(), l.pki("ca.key"), 0o600));
             pair(&mut files, "apiserver", &apiserver);
             pair(&mut files, "apiserver-kubelet-client", &kubelet_client);
@@ -282,7 +281,7 @@ pub fn certificates(
         pair(&mut files, "kubelet", &kubelet);
         // Behind an internal haproxy/nginx, a worker's kubelet and kube-proxy go through the
         // local API proxy on 127.0.0.1 (see `internal_lb`); masters keep the endpoint.
-        let node_api = if !node.has_role("master") && k.local_proxy().is_some() {
+        let node_api = if !node.has_role(Role::Master) && k.local_proxy().is_some() {
             crate::modules::internal_lb::LOCAL_API.to_string()
         } else {
             endpoint.clone()

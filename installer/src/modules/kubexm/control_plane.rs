@@ -16,6 +16,7 @@
 //! `kubernetes.featureGates` go to every component; `apiserverArgs`, `controllerManagerArgs`
 //! and `schedulerArgs` replace or add flags.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ impl Module for KubexmControlPlaneModule {
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let k = Arc::new(KubexmCluster::new(&self.0)?);
-        let masters = self.0.with_role("master");
+        let masters = self.0.with_role(Role::Master);
         let first = self.0.first_master()?.name.clone();
         Ok(vec![
             Task::new("install-control-plane", masters.clone())

@@ -39,6 +39,7 @@ pub mod flags;
 pub mod kubeconfig;
 pub mod node;
 
+use kubexm_manifests::resolve::Role;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -168,7 +169,7 @@ impl KubexmCluster {
         self.ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master"))
+            .filter(|n| n.has_role(Role::Master))
             .collect()
     }
 
@@ -177,7 +178,7 @@ impl KubexmCluster {
         self.ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .map(|n| n.name.clone())
             .collect()
     }

@@ -19,6 +19,7 @@
 //! `node-role.kubernetes.io/*`): `node-role.kubernetes.io/control-plane` on masters,
 //! `node-role.kubernetes.io/worker` on workers, and each host's `labels`.
 
+use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -62,7 +63,7 @@ impl Module for KubexmNodesModule {
         // API through the VIP it holds (a kubelet runs static pods without the API).
         if k.kube_vip() {
             tasks.push(
-                Task::new("kube-vip", self.0.with_role("master"))
+                Task::new("kube-vip", self.0.with_role(Role::Master))
                     .step(KubeVip::new(&self.0, ADMIN_CONF)?),
             );
         }
@@ -87,7 +88,7 @@ impl Module for KubexmNodesModule {
                 .0
                 .nodes
                 .iter()
-                .filter(|n| n.has_role("worker") && !n.has_role("master"))
+                .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
                 .map(|n| n.name.clone())
                 .collect();
             if !workers.is_empty() {
@@ -280,7 +281,7 @@ struct Taint {
 /// The taints a node registers with: the version's control-plane taints (as kubeadm of that
 /// version sets them) on a master that is not also a worker; none otherwise.
 pub fn register_taints(node: &Node, version: KubeVersion) -> &'static [KubeTaint] {
-    if node.has_role("master") && !node.has_role("worker") {
+    if node.has_role(Role::Master) && !node.has_role(Role::Worker) {
         version.control_plane_taints()
     } else {
         &[]
@@ -292,12 +293,12 @@ pub fn register_taints(node: &Node, version: KubeVersion) -> &'static [KubeTaint
 /// from v1.24) and cluster.yaml's `labels`.
 pub fn node_labels(ctx: &InstallContext, node: &Node) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
-    if node.has_role("master") {
+    if node.has_role(Role::Master) {
         for l in ctx.cluster.version.control_plane_labels() {
             labels.insert((*l).to_string(), String::new());
         }
     }
-    if node.has_role("worker") {
+    if node.has_role(Role::Worker) {
         labels.insert("node-role.kubernetes.io/worker".to_string(), String::new());
     }
     if let Some(h) = ctx

@@ -33,6 +33,7 @@ mod calico;
 mod cilium;
 mod flannel;
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,7 +100,7 @@ impl Module for NetworkModule {
         let nodes: Vec<String> = ctx
             .nodes
             .iter()
-            .filter(|n| n.has_role("master") || n.has_role("worker"))
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .map(|n| n.name.clone())
             .collect();
         Ok(vec![

@@ -117,12 +117,11 @@ pub(super) fn deploy_task(
             "Harbor version `{version}` is not vMAJOR.MINOR.PATCH (spec.registry.harborConfig.version)"
         ))
     })?;
-    let db_password = crate::pki::load_or_create_secret(
-        &ctx.pki_dir
-            .join("registry")
-            .join("harbor-database.password"),
-    )
-    .map_err(|e| StepError::Invalid(e.to_string()))?;
+    let db_password = ctx
+        .key_dir()
+        .join("registry")
+        .secret("harbor-database.password")
+        .map_err(|e| StepError::Invalid(e.to_string()))?;
     let hostname = host_of(&p.endpoint).to_string();
     let mut c = tera::Context::new();
     c.insert("cluster", &p.cluster);

@@ -11,6 +11,7 @@
 
 pub mod harbor;
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use kubexm_manifests::model::{RegistryType, RuntimeType};
@@ -23,7 +24,7 @@ use crate::pipeline::ops::{
     UploadFile, WaitFor,
 };
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
-use crate::pki::{Ca, CertSpec, San, Usage};
+use crate::pki::{CertSpec, San, Usage};
 use crate::run::CONTROL_HOST;
 use crate::runner::{shell, UploadSource};
 use crate::seed::{RegistryTarget, SeedOptions};
@@ -99,7 +100,7 @@ impl RegistryModule {
         }
         let plain_http = auth.is_some_and(|a| a.plain_http);
         let host_node = ctx
-            .with_role("registry")
+            .with_role(Role::Registry)
             .first()
             .and_then(|n| ctx.node(n))
             .cloned();
@@ -109,9 +110,10 @@ impl RegistryModule {
             let node = host_node.as_ref().ok_or_else(|| {
                 StepError::Invalid("spec.roleGroups.registry: name the registry host".into())
             })?;
-            let dir = ctx.pki_dir.join("registry");
+            let dir = ctx.key_dir().join("registry");
             let pki = |e: crate::pki::PkiError| StepError::Invalid(e.to_string());
-            let ca = Ca::load_or_create(&dir, "registry", &format!("kubexm-{cluster}-registry-ca"))
+            let ca = dir
+                .ca("registry", &format!("kubexm-{cluster}-registry-ca"))
                 .map_err(pki)?;
             let mut sans = vec![
                 San::parse(host_of(&endpoint)),
@@ -121,10 +123,7 @@ impl RegistryModule {
             ];
             sans.dedup();
             let cert = CertSpec::new(host_of(&endpoint), Usage::Server).sans(sans);
-            server = Some(
-                ca.load_or_issue(&dir, "registry-server", &cert)
-                    .map_err(pki)?,
-            );
+            server = Some(dir.leaf(&ca, "registry-server", &cert).map_err(pki)?);
             ca_pem = Some(ca.cert_pem().to_string());
             if let (Some(u), Some(p), RegistryType::Registry) = (&username, &password, spec.kind) {
                 htpasswd = Some(htpasswd_line(&cluster, u, p.expose())?);
@@ -473,7 +472,7 @@ impl Module for RegistryDeleteModule {
             .clone()
             .unwrap_or_else(|| if harbor { harbor::DATA_DIR } else { DATA_DIR }.to_string());
         let mut tasks = Vec::new();
-        if let Some(host) = self.0.with_role("registry").into_iter().next() {
+        if let Some(host) = self.0.with_role(Role::Registry).into_iter().next() {
             tasks.push(if harbor {
                 harbor::delete_task(&self.0, host, data_dir)
             } else {

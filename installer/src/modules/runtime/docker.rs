@@ -15,6 +15,7 @@
 //! plugins in `/opt/cni/bin`. The Harbor registry host installs the same engine
 //! ([`DockerEngine`]) before Harbor.
 
+use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use kubexm_manifests::model::RegistryType;
@@ -299,7 +300,7 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         ],
     })];
     let harbor_host = (ctx.cluster.file.spec.registry.kind == RegistryType::Harbor)
-        .then(|| ctx.with_role("registry").into_iter().next())
+        .then(|| ctx.with_role(Role::Registry).into_iter().next())
         .flatten();
     let engine_hosts: Vec<String> = hosts
         .into_iter()

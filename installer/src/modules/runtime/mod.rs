@@ -20,6 +20,7 @@ pub mod crio;
 pub mod docker;
 pub mod isulad;
 
+use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -102,7 +103,7 @@ impl Module for RuntimeDeleteModule {
 pub fn runtime_hosts(ctx: &InstallContext) -> Vec<String> {
     ctx.nodes
         .iter()
-        .filter(|n| n.has_role("master") || n.has_role("worker"))
+        .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
         .map(|n| n.name.clone())
         .collect()
 }
