@@ -15,3 +15,4 @@ mod scope;
 mod seed;
 mod ssh;
 mod unpack;
+mod versions;
