@@ -55,10 +55,9 @@ impl Cri {
         }
     }
 
-    /// The cluster's CRI.
+    /// The cluster's CRI ([`super::Runtime::cri`]).
     pub fn of(ctx: &InstallContext) -> Self {
-        let r = &ctx.cluster.file.spec.runtime;
-        Self::new(r.kind, r.cri_dockerd, ctx.cluster.version)
+        super::Runtime::of(ctx).cri(ctx)
     }
 
     /// The socket path.

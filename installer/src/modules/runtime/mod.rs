@@ -1,6 +1,7 @@
 //! Module: the container runtime on every master and worker, from the bundle — containerd
 //! ([`containerd`]), docker with cri-dockerd ([`docker`]), cri-o ([`crio`]) or iSulad
-//! ([`isulad`]), per `runtime.type`.
+//! ([`isulad`]), per `runtime.type`. [`Runtime`] is the one place that knows each runtime's
+//! CRI socket, unit, registry CA directory, install and delete; other modules ask it.
 //!
 //! What every runtime shares (this file):
 //! * Bundle files go to `/var/lib/kubexm/artifacts/<name>/<version>/<file>` (sha256-checked,
@@ -19,6 +20,9 @@ pub mod cri;
 pub mod crio;
 pub mod docker;
 pub mod isulad;
+mod kind;
+
+pub use kind::Runtime;
 
 use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
@@ -60,13 +64,7 @@ impl Module for RuntimeModule {
     }
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let ctx = &self.0;
-        match ctx.cluster.file.spec.runtime.kind {
-            RuntimeType::Containerd => containerd::tasks(ctx),
-            RuntimeType::Docker => docker::tasks(ctx),
-            RuntimeType::CriO => crio::tasks(ctx),
-            RuntimeType::Isulad => isulad::tasks(ctx),
-        }
+        Runtime::of(&self.0).tasks(&self.0)
     }
 }
 
@@ -89,13 +87,7 @@ impl Module for RuntimeDeleteModule {
     }
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let ctx = &self.0;
-        match ctx.cluster.file.spec.runtime.kind {
-            RuntimeType::Containerd => containerd::delete_tasks(ctx),
-            RuntimeType::Docker => docker::delete_tasks(ctx),
-            RuntimeType::CriO => crio::delete_tasks(ctx),
-            RuntimeType::Isulad => isulad::delete_tasks(ctx),
-        }
+        Runtime::of(&self.0).delete_tasks(&self.0)
     }
 }
 
@@ -111,13 +103,7 @@ pub fn runtime_hosts(ctx: &InstallContext) -> Vec<String> {
 /// Where `kind` reads the CA of the private registry `endpoint` (`host[:port]`); the registry
 /// module uploads it there on every node.
 pub fn registry_ca_path(kind: RuntimeType, endpoint: &str) -> String {
-    let dir = match kind {
-        RuntimeType::Containerd => containerd::CERTS_DIR,
-        RuntimeType::Docker => docker::CERTS_DIR,
-        RuntimeType::CriO => crio::CERTS_DIR,
-        RuntimeType::Isulad => isulad::CERTS_DIR,
-    };
-    format!("{dir}/{endpoint}/ca.crt")
+    Runtime::new(kind).registry_ca_path(endpoint)
 }
 
 /// The private registry as the runtimes reach it.
