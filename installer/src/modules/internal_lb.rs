@@ -25,6 +25,7 @@ use super::images::node_image;
 use super::kubeadm::config::image_named;
 use super::loadbalancer::{api_backends, Backend, APISERVER_PORT, HEALTH_PORT};
 use crate::context::InstallContext;
+use kubexm_manifests::model::{InternalLbType, LbMode};
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;
@@ -39,6 +40,26 @@ pub const PROXY_MANIFEST: &str = "/etc/kubernetes/manifests/kube-lb.yaml";
 pub const PROXY_DIR: &str = "/etc/kubexm/kube-lb";
 /// Where the local proxy listens.
 pub const LOCAL_API: &str = "https://127.0.0.1:6443";
+
+/// Whether every node reaches the API on `127.0.0.1:6443` (`loadBalancer.mode: internal` with
+/// haproxy or nginx): a master's own API server, a worker's local proxy to every master.
+pub fn local_api_on_every_node(ctx: &InstallContext) -> bool {
+    let lb = &ctx.cluster.file.spec.load_balancer;
+    lb.mode == LbMode::Internal && lb.internal.kind != InternalLbType::KubeVip
+}
+
+/// Where host-network clients on any node (the kubelet, kube-proxy, cilium's agent) reach the
+/// API so that losing any one master does not cut them off: `127.0.0.1:6443` with the internal
+/// haproxy/nginx ([`local_api_on_every_node`]; the control-plane endpoint's name resolves to the
+/// first master there), else the control-plane endpoint (a VIP, held by keepalived or kube-vip,
+/// or the first master when `loadBalancer.mode` is none).
+pub fn api_for_host_network(ctx: &InstallContext) -> Result<(String, u16), StepError> {
+    if local_api_on_every_node(ctx) {
+        return Ok(("127.0.0.1".to_string(), APISERVER_PORT));
+    }
+    let e = ctx.control_plane_endpoint()?;
+    Ok((e.domain, e.port))
+}
 
 /// Which local proxy runs on the workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,8 +249,10 @@ impl Step for LocalProxy {
     }
 }
 
-/// The node's kubelet talks to the API through the local proxy (its kubeconfig's server), and
-/// is restarted when that changed.
+/// The node's kubelet talks to the API on `127.0.0.1:6443` (its kubeconfig's server): through
+/// the local proxy on a worker, to its own API server on a master (so no master's kubelet
+/// depends on the first master, to which the endpoint's name resolves); restarted when that
+/// changed.
 pub struct KubeletViaLocalProxy;
 
 impl Step for KubeletViaLocalProxy {

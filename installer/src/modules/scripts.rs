@@ -183,7 +183,9 @@ impl RunScripts {
             script.entry.replace(['\n', '\r'], " ")
         ));
         format!(
-            "mkdir -p {LOG_DIR} && chmod 0700 {LOG_DIR}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
+            "# {entry} on {name_of_node}\nmkdir -p {LOG_DIR} && chmod 0700 {LOG_DIR}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
+            entry = script.entry.replace(['\n', '\r'], " "),
+            name_of_node = node.name,
             cluster = shell::quote(&self.cluster),
             node = shell::quote(&node.name),
             roles = shell::quote(

@@ -385,15 +385,32 @@ fn task_order_per_load_balancer_mode() {
             "fetch-admin-kubeconfig",
             "join-credentials",
             "join-control-plane",
+            "kube-proxy-after-control-plane-joins",
             "join-workers",
             "kube-proxy-via-local-proxy",
             "node-roles"
         ]
     );
+    // Each control-plane node settles before the next joins; its kubelet then talks to its
+    // own API server (127.0.0.1:6443), not to the first master the endpoint's name resolves to.
     assert_eq!(tasks[4].1, v(&["master2", "master3"]));
-    assert_eq!(tasks[5].1, v(&["node1", "node2"]));
     assert_eq!(
-        tasks[5].2,
+        tasks[4].2,
+        v(&[
+            "kubeadm-join-control-plane",
+            "control-plane-settled",
+            "kubelet-via-local-proxy"
+        ])
+    );
+    assert_eq!(
+        tasks[1].2,
+        v(&["kubeadm-init", "control-plane-settled", "kubelet-via-local-proxy"])
+    );
+    // kube-proxy is restarted once, on the first master, after every control-plane join.
+    assert_eq!(tasks[5].1, v(&["master1"]));
+    assert_eq!(tasks[6].1, v(&["node1", "node2"]));
+    assert_eq!(
+        tasks[6].2,
         v(&["kubeadm-join", "local-api-proxy", "kubelet-via-local-proxy"])
     );
     let m = KubeadmModule(ctx.clone()).tasks().expect("tasks");

@@ -153,7 +153,10 @@ fn cilium_chart_values() {
     });
     let values = values_of(&ctx, "cilium-values.yaml");
     let v = &yaml_docs(&values)[0];
-    assert_eq!(v["k8sServiceHost"], "lb.kubexm.internal");
+    // The agents run on the host network: with the internal haproxy the endpoint's name
+    // resolves to the first master only, so they use 127.0.0.1:6443 (a master's own API server,
+    // a worker's local proxy), which survives the loss of any one master (issue 13 item 6).
+    assert_eq!(v["k8sServiceHost"], "127.0.0.1");
     assert_eq!(v["k8sServicePort"], 6443);
     assert_eq!(
         v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"],

@@ -34,7 +34,8 @@ for item in certificate-authority:ca client-certificate:cert client-key:key; do
   d=$(value "$k-data")
   if [ -n "$d" ]; then printf '%s' "$d" | base64 -d >"$f"; else cp "$(value "$k")" "$f"; fi
 done
-api() { curl -fsS --max-time 10 --cacert "$tmp/ca" --cert "$tmp/cert" --key "$tmp/key" "$server$1"; }
+# (A user agent of its own: the API server pretty-prints JSON for curl's.)
+api() { curl -fsS --max-time 10 -A kubexm-lab-cni --cacert "$tmp/ca" --cert "$tmp/cert" --key "$tmp/key" "$server$1"; }
 
 # Every node as `NAME CIDR INTERNAL-IP` lines. A list item starts with {"metadata":{"name":"...
 nodes() {

@@ -56,7 +56,7 @@ use crate::modules::etcd::EtcdLayout;
 use crate::modules::images::{node_image, ImageParts};
 use crate::modules::runtime::cri::Cri;
 use crate::modules::{dns, loadbalancer};
-use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, UploadFile};
+use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Node, StepError};
 
 /// `kubeadm init --config` file on the first master.
@@ -336,6 +336,14 @@ impl KubeadmSettings {
         if manifests_prefilled {
             ignore.push("DirAvailable--etc-kubernetes-manifests".to_string());
         }
+        let bind_patch = self.bind_patch_nodes.contains(&node.name);
+        if control_plane && bind_patch {
+            // KubeXM's load balancer on this node already listens on the VIP's 6443 (haproxy /
+            // nginx bind it on every load-balancer node); kubeadm's preflight tries to listen
+            // on *:6443 and fails, though the API server (patched to bind the node's own
+            // address) will not conflict. Measured with real kubeadm v1.20.2 in the lab.
+            ignore.push("Port-6443".to_string());
+        }
         NodeSettings {
             name: node.name.clone(),
             address: node.internal_address.clone(),
@@ -345,10 +353,7 @@ impl KubeadmSettings {
                 &self.user_kubelet_args,
             ),
             ignore_preflight: ignore,
-            patches: self
-                .bind_patch_nodes
-                .contains(&node.name)
-                .then_some(PATCHES_DIR),
+            patches: bind_patch.then_some(PATCHES_DIR),
         }
     }
 
@@ -407,25 +412,20 @@ impl KubeadmSettings {
                     path: "/etc/kubernetes/pki/etcd".into(),
                     mode: 0o755,
                 }));
-                for (src, dest, mode) in [
-                    (format!("{cert_dir}/ca.pem"), ETCD_CA, 0o644),
-                    (
-                        format!("{cert_dir}/node-{}.pem", node.name),
-                        ETCD_CERT,
-                        0o644,
-                    ),
-                    (
-                        format!("{cert_dir}/node-{}-key.pem", node.name),
-                        ETCD_KEY,
-                        0o600,
-                    ),
+                for (src, dest) in [
+                    (format!("{cert_dir}/ca.pem"), ETCD_CA),
+                    (format!("{cert_dir}/node-{}.pem", node.name), ETCD_CERT),
                 ] {
                     ops.push(Op::Copy(CopyFile {
                         src,
                         dest: dest.to_string(),
-                        mode,
+                        mode: 0o644,
                     }));
                 }
+                ops.push(ec_key_in_sec1(
+                    &format!("{cert_dir}/node-{}-key.pem", node.name),
+                    ETCD_KEY,
+                ));
             }
             EtcdClientFiles::User { ca, cert, key } => {
                 ops.push(Op::Mkdir(CreateDir {
@@ -458,6 +458,25 @@ impl KubeadmSettings {
         }
         Ok(ops)
     }
+}
+
+/// KubeXM's ECDSA key `src` (PKCS#8, `BEGIN PRIVATE KEY`) written to `dest` as SEC1 (`BEGIN EC
+/// PRIVATE KEY`, root only). kubeadm's `--upload-certs` carries the external etcd client key to
+/// the other control-plane nodes, and kubeadm v1.20's `join` refuses an ECDSA key in PKCS#8 when
+/// it writes it back ("error downloading certs: unknown data found in Secret entry":
+/// client-go's keyutil before PKCS#8 EC support; measured with real kubeadm v1.20.2 in the
+/// lab). SEC1 is read by every version.
+fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
+    let (s, d) = (crate::runner::shell::quote(src), crate::runner::shell::quote(dest));
+    Op::Run(
+        RunCommand::new(format!(
+            "set -e\numask 077\nopenssl ec -in {s} -out {d}.kubexm-part 2>/dev/null\nmv -f {d}.kubexm-part {d}"
+        ))
+        .unless(format!(
+            "head -n 1 {d} 2>/dev/null | grep -qx -- '-----BEGIN EC PRIVATE KEY-----' && [ \"$(openssl ec -in {s} -pubout 2>/dev/null)\" = \"$(openssl ec -in {d} -pubout 2>/dev/null)\" ]"
+        ))
+        .undo(format!("rm -f {d}")),
+    )
 }
 
 /// `A=true,B=false`, or `None` without gates.

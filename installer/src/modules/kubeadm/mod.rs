@@ -6,16 +6,22 @@
 //! 2. `kube-vip-first-master` (kube-vip only): the VIP holder's static pod before init
 //!    ([`crate::modules::internal_lb`]).
 //! 3. `kubeadm-init` (first master): the configuration ([`config`]) and `kubeadm init
-//!    --upload-certs`, its whole output kept; the API server must answer.
+//!    --upload-certs`, its whole output kept; the API server must answer, then its
+//!    controller-manager and scheduler ([`settle`]).
 //! 4. `fetch-admin-kubeconfig`: `/etc/kubernetes/admin.conf` copied to the control host
 //!    (`WORK/pki/<cluster>/admin.conf`, 0600).
 //! 5. `join-credentials` (first master): token, CA hash and certificate key parsed from kubeadm's
 //!    output ([`join`]), fresh ones issued when the token is near its end or the uploaded
 //!    certificates are gone. Never skipped by `--resume` (they live in the run's memory).
 //! 6. `join-control-plane` (the other masters, one at a time: stacked etcd adds one member per
-//!    join), then `join-workers` (the workers that are not masters, in parallel); the local API
-//!    proxy of the internal load balancer on those workers after they joined.
-//! 7. `node-roles` (first master): labels and taints per role ([`labels`]).
+//!    join; each node's control plane must settle before the next joins), then
+//!    `kube-proxy-after-control-plane-joins` (kube-proxy restarted once: [`settle`]), then
+//!    `join-workers` (the workers that are not masters, in parallel); the local API proxy of
+//!    the internal load balancer on those workers after they joined.
+//! 7. With the internal haproxy/nginx: every kubelet and kube-proxy through `127.0.0.1:6443` — a
+//!    master's own API server, a worker's local proxy — so no node depends on the first master,
+//!    to which the endpoint's name resolves ([`crate::modules::internal_lb`]).
+//! 8. `node-roles` (first master): labels and taints per role ([`labels`]).
 //!
 //! Every step is skipped when already done (`kubeadm init` when admin.conf exists, a join when
 //! the node has kubelet.conf), so a re-run changes nothing.
@@ -26,6 +32,7 @@ pub mod init;
 pub mod join;
 pub mod joining;
 pub mod labels;
+pub mod settle;
 
 use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
@@ -44,6 +51,7 @@ use config::KubeadmSettings;
 use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_CONF};
 use joining::JoinNode;
 use labels::NodeRoles;
+use settle::{ControlPlaneSettled, RestartKubeProxy};
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
@@ -124,6 +132,11 @@ impl Module for KubeadmModule {
         if kube_vip {
             init = init.step(KubeVip::new(ctx, ADMIN_CONF)?);
         }
+        init = init.step(ControlPlaneSettled);
+        if local_proxy.is_some() {
+            // Its kubelet talks to its own API server, not through the endpoint's name.
+            init = init.step(KubeletViaLocalProxy);
+        }
         tasks.push(init);
         tasks.push(Task::new("fetch-admin-kubeconfig", [first.clone()]).step(
             FetchAdminKubeconfig {
@@ -138,16 +151,24 @@ impl Module for KubeadmModule {
             );
         }
         if !others.is_empty() {
-            let mut t = Task::new("join-control-plane", others)
+            let mut t = Task::new("join-control-plane", others.clone())
                 .serial()
                 .step(JoinNode {
                     settings: settings.clone(),
                     control_plane: true,
-                });
+                })
+                .step(ControlPlaneSettled);
             if kube_vip {
                 t = t.step(KubeVip::new(ctx, ADMIN_CONF)?);
             }
+            if local_proxy.is_some() {
+                t = t.step(KubeletViaLocalProxy);
+            }
             tasks.push(t);
+            tasks.push(
+                Task::new("kube-proxy-after-control-plane-joins", [first.clone()])
+                    .step(RestartKubeProxy { joined: others }),
+            );
         }
         if !workers.is_empty() {
             let mut t = Task::new("join-workers", workers).step(JoinNode {
@@ -160,15 +181,17 @@ impl Module for KubeadmModule {
                     .step(KubeletViaLocalProxy);
             }
             tasks.push(t);
-            if local_proxy.is_some() {
-                tasks.push(
-                    Task::new("kube-proxy-via-local-proxy", [first.clone()]).step(
-                        KubeProxyViaLocalProxy {
-                            endpoint: ctx.control_plane_endpoint()?.url(),
-                        },
-                    ),
-                );
-            }
+        }
+        if local_proxy.is_some() {
+            // Every node's kube-proxy through 127.0.0.1:6443: its own API server on a master,
+            // the local proxy on a worker.
+            tasks.push(
+                Task::new("kube-proxy-via-local-proxy", [first.clone()]).step(
+                    KubeProxyViaLocalProxy {
+                        endpoint: ctx.control_plane_endpoint()?.url(),
+                    },
+                ),
+            );
         }
         tasks.push(Task::new("node-roles", [first]).step(NodeRoles::new(ctx)));
         Ok(tasks)
