@@ -88,12 +88,31 @@ fn skip(ctx: &InstallContext, phase: ScriptPhase) -> Option<String> {
 }
 
 fn tasks(ctx: &Arc<InstallContext>, phase: ScriptPhase) -> Result<Vec<Task>, StepError> {
-    let step = RunScripts {
-        cluster: ctx.cluster.cluster_name().to_string(),
+    let step = RunScripts::new(
+        ctx.cluster.cluster_name(),
         phase,
-        scripts: bundled_scripts(ctx, phase)?,
-    };
+        bundled_scripts(ctx, phase)?,
+        ScriptDirs::default(),
+    );
     Ok(vec![Task::new(phase.as_str(), ctx.all()).step(step)])
+}
+
+/// Where the scripts and their logs go on the nodes (tests point them at a temporary directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptDirs {
+    /// The copies and their stamps ([`SCRIPTS_DIR`]).
+    pub scripts: String,
+    /// The last output of each ([`LOG_DIR`]).
+    pub logs: String,
+}
+
+impl Default for ScriptDirs {
+    fn default() -> Self {
+        Self {
+            scripts: SCRIPTS_DIR.to_string(),
+            logs: LOG_DIR.to_string(),
+        }
+    }
 }
 
 /// One bundled script.
@@ -170,20 +189,33 @@ pub struct RunScripts {
     cluster: String,
     phase: ScriptPhase,
     scripts: Vec<Script>,
+    dirs: ScriptDirs,
 }
 
 impl RunScripts {
+    /// The step for `scripts` (in run order) of `phase`.
+    pub fn new(cluster: &str, phase: ScriptPhase, scripts: Vec<Script>, dirs: ScriptDirs) -> Self {
+        Self {
+            cluster: cluster.to_string(),
+            phase,
+            scripts,
+            dirs,
+        }
+    }
+
     /// The shell that runs one script copied to `path` and records its sum when it exits 0.
     fn runner(&self, node: &Node, script: &Script, path: &str, name: &str) -> String {
         let tag = format!("kubexm-{}", self.phase.as_str());
-        let log = format!("{LOG_DIR}/{name}.log");
-        let stamp = format!("{SCRIPTS_DIR}/.{name}.sha256");
+        let log_dir = shell::quote(&self.dirs.logs);
+        let log = shell::quote(&format!("{}/{name}.log", self.dirs.logs));
+        let stamp = shell::quote(&format!("{}/.{name}.sha256", self.dirs.scripts));
+        let path_q = shell::quote(path);
         let what = shell::quote(&format!(
             "{} (copied to {path})",
             script.entry.replace(['\n', '\r'], " ")
         ));
         format!(
-            "# {entry} on {name_of_node}\nmkdir -p {LOG_DIR} && chmod 0700 {LOG_DIR}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
+            "# {entry} on {name_of_node}\nmkdir -p {log_dir} && chmod 0700 {log_dir}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path_q} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
             entry = script.entry.replace(['\n', '\r'], " "),
             name_of_node = node.name,
             cluster = shell::quote(&self.cluster),
@@ -211,14 +243,14 @@ impl Step for RunScripts {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut ops = vec![Op::Mkdir(CreateDir {
-            path: SCRIPTS_DIR.to_string(),
+            path: self.dirs.scripts.clone(),
             mode: 0o700,
         })];
         let count = self.scripts.len();
         for (i, s) in self.scripts.iter().enumerate() {
             let name = script_name(self.phase, &node.name, i, count);
-            let path = format!("{SCRIPTS_DIR}/{name}");
-            let stamp = format!("{SCRIPTS_DIR}/.{name}.sha256");
+            let path = format!("{}/{name}", self.dirs.scripts);
+            let stamp = shell::quote(&format!("{}/.{name}.sha256", self.dirs.scripts));
             ops.push(Op::Upload(UploadFile {
                 source: UploadSource::File(s.file.clone()),
                 sha256: s.sha256.clone(),

@@ -12,6 +12,7 @@ mod pipeline;
 mod plan_cli;
 mod runtime;
 mod scope;
+mod scripts;
 mod seed;
 mod ssh;
 mod unpack;

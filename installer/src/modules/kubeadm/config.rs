@@ -366,6 +366,49 @@ impl KubeadmSettings {
         Ok(c)
     }
 
+    /// The canonical settings a re-run compares with what kubeadm applied
+    /// ([`super::reconfigure`]): the API server's SANs, the control-plane flags, and the rest
+    /// of the cluster-wide configuration.
+    pub fn drift_files(&self) -> Result<super::reconfigure::DriftFiles, StepError> {
+        let json = |v: serde_json::Value| {
+            serde_json::to_string_pretty(&v)
+                .map(|s| s + "\n")
+                .map_err(|e| StepError::Invalid(format!("kubeadm settings: {e}")))
+        };
+        let mut sans = self.cert_sans.clone();
+        sans.sort();
+        Ok(super::reconfigure::DriftFiles {
+            cert_sans: sans.iter().map(|s| format!("{s}\n")).collect(),
+            control_plane: json(serde_json::json!({
+                "apiServer": self.apiserver_args,
+                "controllerManager": self.controller_manager_args,
+                "scheduler": self.scheduler_args,
+            }))?,
+            cluster: json(serde_json::json!({
+                "kubernetesVersion": self.version,
+                "clusterName": self.cluster_name,
+                "controlPlaneEndpoint": self.endpoint,
+                "imageRepository": self.image_repository,
+                "dns": [self.dns_image_repository, self.dns_image_tag],
+                "etcd": self.etcd,
+                "podSubnet": self.pod_subnet,
+                "serviceSubnet": self.service_subnet,
+                "dnsDomain": self.dns_domain,
+                "featureGates": self.feature_gates,
+                "kubelet": {
+                    "clusterDNS": self.cluster_dns,
+                    "maxPods": self.max_pods,
+                    "criSocket": self.cri_socket,
+                    "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
+                },
+                "kubeProxy": {
+                    "mode": self.proxy_mode,
+                    "conntrackMaxPerCore": self.conntrack_max_per_core,
+                },
+            }))?,
+        })
+    }
+
     /// What `kubeadm init`/`join` add to their command line for `node`: the patch directory as
     /// `--experimental-patches DIR` where the configuration API has no `patches` field
     /// (v1beta2, kubeadm v1.20–v1.21); nothing otherwise.

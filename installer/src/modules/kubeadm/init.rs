@@ -53,10 +53,12 @@ impl Step for InitControlPlane {
         })];
         ops.extend(self.settings.control_plane_files(&n)?);
         ops.push(Op::Template(self.settings.render_init(&n)?));
+        ops.extend(self.settings.drift_files()?.upload_wanted());
         let patches = self.settings.patches_flag(&n);
         ops.push(Op::Run(
             RunCommand::new(format!(
-                "set -e\numask 077\nif ! {KUBEADM} init --config {INIT_CONFIG} --upload-certs{patches} >{INIT_LOG} 2>&1; then\n  echo \"kubeadm init failed; the last lines of {INIT_LOG}:\" >&2\n  tail -n 25 {INIT_LOG} >&2\n  exit 1\nfi"
+                "set -e\numask 077\nif ! {KUBEADM} init --config {INIT_CONFIG} --upload-certs{patches} >{INIT_LOG} 2>&1; then\n  echo \"kubeadm init failed; the last lines of {INIT_LOG}:\" >&2\n  tail -n 25 {INIT_LOG} >&2\n  exit 1\nfi\n{}",
+                super::reconfigure::record_applied()
             ))
             .unless(format!("[ -s {ADMIN_CONF} ]"))
             .verify(format!("[ -s {ADMIN_CONF} ]"))

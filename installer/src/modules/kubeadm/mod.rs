@@ -21,10 +21,14 @@
 //! 7. With the internal haproxy/nginx: every kubelet and kube-proxy through `127.0.0.1:6443` — a
 //!    master's own API server, a worker's local proxy — so no node depends on the first master,
 //!    to which the endpoint's name resolves ([`crate::modules::internal_lb`]).
-//! 8. `node-roles` (first master): labels and taints per role ([`labels`]).
+//! 8. `kubeadm-reconfigure` (every master, one at a time): on a re-run, API server SAN and
+//!    control-plane flag changes applied with kubeadm's phases, other changes reported as
+//!    needing the `apply` pipeline ([`reconfigure`]).
+//! 9. `node-roles` (first master): labels and taints per role ([`labels`]).
 //!
 //! Every step is skipped when already done (`kubeadm init` when admin.conf exists, a join when
-//! the node has kubelet.conf), so a re-run changes nothing.
+//! the node has kubelet.conf), so a re-run with the same cluster.yaml changes nothing; a changed
+//! cluster.yaml is compared with what kubeadm applied ([`reconfigure`]), never ignored.
 
 pub mod binaries;
 pub mod config;
@@ -32,6 +36,7 @@ pub mod init;
 pub mod join;
 pub mod joining;
 pub mod labels;
+pub mod reconfigure;
 pub mod settle;
 
 use kubexm_manifests::resolve::Role;
@@ -51,6 +56,7 @@ use config::KubeadmSettings;
 use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_CONF};
 use joining::JoinNode;
 use labels::NodeRoles;
+use reconfigure::Reconfigure;
 use settle::{ControlPlaneSettled, RestartKubeProxy};
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
@@ -193,6 +199,14 @@ impl Module for KubeadmModule {
                 ),
             );
         }
+        tasks.push(
+            Task::new("kubeadm-reconfigure", masters.clone())
+                .serial()
+                .step(Reconfigure {
+                    settings: settings.clone(),
+                    first: first.clone(),
+                }),
+        );
         tasks.push(Task::new("node-roles", [first]).step(NodeRoles::new(ctx)));
         Ok(tasks)
     }
