@@ -73,6 +73,12 @@ impl Step for JoinNode {
             .undo(format!("{KUBEADM} reset -f >/dev/null 2>&1 || true"))
             .timeout(Duration::from_secs(900)),
         ));
+        if self.control_plane {
+            // kubeadm's download-certs replaced the etcd client pair with the first master's;
+            // the node's own pair is put back (both are valid: the API server reads them at its
+            // next start), so a re-run finds nothing to change.
+            ops.extend(self.settings.control_plane_files(&n)?);
+        }
         ops.push(Op::Systemd(Systemd::new(SystemdAction::IsActive(
             "kubelet".into(),
         ))));
