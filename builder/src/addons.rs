@@ -195,8 +195,8 @@ pub fn collect_scripts(
                 meta.len()
             );
         }
-        let bytes =
-            std::fs::read(&file).with_context(|| format!("{at}: cannot read `{}`", file.display()))?;
+        let bytes = std::fs::read(&file)
+            .with_context(|| format!("{at}: cannot read `{}`", file.display()))?;
         let sum = kubexm_bundles::hash::sha256_hex(&bytes);
         let blob = cache.put_bytes(&sum, &bytes)?;
         out.push(AddonFile {

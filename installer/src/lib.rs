@@ -14,6 +14,7 @@ pub mod modules;
 pub mod pipeline;
 pub mod pipelines;
 pub mod pki;
+pub mod private_dir;
 pub mod run;
 pub mod runner;
 pub mod seed;

@@ -373,15 +373,8 @@ fn write_atomic(path: &Path, content: &[u8], mode: u32) -> Result<(), PkiError> 
         source,
     };
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    if !dir.exists() {
-        // Private: it holds keys.
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io)?;
-    }
+    // Private: it holds keys (0700 even if an older run made it 0755).
+    crate::private_dir::ensure_private_dir(dir).map_err(io)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".kubexm-pki")
         .tempfile_in(dir)

@@ -30,6 +30,13 @@
 //! compressed file only to name the directory cost a third of the unpack. (Comparing the file
 //! with a digest published out of band is `sha256sum`'s job, before the bundle is trusted.)
 //!
+//! Space is checked against what the bundle says it takes, never guessed from its compressed
+//! size: a formatVersion 2 bundle pins every entry's size in `bundle.json`, so the whole total is
+//! compared with the free space before the first byte is written, and an entry whose tar header
+//! declares another size is refused before it is read. A formatVersion 1 bundle is held to the
+//! same limit entry by entry, before each is written. The trees are private (0700): a bundle
+//! may carry secrets (keys in addons) and the work directory's other users need none of it.
+//!
 //! Memory stays flat whatever the bundle size: the file is read through a 1 MiB buffer and
 //! entries are copied in 256 KiB chunks. Two threads share the pass: this one reads,
 //! decompresses, parses and hashes; a [`WorkerSink`] thread does the writes.
@@ -43,8 +50,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use kubexm_bundles::manifest::{BundleManifest, MANIFEST_PATH};
 use kubexm_bundles::prefetch::Prefetch;
-use kubexm_bundles::verify::{verify_buffered, DirSink, VerifyError, WorkerSink};
+use kubexm_bundles::verify::{verify_limited, DirSink, Limits, VerifyError, WorkerSink};
 use serde::{Deserialize, Serialize};
+
+use crate::private_dir::ensure_private_dir;
 
 /// Directory under the work directory holding unpacked bundles.
 pub const BUNDLES_DIR: &str = "bundles";
@@ -54,12 +63,9 @@ pub const MARKER: &str = ".kubexm-unpacked";
 pub const FINGERPRINTS: &str = "fingerprints.json";
 /// Prefix of in-progress (or, found at start, stale) entries under `<work_dir>/bundles/`.
 pub const PARTIAL_PREFIX: &str = ".partial-";
-/// Free space needed, as a multiple of the compressed bundle size.
-///
-/// Heuristic: image layers are already gzip-compressed and make up most of a bundle, so the
-/// tree is rarely much larger than the `.tar.zst`; twice its size leaves room for the binaries,
-/// which do compress, and for filesystem overhead.
-pub const SPACE_FACTOR: u64 = 2;
+/// Free space left untouched by an unpack: file system overhead (blocks, directories), the
+/// marker and the fingerprint record, and room for the install's own logs.
+pub const SPACE_MARGIN: u64 = 32 << 20;
 
 const LOCK: &str = ".lock";
 const FINGERPRINTS_VERSION: u32 = 1;
@@ -106,9 +112,9 @@ pub enum UnpackError {
         #[source]
         source: io::Error,
     },
-    /// The work directory's filesystem is too full.
+    /// The work directory's filesystem is too full for what the bundle takes.
     #[error(
-        "Not enough free space in `{}` to unpack `{}`: need {needed} bytes ({SPACE_FACTOR} × its {size} bytes), {available} available",
+        "Not enough free space in `{}` to unpack `{}`: it takes {needed} bytes, {available} available (keeping {SPACE_MARGIN} free); nothing was written",
         dir.display(),
         bundle.display()
     )]
@@ -117,11 +123,10 @@ pub enum UnpackError {
         dir: PathBuf,
         /// The bundle.
         bundle: PathBuf,
-        /// Size of the bundle.
-        size: u64,
-        /// [`SPACE_FACTOR`] × `size`.
+        /// Bytes the bundle takes (its pinned total, or for formatVersion 1 the running total
+        /// when the limit was reached).
         needed: u64,
-        /// Free bytes for unprivileged users.
+        /// Free bytes for unprivileged users, less [`SPACE_MARGIN`].
         available: u64,
     },
     /// The bundle failed verification; the source names the entry.
@@ -180,7 +185,10 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 /// entry), there is not enough space, or the work directory cannot be written.
 pub fn unpack(bundle: &Path, work_dir: &Path) -> Result<Unpacked, UnpackError> {
     let root = work_dir.join(BUNDLES_DIR);
-    fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    if !work_dir.exists() {
+        ensure_private_dir(work_dir).map_err(io_err("create", work_dir))?;
+    }
+    ensure_private_dir(&root).map_err(io_err("create", &root))?;
     let _lock = Lock::acquire(&root)?;
     remove_stale(&root)?;
 
@@ -244,7 +252,9 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         });
     }
     let before = Fingerprint::of(&meta);
-    ensure_space(root, bundle, before.size, available(root)?)?;
+    let limits = Limits {
+        max_bytes: Some(available(root)?.saturating_sub(SPACE_MARGIN)),
+    };
 
     let partial = Partial::create(root)?;
     let sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
@@ -252,11 +262,19 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
     tracing::info!(bundle = %bundle.display(), size = before.size, "verifying and unpacking bundle");
     let reader = file.try_clone().map_err(io_err("read", bundle))?;
     let reader = Prefetch::spawn(reader).map_err(io_err("read", bundle))?;
-    let verified = verify_buffered(reader, &mut sink);
+    let verified = verify_limited(reader, &mut sink, limits);
     drop(sink);
-    let report = verified.map_err(|source| UnpackError::Verify {
-        bundle: bundle.to_owned(),
-        source,
+    let report = verified.map_err(|source| match source {
+        VerifyError::NoSpace { needed, limit } => UnpackError::NoSpace {
+            dir: root.to_owned(),
+            bundle: bundle.to_owned(),
+            needed,
+            available: limit,
+        },
+        source => UnpackError::Verify {
+            bundle: bundle.to_owned(),
+            source,
+        },
     })?;
     let after = file.metadata().map_err(io_err("read", bundle))?;
     if Fingerprint::of(&after) != before {
@@ -362,8 +380,12 @@ struct Partial {
 
 impl Partial {
     fn create(root: &Path) -> Result<Self, UnpackError> {
+        use std::os::unix::fs::DirBuilderExt;
         let path = partial_path(root, "");
-        fs::create_dir(&path).map_err(io_err("create", &path))?;
+        fs::DirBuilder::new()
+            .mode(crate::private_dir::PRIVATE_DIR_MODE)
+            .create(&path)
+            .map_err(io_err("create", &path))?;
         Ok(Self {
             path,
             published: false,
@@ -435,21 +457,6 @@ fn available(dir: &Path) -> Result<u64, UnpackError> {
         source: errno.into(),
     })?;
     Ok(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-/// Fails with [`UnpackError::NoSpace`] unless `available` ≥ [`SPACE_FACTOR`] × `size`.
-fn ensure_space(dir: &Path, bundle: &Path, size: u64, available: u64) -> Result<(), UnpackError> {
-    let needed = size.saturating_mul(SPACE_FACTOR);
-    if needed > available {
-        return Err(UnpackError::NoSpace {
-            dir: dir.to_owned(),
-            bundle: bundle.to_owned(),
-            size,
-            needed,
-            available,
-        });
-    }
-    Ok(())
 }
 
 /// What identifies a file's content without reading it. The ctime changes on any write (and
@@ -570,17 +577,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn space_needs_twice_the_bundle() {
-        let dir = Path::new("/work/bundles");
-        let bundle = Path::new("b.tar.zst");
-        assert!(ensure_space(dir, bundle, 10, 20).is_ok());
-        assert!(ensure_space(dir, bundle, 0, 0).is_ok());
-        let err = ensure_space(dir, bundle, 10, 19).expect_err("too small");
-        assert_eq!(
-            err.to_string(),
-            "Not enough free space in `/work/bundles` to unpack `b.tar.zst`: need 20 bytes (2 × its 10 bytes), 19 available"
-        );
-        assert!(ensure_space(dir, bundle, u64::MAX, u64::MAX).is_ok());
+    fn reads_free_space() {
         assert!(available(Path::new(".")).expect("statvfs") > 0);
         assert!(matches!(
             available(Path::new("/nonexistent/kubexm")),

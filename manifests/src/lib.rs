@@ -14,11 +14,14 @@
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod digest;
+pub mod display;
 pub mod image_ref;
 pub mod kube_components;
 pub mod kube_version;
 pub mod load;
 pub mod model;
+pub mod name;
 pub mod ranges;
 pub mod resolve;
 pub mod secret;

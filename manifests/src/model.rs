@@ -946,3 +946,34 @@ pub struct Addon {
 fn default_addon_namespace() -> String {
     "default".to_owned()
 }
+
+impl ClusterFile {
+    /// Removes every inline secret (`spec.hosts[].password`, `spec.registry.auths[].password`,
+    /// `spec.registry.harborConfig.adminPassword`) and returns the field path of each one
+    /// removed. `passwordEnv` and `passwordFile` references stay: they name where the secret is,
+    /// not the secret.
+    pub fn strip_inline_secrets(&mut self) -> Vec<String> {
+        let mut removed = Vec::new();
+        for (i, host) in self.spec.hosts.iter_mut().enumerate() {
+            if host.password.take().is_some() {
+                removed.push(format!("spec.hosts[{i}].password"));
+            }
+        }
+        for (name, auth) in &mut self.spec.registry.auths {
+            if auth.password.take().is_some() {
+                removed.push(format!("spec.registry.auths[\"{name}\"].password"));
+            }
+        }
+        if self
+            .spec
+            .registry
+            .harbor_config
+            .admin_password
+            .take()
+            .is_some()
+        {
+            removed.push("spec.registry.harborConfig.adminPassword".to_owned());
+        }
+        removed
+    }
+}

@@ -1,12 +1,40 @@
 //! YAML parsing with `file:line:column` errors (serde-saphyr, the maintained successor of the
 //! archived serde_yaml).
 
+use std::fmt;
+
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-/// A YAML document that does not parse or does not match the schema.
+use crate::display::{Untrusted, UntrustedMax};
+
+/// Characters of the parser's message shown (it may quote a value).
+const MAX_MESSAGE_SHOWN: usize = 400;
+/// Snippet lines shown.
+const MAX_SNIPPET_LINES: usize = 12;
+
+/// The snippet, each line escaped and cut, at most [`MAX_SNIPPET_LINES`] lines.
+struct Snippet<'a>(&'a String);
+
+impl fmt::Display for Snippet<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, line) in self.0.lines().enumerate() {
+            if i == MAX_SNIPPET_LINES {
+                return f.write_str("…");
+            }
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}", Untrusted(line))?;
+        }
+        Ok(())
+    }
+}
+
+/// A YAML document that does not parse or does not match the schema. Displayed escaped and cut
+/// ([`Untrusted`]): the message and the snippet quote the document.
 #[derive(Debug, Error)]
-#[error("{origin}:{line}:{column}: {message}\n{snippet}")]
+#[error("{}:{line}:{column}: {}\n{}", Untrusted(.origin), UntrustedMax(.message, MAX_MESSAGE_SHOWN), Snippet(.snippet))]
 pub struct YamlError {
     /// File name (or a description of the source).
     pub origin: String,

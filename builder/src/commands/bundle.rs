@@ -125,10 +125,9 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             .parent()
             .map(PathBuf::from)
             .unwrap_or_default();
-        let mut addon_files =
-            crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
-                .await
-                .context("Failed to fetch the addons' sources")?;
+        let mut addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
+            .await
+            .context("Failed to fetch the addons' sources")?;
         addon_files.extend(
             crate::addons::collect_scripts(&lists.scripts, &base_dir, &cache)
                 .context("Failed to read the custom scripts")?,
@@ -136,8 +135,21 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         anyhow::Ok((files, images, addon_files))
     })?;
 
-    let cluster_yaml = std::fs::read(&args.source.file)
+    let cluster_yaml = std::fs::read_to_string(&args.source.file)
         .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
+    // A bundle passes through many hands: it never carries an inline secret.
+    let (cluster_yaml, removed) = kubexm_manifests::load::without_inline_secrets(
+        &cluster_yaml,
+        &args.source.file.display().to_string(),
+    )
+    .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
+    for field in &removed {
+        writeln!(
+            out,
+            "warning: {field} is an inline secret: left out of the bundle's cluster.yaml; at install time use passwordEnv/passwordFile or pass the original with -f"
+        )?;
+    }
+    let cluster_yaml = cluster_yaml.into_bytes();
     let mtime = source_date_epoch()?;
     let mut manifest = bundle_manifest(&lists, &files, &images, mtime);
     manifest
@@ -333,6 +345,8 @@ fn bundle_manifest(
                 roles: roles(&i.roles),
             })
             .collect(),
+        // Filled by `pack` from the entries it writes.
+        sizes: std::collections::BTreeMap::new(),
     }
 }
 

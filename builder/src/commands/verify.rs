@@ -4,6 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use kubexm_bundles::verify::{verify, NullSink};
+use kubexm_manifests::display::Untrusted;
 
 use crate::cli::VerifyArgs;
 
@@ -16,14 +17,19 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
         &mut NullSink,
     )
     .with_context(|| format!("`{}` failed verification", args.bundle.display()))?;
+    let pinned = if report.pinned_bytes.is_some() {
+        "sizes pinned"
+    } else {
+        "formatVersion 1: sizes not pinned"
+    };
     writeln!(
         out,
-        "{}: OK ({} entries, {} bytes; cluster {}, Kubernetes {}, {} files, {} images)",
+        "{}: OK ({} entries; takes {} bytes on disk unpacked, {pinned}; cluster {}, Kubernetes {}, {} files, {} images)",
         args.bundle.display(),
         report.entries,
         report.bytes,
-        report.manifest.cluster,
-        report.manifest.kubernetes_version,
+        Untrusted(&report.manifest.cluster),
+        Untrusted(&report.manifest.kubernetes_version),
         report.manifest.files.len(),
         report.manifest.images.len()
     )?;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::check::{self, ManifestProblem};
 use crate::hash;
 use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
-use crate::{space, sums};
+use crate::{pins, space, sums};
 
 mod chunks;
 mod error;
@@ -138,11 +138,14 @@ pub fn pack(
             expected: crate::FORMAT_VERSION,
         }));
     }
-    let mut manifest_json = serde_json::to_vec_pretty(manifest).map_err(PackError::Serialize)?;
-    manifest_json.push(b'\n');
-
     let files = plan::plan(entries)?;
     let dirs = plan::directories(&files)?;
+    // formatVersion 2: every entry's size is pinned in bundle.json.
+    let mut manifest = manifest.clone();
+    manifest.sizes = files.iter().map(|f| (f.path.clone(), f.size)).collect();
+    let manifest = &manifest;
+    let mut manifest_json = serde_json::to_vec_pretty(manifest).map_err(PackError::Serialize)?;
+    manifest_json.push(b'\n');
 
     let sums_len: usize = files
         .iter()
@@ -168,6 +171,7 @@ pub fn pack(
         sums.insert(file.path.clone(), sum);
     }
     check::manifest(manifest, &sums).map_err(PackError::Manifest)?;
+    pins::pins(manifest, &sums).map_err(PackError::Manifest)?;
     sums.insert(MANIFEST_PATH.to_owned(), hash::sha256_hex(&manifest_json));
     let sums_text = sums::render(&sums);
 

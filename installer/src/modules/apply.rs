@@ -177,8 +177,8 @@ impl Step for HelmBinary {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let (path, rec) = bundle_file(&self.ctx, "helm", node)?;
-        let (up, archive) = upload(path, &rec, 0o644);
-        let (ex, dir) = extract(&archive, &rec);
+        let (up, archive) = upload(path, &rec, 0o644)?;
+        let (ex, dir) = extract(&archive, &rec)?;
         Ok(vec![
             up,
             ex,

@@ -25,10 +25,10 @@ use super::images::node_image;
 use super::kubeadm::config::image_named;
 use super::loadbalancer::{api_backends, Backend, APISERVER_PORT, HEALTH_PORT};
 use crate::context::InstallContext;
-use kubexm_manifests::model::{InternalLbType, LbMode};
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;
+use kubexm_manifests::model::{InternalLbType, LbMode};
 
 /// Static pod manifests directory.
 pub const MANIFESTS: &str = "/etc/kubernetes/manifests";

@@ -20,5 +20,6 @@ pub mod network;
 pub mod os;
 pub mod preflight;
 pub mod registry;
+mod remote_path;
 pub mod runtime;
 pub mod scripts;

@@ -257,7 +257,10 @@ impl Step for RunScripts {
                 dest: path.clone(),
                 mode: 0o755,
             }));
-            let done = format!("[ \"$(cat {stamp} 2>/dev/null)\" = {} ]", shell::quote(&s.sha256));
+            let done = format!(
+                "[ \"$(cat {stamp} 2>/dev/null)\" = {} ]",
+                shell::quote(&s.sha256)
+            );
             ops.push(Op::Run(
                 RunCommand::new(self.runner(node, s, &path, &name))
                     .unless(done.clone())

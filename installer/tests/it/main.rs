@@ -1,5 +1,6 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod attacks;
 mod cli;
 mod delete;
 mod etcd;

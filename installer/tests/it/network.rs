@@ -282,6 +282,7 @@ fn with_bundle(
         created: 0,
         files: records,
         images,
+        sizes: Default::default(),
     };
     let ctx = Arc::new(
         load_context(

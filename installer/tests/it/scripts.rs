@@ -130,7 +130,10 @@ async fn scripts_run_in_order_once_per_content_and_a_failure_names_node_script_a
     let again = run(root, scripts(&second("v1"))).await.expect("second run");
     assert_eq!(again.steps_changed, 0, "{again:?}");
     assert_eq!(again.steps_unchanged, 1, "{again:?}");
-    assert_eq!(std::fs::read_to_string(&out).expect("ran").lines().count(), 2);
+    assert_eq!(
+        std::fs::read_to_string(&out).expect("ran").lines().count(),
+        2
+    );
 
     // The second script changed: only it runs again.
     let changed = run(root, scripts(&second("v2"))).await.expect("third run");
@@ -164,8 +167,12 @@ fn the_script_modules_run_first_and_last_and_their_delete_before_node_preparatio
             "    timezone: Asia/Shanghai\n    preInstall: [setup.sh]\n    postInstall: [cni.sh, check.sh]\n",
         )
     });
-    let p = plan::build(&install_pipeline(&ctx), &ctx.plan_nodes(), &Default::default())
-        .expect("plan");
+    let p = plan::build(
+        &install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan");
     let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names[..3], ["preflight", "pre-install", "node-prep"]);
     assert_eq!(names.last(), Some(&"post-install"));
@@ -179,8 +186,12 @@ fn the_script_modules_run_first_and_last_and_their_delete_before_node_preparatio
     ] {
         assert!(text.contains(want), "`{want}` not in the plan");
     }
-    let d = plan::build(&delete_pipeline(&ctx), &ctx.plan_nodes(), &Default::default())
-        .expect("delete plan");
+    let d = plan::build(
+        &delete_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("delete plan");
     let names: Vec<&str> = d.modules.iter().map(|m| m.name.as_str()).collect();
     let at = |n: &str| names.iter().position(|m| *m == n).expect(n);
     assert_eq!(at("delete-scripts") + 1, at("delete-node-prep"));

@@ -118,6 +118,7 @@ fn tree(source: &Registry, extra: usize) -> Tree {
         created: 0,
         files: Vec::new(),
         images: records,
+        sizes: Default::default(),
     };
     Tree {
         _tmp: tmp,

@@ -20,15 +20,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::kubeadm::binaries::KubeletService;
 use kubexm_install::modules::kubeadm::config::{image_named, KubeadmSettings};
 use kubexm_install::modules::kubeadm::init::InitControlPlane;
 use kubexm_install::modules::kubeadm::join::JoinCredentials;
 use kubexm_install::modules::kubeadm::labels::NodeRoles;
-use kubexm_install::modules::kubeadm::binaries::KubeletService;
-use kubexm_install::modules::runtime::cri::Cri;
 use kubexm_install::modules::kubexm::control_plane::KubexmControlPlaneModule;
 use kubexm_install::modules::kubexm::coredns::CoreDnsModule;
 use kubexm_install::modules::kubexm::node::{node_labels, KubexmNodesModule};
+use kubexm_install::modules::runtime::cri::Cri;
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Step};
 use kubexm_manifests::kube_version::KubeadmApi;
@@ -295,14 +295,22 @@ fn kubeadm_untaints_the_control_plane_taints_of_the_version() {
         let work = tempfile::tempdir().expect("tempdir");
         // master1 is also a worker: it loses the control-plane taints.
         let ctx = cluster(work.path(), version, "kubeadm", |t| {
-            t.replace("worker: [\"worker[1:2]\"]", "worker: [master1, \"worker[1:2]\"]")
+            t.replace(
+                "worker: [\"worker[1:2]\"]",
+                "worker: [master1, \"worker[1:2]\"]",
+            )
         });
         let cmds = commands(&NodeRoles::new(&ctx), &ctx, "master1");
         let untainted: Vec<String> = cmds
             .iter()
             .filter_map(|c| {
                 let rest = c.split(" taint node master1 ").nth(1)?;
-                Some(rest.split_whitespace().next()?.trim_end_matches('-').to_string())
+                Some(
+                    rest.split_whitespace()
+                        .next()?
+                        .trim_end_matches('-')
+                        .to_string(),
+                )
             })
             .collect();
         assert_eq!(untainted, want, "{version}");
@@ -331,7 +339,10 @@ fn kubeadm_docker_uses_dockershim_before_1_24_and_cri_dockerd_after() {
         let n = s.node(ctx.node("master1").expect("master1"), true, false);
         let init = text(&s.render_init(&n).expect("init"));
         let docs = yaml_docs(&init);
-        assert_eq!(docs[0]["nodeRegistration"]["criSocket"], socket, "{version}");
+        assert_eq!(
+            docs[0]["nodeRegistration"]["criSocket"], socket,
+            "{version}"
+        );
         let unit = kubelet_unit(&ctx, "worker1");
         assert!(unit.contains(after), "{version}: {unit}");
     }
@@ -467,7 +478,13 @@ fn kubexm_files_per_version() {
                 .as_array()
                 .expect("registerWithTaints")
                 .iter()
-                .map(|t| format!("{}:{}", t["key"].as_str().unwrap_or(""), t["effect"].as_str().unwrap_or("")))
+                .map(|t| {
+                    format!(
+                        "{}:{}",
+                        t["key"].as_str().unwrap_or(""),
+                        t["effect"].as_str().unwrap_or("")
+                    )
+                })
                 .collect();
             assert_eq!(listed, taints, "{version}");
             assert_eq!(flag(&kubelet, "register-with-taints"), None);
@@ -489,15 +506,18 @@ fn kubexm_files_per_version() {
             !ver.at_least(1, 24),
             "{version}"
         );
-        let coredns = file_of(
-            &files,
-            "master1",
-            "/etc/kubernetes/addons/coredns.yaml",
-        );
+        let coredns = file_of(&files, "master1", "/etc/kubernetes/addons/coredns.yaml");
         for t in ver.control_plane_taints() {
-            assert!(coredns.contains(&format!("- key: {}\n", t.key)), "{version}");
+            assert!(
+                coredns.contains(&format!("- key: {}\n", t.key)),
+                "{version}"
+            );
         }
-        let proxy = yaml_docs(&file_of(&files, "worker1", "/etc/kubernetes/kube-proxy.yaml"));
+        let proxy = yaml_docs(&file_of(
+            &files,
+            "worker1",
+            "/etc/kubernetes/kube-proxy.yaml",
+        ));
         assert_eq!(proxy[0]["conntrack"]["maxPerCore"], 0);
         insta::assert_snapshot!(
             format!("kubexm-{version}"),

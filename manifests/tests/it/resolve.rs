@@ -374,17 +374,24 @@ fn v1_20_2_bundles_exactly_the_images_kubeadm_lists() {
         .collect();
     assert_eq!(kubeadm_images(&r), want);
 
-    let built = std::fs::read_dir("/var/tmp/kubexm-lab/cache")
+    // The lab's build (tests/lab/kubernetes/build-kubernetes), or KUBEXM_KUBEADM naming one.
+    let built = std::env::var_os("KUBEXM_KUBEADM")
+        .map(std::path::PathBuf::from)
         .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin/kubeadm"))
+        .chain(
+            std::fs::read_dir("/var/tmp/kubexm-lab/cache")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path().join("bin/kubeadm")),
+        )
         .find(|p| {
             p.is_file()
-                && p.parent()
-                    .and_then(Path::parent)
-                    .and_then(Path::file_name)
-                    .is_some_and(|n| n.to_string_lossy().starts_with("kubernetes-"))
+                && (std::env::var_os("KUBEXM_KUBEADM").is_some_and(|k| p.as_os_str() == k)
+                    || p.parent()
+                        .and_then(Path::parent)
+                        .and_then(Path::file_name)
+                        .is_some_and(|n| n.to_string_lossy().starts_with("kubernetes-")))
         });
     match built {
         Some(kubeadm) => {

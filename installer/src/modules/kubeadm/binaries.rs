@@ -40,7 +40,7 @@ impl Step for KubeBinaries {
         let mut ops = Vec::new();
         for name in names {
             let (path, rec) = bundle_file(&self.ctx, name, node)?;
-            let (op, staged) = upload(path, &rec, 0o755);
+            let (op, staged) = upload(path, &rec, 0o755)?;
             ops.push(op);
             ops.push(copy(staged, format!("{BIN_DIR}/{name}")));
         }

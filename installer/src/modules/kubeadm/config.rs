@@ -510,7 +510,10 @@ impl KubeadmSettings {
 /// client-go's keyutil before PKCS#8 EC support; measured with real kubeadm v1.20.2 in the
 /// lab). SEC1 is read by every version.
 fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
-    let (s, d) = (crate::runner::shell::quote(src), crate::runner::shell::quote(dest));
+    let (s, d) = (
+        crate::runner::shell::quote(src),
+        crate::runner::shell::quote(dest),
+    );
     Op::Run(
         RunCommand::new(format!(
             "set -e\numask 077\nopenssl ec -in {s} -out {d}.kubexm-part 2>/dev/null\nmv -f {d}.kubexm-part {d}"

@@ -170,8 +170,7 @@ pub fn controller_manager_flags(k: &KubexmCluster) -> Flags {
         Flags::new(),
         k.version.controller_manager_serves_insecurely(),
     );
-    f
-        .with("allocate-node-cidrs", true)
+    f.with("allocate-node-cidrs", true)
         .with("authentication-kubeconfig", &kubeconfig)
         .with("authorization-kubeconfig", &kubeconfig)
         .with("bind-address", "127.0.0.1")

@@ -332,7 +332,7 @@ impl Step for Binaries {
         let mut ops = Vec::new();
         for c in &self.components {
             let (path, rec) = runtime::bundle_file(&self.ctx, c, node)?;
-            let (op, artifact) = runtime::upload(path, &rec, 0o755);
+            let (op, artifact) = runtime::upload(path, &rec, 0o755)?;
             ops.push(op);
             ops.push(runtime::copy(artifact, self.layout.bin(c)));
         }

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::cri::Cri;
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
     sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
     ARTIFACTS, BIN_DIR, EXTRACT, RUNC,
 };
-use super::cri::Cri;
 use crate::context::InstallContext;
 use crate::pipeline::ops::{Op, RenderTemplate};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
@@ -30,23 +30,15 @@ pub const DATA_DIR: &str = "/var/lib/containerd";
 pub const DATA_MARKER: &str = "/etc/kubexm/containerd-data.created";
 /// The unit file KubeXM writes.
 pub const UNIT_FILE: &str = "/etc/systemd/system/containerd.service";
-/// Root-only file with `user:password` for `ctr images pull --user`.
+/// Root-only file older KubeXM versions kept `user:password` in for `ctr images pull --user`
+/// (credentials on a command line); removed on delete.
 pub const PULL_AUTH: &str = "/etc/containerd/kubexm-pull.auth";
 
 /// The `install-containerd` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = ContainerdConfig::new(ctx)?;
-    let registry = PrivateRegistry::of(ctx);
-    let pull = PullPause::ctr(
-        &config.sandbox_image,
-        CERTS_DIR,
-        registry.as_ref().is_some_and(|r| r.plain_http),
-        registry
-            .as_ref()
-            .and_then(|r| r.credentials())
-            .map(|(u, p)| format!("{u}:{p}")),
-        PULL_AUTH,
-    );
+    // Through CRI: containerd reads the registry's hosts.toml and credentials from its config.
+    let pull = PullPause::crictl(&config.sandbox_image);
     Ok(vec![Task::new("install-containerd", runtime_hosts(ctx))
         .step(ContainerdBinaries { ctx: ctx.clone() })
         .step(config)

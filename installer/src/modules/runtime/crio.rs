@@ -49,7 +49,7 @@ pub const DATA_MARKER: &str = "/etc/kubexm/crio-data.created";
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = CrioConfig::new(ctx)?;
     // cri-o reads the registry credentials from its own auth file (see the config step).
-    let pull = PullPause::crictl(&config.sandbox_image, None, AUTH_FILE);
+    let pull = PullPause::crictl(&config.sandbox_image);
     Ok(vec![Task::new("install-cri-o", runtime_hosts(ctx))
         .step(CrioBinaries { ctx: ctx.clone() })
         .step(config)

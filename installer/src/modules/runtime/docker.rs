@@ -20,12 +20,12 @@ use std::sync::Arc;
 
 use kubexm_manifests::model::RegistryType;
 
+use super::cri::Cri;
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, none_exist, runtime_hosts,
     sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
     BIN_DIR, CNI_BIN_DIR, EXTRACT,
 };
-use super::cri::Cri;
 use crate::context::InstallContext;
 use crate::modules::delete::Ops;
 use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, Systemd, SystemdAction, WaitFor};
