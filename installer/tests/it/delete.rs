@@ -68,6 +68,11 @@ fn delete_plan_of_the_lab_cluster() {
         "systemctl disable --now kubelet",
         "/usr/local/bin/kubectl /usr/local/bin/helm /etc/kubernetes /var/lib/kubelet",
         "for i in cni0 flannel.1",
+        // What real v1.20.2 pods left after kubeadm reset (lab run): pod network namespaces
+        // with their veths, the bridge plugin's CNI-* masquerade chains, the pod logs.
+        "ip netns delete \"${n##*/}\"",
+        "grep -vE 'KUBE-|FLANNEL|cali-|CILIUM|CNI-|",
+        "/var/log/pods /var/log/containers",
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }

@@ -1148,6 +1148,9 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
         "systemctl disable --now kube-apiserver",
         "/usr/local/bin/crictl --runtime-endpoint unix:///run/containerd/containerd.sock rmp -a -f",
         "/usr/local/bin/kube-proxy --cleanup",
+        // The pod network's traces go on this path too (one shared op).
+        "ip netns delete \"${n##*/}\"",
+        "for i in cni0 flannel.1",
         "umount -l",
         "rm -rf -- /var/lib/kubelet /var/log/pods /var/log/containers",
         "/etc/kubernetes/admin.conf",

@@ -220,26 +220,14 @@ impl Module for KubeadmModule {
 ///    released first) removed; kubeadm, kubelet, kubectl and helm removed from `/usr/local/bin`;
 ///    `/etc/kubernetes` (KubeXM's init/join files and applied manifests included) and the local
 ///    API proxy's configuration removed; the bundle copies under `/var/lib/kubexm`.
-/// 3. The pod network's traces: CNI configurations and state (`/etc/cni/net.d`,
-///    `/var/lib/cni`, flannel/calico/cilium run directories), the plugins' own binaries in
-///    `/opt/cni/bin` (the runtime delete then removes the directory), their interfaces (cni0,
-///    flannel.1, vxlan.calico, cilium_*, kube-ipvs0, nodelocaldns), IPVS services, and the
-///    iptables chains of kube-proxy, flannel, calico, cilium and NodeLocal DNSCache.
+/// 3. The pod network's traces and the pod logs
+///    ([`crate::modules::network::traces::remove_pod_network_traces`]).
 pub struct KubeadmDeleteModule(pub Arc<InstallContext>);
 
 /// The kubeadm delete module.
 pub fn delete_module(ctx: &Arc<InstallContext>) -> KubeadmDeleteModule {
     KubeadmDeleteModule(ctx.clone())
 }
-
-/// CNI plugin binaries the network plugins install into `/opt/cni/bin`.
-const CNI_PLUGIN_BINARIES: &str = "flannel calico calico-ipam cilium-cni install";
-/// Interfaces Kubernetes networking creates on nodes.
-const INTERFACES: &str = "cni0 flannel.1 flannel-v6.1 vxlan.calico vxlan-v6.calico cilium_host cilium_net cilium_vxlan kube-ipvs0 nodelocaldns";
-/// iptables rules and chains of kube-proxy, the CNI plugins and NodeLocal DNSCache.
-const IPTABLES_PATTERN: &str = "KUBE-|FLANNEL|cali-|CILIUM|169\\.254\\.25\\.10";
-/// CNI state directories.
-const CNI_STATE: &str = "/var/lib/cni /run/flannel /var/run/calico /var/lib/calico /var/run/cilium";
 
 impl Module for KubeadmDeleteModule {
     fn name(&self) -> &str {
@@ -283,10 +271,6 @@ impl Step for RemoveKubernetes {
             .split_whitespace()
             .map(|p| format!("[ ! -e {p} ]"))
             .collect();
-        let cni_bins: Vec<String> = CNI_PLUGIN_BINARIES
-            .split_whitespace()
-            .map(|b| format!("/opt/cni/bin/{b}"))
-            .collect();
         Ok(vec![
             Op::Run(
                 RunCommand::new(format!(
@@ -314,20 +298,7 @@ impl Step for RemoveKubernetes {
                     gone.join(" && ")
                 )),
             ),
-            Op::Run(
-                RunCommand::new(format!(
-                    "rm -f -- {cni} /etc/cni/net.d/*flannel* /etc/cni/net.d/*calico* /etc/cni/net.d/*cilium* /etc/cni/net.d/calico-kubeconfig\nrmdir /etc/cni/net.d /etc/cni 2>/dev/null || true\nrm -rf -- {CNI_STATE}\nfor i in {INTERFACES}; do ip link delete \"$i\" 2>/dev/null || true; done\nif command -v ipvsadm >/dev/null 2>&1; then ipvsadm --clear 2>/dev/null || true; fi\nfor t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}'; then $t-save | grep -vE '{IPTABLES_PATTERN}' | $t-restore; fi\ndone",
-                    cni = cni_bins.join(" ")
-                ))
-                .unless(format!(
-                    "{cni_gone} && ! ls /etc/cni/net.d/*flannel* /etc/cni/net.d/*calico* /etc/cni/net.d/*cilium* >/dev/null 2>&1 && ! ls -d {CNI_STATE} >/dev/null 2>&1 && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done",
-                    cni_gone = cni_bins
-                        .iter()
-                        .map(|b| format!("[ ! -e {b} ]"))
-                        .collect::<Vec<_>>()
-                        .join(" && ")
-                )),
-            ),
+            crate::modules::network::traces::remove_pod_network_traces(),
         ])
     }
 }

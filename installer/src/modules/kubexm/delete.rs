@@ -4,7 +4,9 @@
 //! 1. The Kubernetes services whose units KubeXM wrote are stopped and disabled.
 //! 2. Every pod sandbox left in the runtime is removed (`crictl rmp -a -f`), so deleting the
 //!    runtime afterwards leaves no containers behind.
-//! 3. `kube-proxy --cleanup` removes its iptables/IPVS rules.
+//! 3. `kube-proxy --cleanup` removes its iptables/IPVS rules, then the pod network's traces
+//!    go ([`crate::modules::network::traces::remove_pod_network_traces`]: CNI files and
+//!    state, pod network namespaces, interfaces, the remaining chains).
 //! 4. kubelet's mounts under `/var/lib/kubelet` are unmounted and its state and the pod logs
 //!    (`/var/log/pods`, `/var/log/containers`) removed.
 //! 5. What the install wrote is removed: the binaries, units, `/etc/kubernetes/pki`, the
@@ -142,6 +144,7 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
             RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true"))
                 .unless(format!("[ ! -x {kube_proxy} ]")),
         ),
+        crate::modules::network::traces::remove_pod_network_traces(),
         Op::Run(
             RunCommand::new(format!(
                 "awk -v d={k}/ 'index($2, d) == 1 {{ print $2 }}' /proc/mounts | sort -r | while read -r m; do umount -l \"$m\" || true; done\nrm -rf -- {state}",

@@ -32,6 +32,7 @@
 mod calico;
 mod cilium;
 mod flannel;
+pub mod traces;
 
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
