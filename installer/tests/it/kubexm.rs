@@ -1087,6 +1087,8 @@ fn plan_of_a_three_master_two_worker_kubexm_cluster() {
         "copy     /var/lib/kubexm/artifacts/kubectl/v1.31.13/kubectl -> /usr/local/bin/kubectl (755)",
         "systemctl enable --now kube-apiserver",
         "get --raw=/readyz",
+        // The admin kubeconfig on the control host, as on the kubeadm path.
+        "fetch    /etc/kubernetes/admin.conf -> control host WORK/pki/kx/admin.conf (600)",
         "apply -f /etc/kubernetes/addons/coredns.yaml",
         "label node worker2 --overwrite disk=ssd node-role.kubernetes.io/worker=",
     ] {

@@ -89,6 +89,8 @@ impl Step for InitControlPlane {
 
 /// The admin kubeconfig copied to the control host (root only there too).
 pub struct FetchAdminKubeconfig {
+    /// The admin kubeconfig on the first master.
+    pub src: String,
     /// Where it goes on the control host.
     pub dest: PathBuf,
 }
@@ -99,7 +101,7 @@ impl Step for FetchAdminKubeconfig {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Fetch(FetchFile {
-            src: ADMIN_CONF.to_string(),
+            src: self.src.clone(),
             dest: self.dest.clone(),
             mode: 0o600,
         })])

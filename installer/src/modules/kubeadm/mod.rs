@@ -146,6 +146,7 @@ impl Module for KubeadmModule {
         tasks.push(init);
         tasks.push(Task::new("fetch-admin-kubeconfig", [first.clone()]).step(
             FetchAdminKubeconfig {
+                src: ADMIN_CONF.to_string(),
                 dest: admin_kubeconfig_path(ctx),
             },
         ));

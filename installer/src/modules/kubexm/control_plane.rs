@@ -60,7 +60,14 @@ impl Module for KubexmControlPlaneModule {
                 .step(ControllerManager { k: k.clone() })
                 .step(Scheduler { k: k.clone() }),
             Task::new("wait-control-plane", masters).step(WaitControlPlane { k: k.clone() }),
-            Task::new("cluster-rbac", [first]).step(ClusterRbac { k }),
+            Task::new("cluster-rbac", [first.clone()]).step(ClusterRbac { k: k.clone() }),
+            // The same admin kubeconfig on the control host as the kubeadm path gives.
+            Task::new("fetch-admin-kubeconfig", [first]).step(
+                crate::modules::kubeadm::init::FetchAdminKubeconfig {
+                    src: k.layout.conf("admin.conf"),
+                    dest: crate::modules::kubeadm::admin_kubeconfig_path(&self.0),
+                },
+            ),
         ])
     }
 }
