@@ -284,6 +284,15 @@ impl Step for RunScripts {
 /// The scripts' part of the `delete` pipeline on every node: the copies, their stamps and logs.
 pub struct ScriptsDeleteModule(pub Arc<InstallContext>);
 
+/// Done when the copies and `logs` are gone and the log directory too (or it holds files
+/// that are not KubeXM's). (It once ended in `; true`, so a node that still had the copies
+/// counted as done and kept its logs.)
+pub fn removed_check(logs: &str) -> String {
+    format!(
+        "[ ! -e {SCRIPTS_DIR} ] && [ -z \"$(ls -d {logs} 2>/dev/null)\" ] && {{ [ ! -d {LOG_DIR} ] || [ -n \"$(ls -A {LOG_DIR} 2>/dev/null)\" ]; }}"
+    )
+}
+
 /// The scripts delete module.
 pub fn delete_module(ctx: &Arc<InstallContext>) -> ScriptsDeleteModule {
     ScriptsDeleteModule(ctx.clone())
@@ -306,9 +315,7 @@ impl Module for ScriptsDeleteModule {
                 RunCommand::new(format!(
                     "rm -rf -- {SCRIPTS_DIR}\nrm -f -- {logs}\nrmdir {LOG_DIR} 2>/dev/null || true"
                 ))
-                .unless(format!(
-                    "[ ! -e {SCRIPTS_DIR} ] && for f in {logs}; do [ -e \"$f\" ] && exit 1; done; true"
-                )),
+                .unless(removed_check(&logs)),
             )],
         })])
     }
@@ -317,6 +324,40 @@ impl Module for ScriptsDeleteModule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The delete check, run with `sh` against a scratch directory standing for / .
+    fn removed(root: &std::path::Path) -> bool {
+        let r = root.to_str().expect("utf-8");
+        let logs = format!("{LOG_DIR}/pre_install_*.log {LOG_DIR}/post_install_*.log");
+        let check = removed_check(&logs)
+            .replace(SCRIPTS_DIR, &format!("{r}{SCRIPTS_DIR}"))
+            .replace(LOG_DIR, &format!("{r}{LOG_DIR}"));
+        std::process::Command::new("sh")
+            .args(["-c", &check])
+            .status()
+            .expect("sh")
+            .success()
+    }
+
+    #[test]
+    fn the_delete_check_sees_copies_logs_and_the_log_directory() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        let scripts = r.join(SCRIPTS_DIR.trim_start_matches('/'));
+        let logs = r.join(LOG_DIR.trim_start_matches('/'));
+        std::fs::create_dir_all(&scripts).expect("mkdir");
+        std::fs::create_dir_all(&logs).expect("mkdir");
+        std::fs::write(logs.join("post_install_node2.sh.log"), "ok").expect("write");
+        assert!(!removed(r), "copies and a log left");
+        std::fs::remove_dir_all(&scripts).expect("rm");
+        assert!(!removed(r), "a log left");
+        std::fs::remove_file(logs.join("post_install_node2.sh.log")).expect("rm");
+        assert!(!removed(r), "the empty log directory left");
+        std::fs::write(logs.join("someone-else.log"), "x").expect("write");
+        assert!(removed(r), "a log directory with other files stays");
+        std::fs::remove_dir_all(&logs).expect("rm");
+        assert!(removed(r), "all gone");
+    }
 
     #[test]
     fn script_names_number_several_scripts_in_list_order() {

@@ -141,8 +141,14 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
                 )),
         ),
         Op::Run(
-            RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true"))
-                .unless(format!("[ ! -x {kube_proxy} ]")),
+            // Done when kube-proxy's own chains are gone (the kubelet's KUBE-*-CANARY,
+            // KUBE-FIREWALL and KUBE-MARK-* stay for the pod network's cleanup below); the
+            // check was once only "no binary", which a real --cleanup never satisfies.
+            RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true")).unless(
+                format!(
+                    "[ ! -x {kube_proxy} ] || ! iptables-save -t nat 2>/dev/null | grep -qE '^:KUBE-(SERVICES|NODEPORTS|SVC-|SEP-)'"
+                ),
+            ),
         ),
         crate::modules::network::traces::remove_pod_network_traces(),
         Op::Run(
