@@ -1156,7 +1156,8 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
         "umount -l",
         "rm -rf -- /var/lib/kubelet /var/log/pods /var/log/containers",
         "/etc/kubernetes/admin.conf",
-        "rm -rf -- /etc/kubernetes/pki /var/lib/kubexm/artifacts/kube-apiserver",
+        // KubeXM's applied manifests and addons too (left behind once, found on real nodes).
+        "rm -rf -- /etc/kubernetes/pki /etc/kubernetes/kubexm /var/lib/kubexm/artifacts/kube-apiserver",
         "/etc/systemd/system/kubelet.service",
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");

@@ -10,7 +10,8 @@
 //! 4. kubelet's mounts under `/var/lib/kubelet` are unmounted and its state and the pod logs
 //!    (`/var/log/pods`, `/var/log/containers`) removed.
 //! 5. What the install wrote is removed: the binaries, units, `/etc/kubernetes/pki`, the
-//!    kubeconfigs and component configurations, the manifests KubeXM applied, the staged bundle
+//!    kubeconfigs and component configurations, the manifests KubeXM applied
+//!    (`/etc/kubernetes/kubexm`: NodeLocal DNSCache, addons), the staged bundle
 //!    files; `/etc/kubernetes` (and `manifests/`, `addons/`) only when that leaves them empty.
 
 use std::sync::Arc;
@@ -132,6 +133,11 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
         .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
         .collect();
     gone.push(format!("[ ! -e {} ]", shell::quote(&l.pki_dir())));
+    // KubeXM's own directory: the manifests and addons it applied (apply.rs).
+    let own = crate::modules::apply::MANIFESTS_DIR
+        .rsplit_once('/')
+        .map_or(crate::modules::apply::MANIFESTS_DIR, |(d, _)| d);
+    gone.push(format!("[ ! -e {} ]", shell::quote(own)));
     vec![
         Op::Run(RunCommand::new(stop.join("\n")).unless(stopped.join(" && "))),
         Op::Run(
@@ -167,9 +173,10 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
         ),
         Op::Run(
             RunCommand::new(format!(
-                "rm -f -- {files}\nrm -rf -- {pki} {staged}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
+                "rm -f -- {files}\nrm -rf -- {pki} {own} {staged}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
                 files = q(&files),
                 pki = shell::quote(&l.pki_dir()),
+                own = shell::quote(own),
                 staged = q(&staged),
                 dirs = q(&dirs),
             ))
