@@ -18,6 +18,7 @@ pub mod digest;
 pub mod display;
 pub mod image_ref;
 pub mod import;
+pub mod kube_components;
 pub mod kube_version;
 pub mod load;
 pub mod model;

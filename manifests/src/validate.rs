@@ -743,6 +743,13 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
             }
         }
     }
+    if r.containerd.restrict_oom_score_adj && r.kind != RuntimeType::Containerd {
+        c.add(
+            "spec.runtime.containerd.restrictOomScoreAdj",
+            "applies only to runtime.type containerd",
+            "remove runtime.containerd, or set runtime.type: containerd",
+        );
+    }
     if f.spec.kubernetes.kind == KubernetesType::Kubexm && r.kind == RuntimeType::Isulad {
         c.add(
             "spec.runtime.type",
@@ -980,8 +987,52 @@ fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     }
 }
 
+/// The most scripts one of `system.preInstall` / `postInstall` may list (their copies on the
+/// nodes are numbered with two digits).
+pub const MAX_SCRIPTS: usize = 99;
+
+fn check_scripts(field: &str, scripts: &[String], c: &mut Checker) {
+    if scripts.len() > MAX_SCRIPTS {
+        c.add(
+            format!("spec.system.{field}"),
+            format!("lists {} scripts, more than {MAX_SCRIPTS}", scripts.len()),
+            "merge scripts: one script may call others it ships itself",
+        );
+    }
+    let mut seen = BTreeMap::new();
+    for (i, s) in scripts.iter().enumerate() {
+        let at = format!("spec.system.{field}[{i}]");
+        if s.trim().is_empty() || s.ends_with('/') {
+            c.add(
+                at,
+                "is not a file path",
+                "give the path of a shell script on the build host (relative to cluster.yaml's directory)",
+            );
+        } else if s.chars().any(char::is_control) {
+            c.add(at, "holds control characters", "give a plain file path");
+        } else if let Some(first) = seen.insert(s.as_str(), i) {
+            c.add(
+                at,
+                format!("`{s}` is listed twice (also at [{first}])"),
+                "list each script once: a re-listed script would run twice",
+            );
+        }
+    }
+}
+
 fn check_system_and_extra(f: &ClusterFile, c: &mut Checker) {
     let s = &f.spec.system;
+    check_scripts("preInstall", &s.pre_install, c);
+    check_scripts("postInstall", &s.post_install, c);
+    if let Some(n) = f.spec.kubernetes.kube_proxy.conntrack_max_per_core {
+        if i32::try_from(n).is_err() {
+            c.add(
+                "spec.kubernetes.kubeProxy.conntrackMaxPerCore",
+                format!("{n} is larger than kube-proxy accepts (a 32-bit signed integer)"),
+                "use 0 (leave the kernel's limit) or a value such as 32768 (kube-proxy's default)",
+            );
+        }
+    }
     let host_names: BTreeSet<&str> = f.spec.hosts.iter().map(|h| h.name.as_str()).collect();
     for (i, ntp) in s.ntp_servers.iter().enumerate() {
         if ntp.parse::<IpAddr>().is_err()

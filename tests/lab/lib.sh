@@ -68,6 +68,16 @@ sshx() { # node cmd...
     -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 "root@${!ipv}" "$@"
 }
 
+# node_state NODE: a fingerprint of what an install changes and a delete must put back (files
+# KubeXM edits, directories it fills, services it enables), compared before and after.
+node_state() {
+  sshx "$1" 'hostname; cat /etc/hostname
+    for f in /etc/hosts /etc/resolv.conf /etc/chrony/chrony.conf /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf /etc/fstab; do
+      if [ -e "$f" ]; then md5sum "$f"; else echo "absent $f"; fi; done
+    for d in /usr/local/bin /usr/local/sbin /etc/sysctl.d /etc/modules-load.d /opt /var/lib/containerd /var/lib /etc/ssl; do echo "$d: $(ls -A "$d" 2>&1 | tr "\n" " ")"; done
+    for u in haproxy keepalived; do echo "$u $(systemctl is-enabled $u 2>&1)"; done'
+}
+
 install() {
   "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
     "$BIN/kubexm-install" --work-dir "$work/kubexm" --bundle "$work/lab.tar.zst" -f "$work/cluster.yaml" \

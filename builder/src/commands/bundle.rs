@@ -137,9 +137,13 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             .parent()
             .map(PathBuf::from)
             .unwrap_or_default();
-        let addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
+        let mut addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
             .await
             .context("Failed to fetch the addons' sources")?;
+        addon_files.extend(
+            crate::addons::collect_scripts(&lists.scripts, &base_dir, &cache)
+                .context("Failed to read the custom scripts")?,
+        );
         anyhow::Ok((files, images, addon_files))
     })?;
 

@@ -24,3 +24,4 @@ pub mod preflight;
 pub mod registry;
 mod remote_path;
 pub mod runtime;
+pub mod scripts;

@@ -16,6 +16,8 @@ mod pipeline;
 mod plan_cli;
 mod runtime;
 mod scope;
+mod scripts;
 mod seed;
 mod ssh;
 mod unpack;
+mod versions;

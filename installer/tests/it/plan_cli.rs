@@ -96,8 +96,8 @@ fn plan_as_json_lists_modules_tasks_steps_and_ops() {
         .iter()
         .map(|m| m["name"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(modules[..2], ["preflight", "node-prep"]);
-    let hosts_block = &v["modules"][1]["tasks"][0]["steps"]
+    assert_eq!(modules[..3], ["preflight", "pre-install", "node-prep"]);
+    let hosts_block = &v["modules"][2]["tasks"][0]["steps"]
         .as_array()
         .expect("steps")
         .iter()

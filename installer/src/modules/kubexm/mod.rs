@@ -213,14 +213,9 @@ impl KubexmCluster {
         )
     }
 
-    /// The CRI socket of the configured runtime.
-    pub fn runtime_endpoint(&self) -> &'static str {
-        runtime::Runtime::of(&self.ctx).cri_socket()
-    }
-
-    /// The systemd unit of the configured runtime (kubelet starts after it).
-    pub fn runtime_unit(&self) -> &'static str {
-        runtime::Runtime::of(&self.ctx).cri_unit()
+    /// How the kubelet reaches the configured runtime.
+    pub fn cri(&self) -> runtime::cri::Cri {
+        runtime::cri::Cri::of(&self.ctx)
     }
 
     /// A template context with the values every kubexm template uses.

@@ -41,8 +41,6 @@ pub const DATA_DIR: &str = "/var/lib/isulad";
 pub const DATA_MARKER: &str = "/etc/kubexm/isulad-data.created";
 /// Root-only file with the registry password `isula login --password-stdin` reads.
 pub const PULL_AUTH: &str = "/etc/isulad/kubexm-pull.auth";
-/// iSulad's CRI socket.
-pub const SOCKET: &str = "unix:///var/run/isulad.sock";
 
 /// The `install-isulad` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
@@ -132,7 +130,7 @@ impl IsuladConfig {
             sandbox_image,
             files: vec![
                 RenderTemplate::new("isulad/daemon.json.tera", &c, DAEMON_JSON, 0o644)?,
-                crictl_config(ctx, SOCKET)?,
+                crictl_config(ctx, &super::cri::Cri::Isulad.endpoint())?,
                 RenderTemplate::new("isulad/isulad.service.tera", &c, UNIT_FILE, 0o644)?,
             ],
         })

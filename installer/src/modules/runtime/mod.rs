@@ -16,6 +16,7 @@
 //!   `/etc/kubexm` says so, and `delete` removes the data; data that was there before is kept.
 
 pub mod containerd;
+pub mod cri;
 pub mod crio;
 pub mod docker;
 pub mod isulad;
