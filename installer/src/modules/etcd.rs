@@ -644,7 +644,9 @@ impl Module for EtcdDeleteModule {
     }
 }
 
-/// Stops etcd and removes everything the install put on the node.
+/// Stops etcd and removes everything the install put on the node, and makes systemd forget the
+/// unit (`reset-failed`: a member stopped after losing quorum exits failed, and systemd would
+/// list the removed unit as `failed` — found on real v1.20.2 nodes after delete).
 pub struct RemoveEtcd {
     layout: Arc<EtcdLayout>,
 }
@@ -674,7 +676,7 @@ impl Step for RemoveEtcd {
             Op::Systemd(Systemd::new(SystemdAction::DisableNow(UNIT.to_string()))),
             Op::Run(
                 RunCommand::new(format!(
-                    "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd {parent} 2>/dev/null || true\nsystemctl daemon-reload",
+                    "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd {parent} 2>/dev/null || true\nsystemctl daemon-reload\nsystemctl reset-failed {UNIT} 2>/dev/null || true",
                     files = rm_files.join(" "),
                     dirs = rm_dirs.join(" "),
                     // The default certificate directory's parent (`/etc/ssl/etcd`) is KubeXM's too.

@@ -292,7 +292,7 @@ impl Step for RetireEtcd {
         let (d, c) = (shell::quote(&self.data_dir), shell::quote(&self.config));
         Ok(vec![Op::Run(
             RunCommand::new(format!(
-                "systemctl disable --now {UNIT} 2>/dev/null || systemctl stop {UNIT} 2>/dev/null || true\nrm -rf -- {d}\nrm -f -- {c} {UNIT_FILE}\nrmdir \"$(dirname -- {c})\" 2>/dev/null || true\nsystemctl daemon-reload"
+                "systemctl disable --now {UNIT} 2>/dev/null || systemctl stop {UNIT} 2>/dev/null || true\nrm -rf -- {d}\nrm -f -- {c} {UNIT_FILE}\nrmdir \"$(dirname -- {c})\" 2>/dev/null || true\nsystemctl daemon-reload\nsystemctl reset-failed {UNIT} 2>/dev/null || true"
             ))
             .unless(format!(
                 "[ ! -e {UNIT_FILE} ] && [ ! -e {d} ] && [ ! -e {c} ] && ! systemctl is-active -q {UNIT}"

@@ -283,6 +283,7 @@ fn base_cluster() -> ClusterFile {
                 scheduler_args: BTreeMap::new(),
                 kubelet_args: BTreeMap::new(),
                 kube_proxy_args: BTreeMap::new(),
+                kube_proxy: crate::model::KubeProxyOptions::default(),
             },
             etcd: Etcd::default(),
             runtime: Runtime::default(),
