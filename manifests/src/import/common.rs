@@ -297,6 +297,26 @@ fn base_cluster() -> ClusterFile {
     }
 }
 
+/// Adds `names` to role group `slot` (0 etcd, 1 master, 2 worker, else registry) of `groups`,
+/// each name once; both KubeKey formats map their groups onto these slots.
+pub(crate) fn add_to_role_group(
+    groups: &mut crate::model::RoleGroups,
+    slot: usize,
+    names: impl IntoIterator<Item = String>,
+) {
+    let target = match slot {
+        0 => &mut groups.etcd,
+        1 => &mut groups.master,
+        2 => &mut groups.worker,
+        _ => &mut groups.registry,
+    };
+    for n in names {
+        if !target.contains(&n) {
+            target.push(n);
+        }
+    }
+}
+
 /// A host with KubeXM's defaults.
 pub(crate) fn new_host(name: String, address: String) -> Host {
     Host {

@@ -165,18 +165,7 @@ fn role_groups(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         };
         let entries = doc.strings(&at);
         let names = ctx.role_entries(doc, &at, entries);
-        let groups = &mut ctx.cluster.spec.role_groups;
-        let target = match slot {
-            0 => &mut groups.etcd,
-            1 => &mut groups.master,
-            2 => &mut groups.worker,
-            _ => &mut groups.registry,
-        };
-        for n in names {
-            if !target.contains(&n) {
-                target.push(n);
-            }
-        }
+        super::common::add_to_role_group(&mut ctx.cluster.spec.role_groups, slot, names);
     }
     if ctx.cluster.spec.role_groups.master.is_empty() {
         return Err(ctx.field_error(

@@ -245,18 +245,7 @@ fn groups(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         }
     }
     for (slot, _, members) in wanted {
-        let rg = &mut ctx.cluster.spec.role_groups;
-        let target = match slot {
-            0 => &mut rg.etcd,
-            1 => &mut rg.master,
-            2 => &mut rg.worker,
-            _ => &mut rg.registry,
-        };
-        for m in members {
-            if !target.contains(&m) {
-                target.push(m);
-            }
-        }
+        super::common::add_to_role_group(&mut ctx.cluster.spec.role_groups, slot, members);
     }
     if ctx.cluster.spec.role_groups.master.is_empty() {
         return Err(ctx.field_error(
