@@ -202,9 +202,24 @@ impl PushClient {
                 &HeaderMap::new(),
                 Body::Empty,
             )
-            .await?;
-        if head.status().is_success() {
-            return Ok(BlobOutcome::Present);
+            .await;
+        match head {
+            Ok(resp) if resp.status().is_success() => return Ok(BlobOutcome::Present),
+            Ok(_) => {}
+            // The HEAD only decides whether to skip: a registry that cannot answer it (a
+            // registry killed while writing a blob's repository link leaves a link it cannot
+            // read, and answers 500 for that blob until the link is written again) gets the
+            // blob again; the upload's completion rewrites the link. A registry that is down
+            // fails the upload with its own error.
+            Err(SeedError::Exhausted {
+                last_status: Some(status),
+                last,
+                ..
+            }) if status.is_server_error() => {
+                tracing::warn!(registry = %self.host, repo, object = %object, error = %last,
+                    "the registry cannot say whether it holds this blob: uploading it again");
+            }
+            Err(e) => return Err(e),
         }
         let mut location = None;
         if let Some(from) = from {
@@ -580,6 +595,7 @@ impl PushClient {
         let budget = self.deadlines.retry_budget;
         let per_request = self.deadlines.for_size(op.bytes);
         let mut last = String::new();
+        let mut last_status = None;
         let mut reauthed = false;
         let mut attempt = 0;
         while attempt < self.attempts {
@@ -629,6 +645,7 @@ impl PushClient {
                         || resp.status() == StatusCode::TOO_MANY_REQUESTS =>
                 {
                     last = format!("{method} {} answered {}", Untrusted(&url), resp.status());
+                    last_status = Some(resp.status());
                     tracing::warn!(registry = %self.host, repo, object = op.object, attempt, error = %last, "retrying");
                 }
                 Ok(resp) => return Ok(resp),
@@ -643,6 +660,7 @@ impl PushClient {
                         chain(&e)
                     };
                     last = format!("{method} {}: {}", Untrusted(&url), Untrusted(&why));
+                    last_status = None;
                     tracing::warn!(registry = %self.host, repo, object = op.object, attempt, error = %last, "retrying");
                 }
             }
@@ -654,6 +672,7 @@ impl PushClient {
             attempts: attempt,
             elapsed: started.elapsed(),
             last,
+            last_status,
         })
     }
 

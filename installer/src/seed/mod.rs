@@ -164,6 +164,8 @@ pub enum SeedError {
         elapsed: Duration,
         /// Last error (already escaped).
         last: String,
+        /// The HTTP status of the last answer, when the last try got one.
+        last_status: Option<reqwest::StatusCode>,
     },
     /// Harbor API error.
     #[error("Harbor at {registry}: {}", UntrustedMax(.detail, 1000))]

@@ -330,6 +330,59 @@ fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
     assert_seeded(&tree, &opts, None, false);
 }
 
+fn first_layer_link(dir: &Path) -> Option<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    entries.into_iter().find_map(|p| {
+        if p.is_dir() {
+            first_layer_link(&p)
+        } else {
+            (p.file_name().is_some_and(|n| n == "link")
+                && p.to_string_lossy().contains("/_layers/"))
+            .then_some(p)
+        }
+    })
+}
+
+/// What a registry killed while writing a repository's blob link leaves behind (the registry's
+/// filesystem driver writes the link in place): an empty link, for which it answers HEAD with
+/// 500 until the link is written again, in an image whose manifest was not pushed yet. The
+/// re-run uploads that blob again and completes (found as a flake of the test above, when the
+/// kill landed inside the link's write).
+#[test]
+fn a_broken_blob_link_left_by_a_killed_registry_is_repaired_by_a_rerun() {
+    let source = Registry::start(RegistryOptions::default());
+    let mut target = Registry::start(RegistryOptions::default());
+    let tree = tree(&source, 2);
+    let opts = options(&target, None, None);
+    run(&tree, &opts).expect("first seed");
+    target.stop();
+    let data = target.storage_dir().join("docker/registry/v2/repositories");
+    let link = first_layer_link(&data).expect("a layer link in the registry's storage");
+    std::fs::write(&link, b"").expect("empty the link");
+    // .../repositories/<repo...>/_layers/sha256/<hex>/link
+    let rel = link.strip_prefix(&data).expect("under repositories");
+    let parts: Vec<_> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let at = parts.iter().position(|c| c == "_layers").expect("_layers");
+    let (repo, hex) = (parts[..at].join("/"), &parts[at + 2]);
+    // The image was not complete yet: its tags are not there.
+    std::fs::remove_dir_all(data.join(&repo).join("_manifests/tags")).expect("drop the tags");
+    target.restart();
+    let url = format!("http://127.0.0.1:{}/v2/{repo}/blobs/sha256:{hex}", target.port());
+    let status = |url: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-I", url])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(status(&url), "500", "the broken link makes the registry answer 500");
+    let second = run(&tree, &opts).expect("the re-run completes despite the broken link");
+    assert!(second.blobs_present > 0, "the other blobs are skipped: {second:?}");
+    assert_eq!(status(&url), "200", "the re-run rewrote the link");
+    assert_seeded(&tree, &opts, None, false);
+}
+
 /// A stand-in for Harbor's project API: `GET /api/v2.0/projects?name=X` and
 /// `POST /api/v2.0/projects`, with basic auth, as Harbor v2.0 documents them.
 pub(crate) struct HarborStandIn {
