@@ -2,7 +2,8 @@
 //! is the create pipeline's modules again, each scoped to the nodes concerned, plus the
 //! membership modules (etcd, the API servers' etcd endpoints, local proxies):
 //!
-//! 1. `preflight` — the new nodes.
+//! 1. `preflight` — the new nodes; then `pre-install`: the operator's `system.preInstall`
+//!    scripts on the new nodes (as the create pipeline runs them on every node).
 //! 2. `node-prep` — the new nodes are prepared; every node's managed `/etc/hosts` block and
 //!    chrony configuration name them (the other steps find nothing to do on the others).
 //! 3. `etcd-certificates` — the new nodes' etcd certificates (a new member's, a new master's
@@ -24,6 +25,9 @@
 //! 9. `local-api-proxies` — with a new master, every worker's local API proxy (internal
 //!    haproxy/nginx) lists it.
 //! 10. `network` — from the first master: the pod network (unchanged) and every node Ready.
+//! 11. `post-install` — the operator's `system.postInstall` scripts on the new nodes (e.g. the
+//!     CNI an operator brings with `network.plugin: none`, without which a new node never turns
+//!     Ready). The existing nodes' stamps keep their runs as they were.
 
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeSet;
@@ -37,7 +41,7 @@ use crate::facts::ClusterFacts;
 use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, kubeadm, kubexm, loadbalancer, network, os, preflight, registry, runtime,
+    etcd, kubeadm, kubexm, loadbalancer, network, os, preflight, registry, runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -83,6 +87,7 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
     );
     let mut phases: Vec<Phase> = vec![
         Phase::new("preflight", preflight::PreflightModule(d.clone())).scope(new.clone()),
+        Phase::new("pre-install", scripts::PreInstallModule(d.clone())).scope(new.clone()),
         Phase::new("node-prep", os::NodePrepModule(d.clone())),
         Phase::new("etcd-certificates", etcd::EtcdModule(d.clone()))
             .only(&["etcd-certificates"])
@@ -184,6 +189,7 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         Phase::new("network", network::NetworkModule(d.clone()))
             .scope(d.scope(std::slice::from_ref(&first))?),
     );
+    phases.push(Phase::new("post-install", scripts::PostInstallModule(d.clone())).scope(new));
     Ok(Pipeline {
         name: "add-node".to_string(),
         modules: phases

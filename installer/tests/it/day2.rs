@@ -268,6 +268,49 @@ fn add_worker_plan_kubeadm_path() {
     insta::assert_snapshot!("add-worker-kubeadm-plan", without_generated_keys(&text));
 }
 
+/// An operator's `system.preInstall` / `postInstall` scripts (e.g. the CNI they bring with
+/// `network.plugin: none`, without which a new node never turns Ready) run on the joining node
+/// only: first after preflight, last after the pod network, as the create pipeline runs them.
+#[test]
+fn add_node_runs_the_operators_scripts_on_the_new_node_only() {
+    let work = tempfile::tempdir().expect("tmp");
+    let dir = work.path().join("scripts");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for f in ["prepare.sh", "cni.sh"] {
+        std::fs::write(dir.join(f), "#!/bin/sh\nexit 0\n").expect("script");
+    }
+    let text = lab5_text(|t| {
+        t.replace(
+            "  system:\n",
+            &format!(
+                "  system:\n    preInstall: [{d}/prepare.sh]\n    postInstall: [{d}/cni.sh]\n",
+                d = dir.display()
+            ),
+        )
+    });
+    assert!(
+        text.contains("postInstall:"),
+        "the lab cluster.yaml has a system section"
+    );
+    let full = load(work.path(), &text, &lab_catalog());
+    let three = with_nodes(&full, &["node1", "node2", "node3"]);
+    let four = with_nodes(&full, &["node1", "node2", "node3", "node4"]);
+    let facts = ClusterFacts::assumed(&three);
+    let new = vec!["node4".to_string()];
+    let p = add_plan(&three, &four, &new, &facts);
+    assert_eq!(hosts(&p, "pre-install", "pre-install"), ["node4"]);
+    assert_eq!(hosts(&p, "post-install", "post-install"), ["node4"]);
+    assert_eq!(position(&p, "pre-install"), position(&p, "preflight") + 1);
+    assert_eq!(position(&p, "post-install") + 1, p.modules.len());
+    assert!(position(&p, "network") < position(&p, "post-install"));
+    let text = p.to_text();
+    assert!(text.contains("-> /etc/kubexm/scripts/post_install_node4.sh (755)"));
+    assert!(
+        !text.contains("post_install_node1"),
+        "existing nodes do not run the scripts again"
+    );
+}
+
 #[test]
 fn add_master_plan_kubeadm_path_updates_every_load_balancer_one_at_a_time() {
     let l = lab();

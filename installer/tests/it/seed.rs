@@ -331,7 +331,11 @@ fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
 }
 
 fn first_layer_link(dir: &Path) -> Option<std::path::PathBuf> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     entries.sort();
     entries.into_iter().find_map(|p| {
         if p.is_dir() {
@@ -362,13 +366,19 @@ fn a_broken_blob_link_left_by_a_killed_registry_is_repaired_by_a_rerun() {
     std::fs::write(&link, b"").expect("empty the link");
     // .../repositories/<repo...>/_layers/sha256/<hex>/link
     let rel = link.strip_prefix(&data).expect("under repositories");
-    let parts: Vec<_> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let parts: Vec<_> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().into_owned())
+        .collect();
     let at = parts.iter().position(|c| c == "_layers").expect("_layers");
     let (repo, hex) = (parts[..at].join("/"), &parts[at + 2]);
     // The image was not complete yet: its tags are not there.
     std::fs::remove_dir_all(data.join(&repo).join("_manifests/tags")).expect("drop the tags");
     target.restart();
-    let url = format!("http://127.0.0.1:{}/v2/{repo}/blobs/sha256:{hex}", target.port());
+    let url = format!(
+        "http://127.0.0.1:{}/v2/{repo}/blobs/sha256:{hex}",
+        target.port()
+    );
     let status = |url: &str| {
         let out = std::process::Command::new("curl")
             .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-I", url])
@@ -376,9 +386,16 @@ fn a_broken_blob_link_left_by_a_killed_registry_is_repaired_by_a_rerun() {
             .expect("curl");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert_eq!(status(&url), "500", "the broken link makes the registry answer 500");
+    assert_eq!(
+        status(&url),
+        "500",
+        "the broken link makes the registry answer 500"
+    );
     let second = run(&tree, &opts).expect("the re-run completes despite the broken link");
-    assert!(second.blobs_present > 0, "the other blobs are skipped: {second:?}");
+    assert!(
+        second.blobs_present > 0,
+        "the other blobs are skipped: {second:?}"
+    );
     assert_eq!(status(&url), "200", "the re-run rewrote the link");
     assert_seeded(&tree, &opts, None, false);
 }
