@@ -291,7 +291,11 @@ fn has_layer_link(dir: &Path) -> bool {
         if p.is_dir() {
             has_layer_link(&p)
         } else {
-            p.file_name().is_some_and(|n| n == "link") && p.to_string_lossy().contains("/_layers/")
+            // A link whose write has completed (`sha256:` + 64 hex digits): the kill may land
+            // inside the write of the next one (the broken-link test below covers that).
+            p.file_name().is_some_and(|n| n == "link")
+                && p.to_string_lossy().contains("/_layers/")
+                && std::fs::read(&p).is_ok_and(|c| c.len() == 71 && c.starts_with(b"sha256:"))
         }
     })
 }
@@ -309,7 +313,7 @@ fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
         let h = s.spawn(|| run(&tree, &opts));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         // Kill the registry as soon as its first blob is linked into a repository (the
-        // registry's `_layers/sha256/<hex>/link`: what makes a HEAD answer 200).
+        // registry's `_layers/sha256/<hex>/link`, written in full: what makes a HEAD answer 200).
         while std::time::Instant::now() < deadline && !has_layer_link(&data) {
             std::thread::sleep(Duration::from_millis(1));
         }
