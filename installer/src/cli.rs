@@ -68,7 +68,7 @@ pub(crate) struct InstallCmd {
 }
 
 /// How the nodes are reached (install and delete).
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct ConnectArgs {
     /// Record host keys of nodes not yet in the known_hosts file (changed keys are always
     /// refused).
@@ -132,6 +132,41 @@ pub(crate) enum Command {
     /// on a node of the cluster; the API servers follow, one master at a time.
     #[command(subcommand, after_help = ETCD_EXAMPLES)]
     Etcd(EtcdCommand),
+    /// Certificates of the installed cluster: every one KubeXM or kubeadm made, on every node
+    /// and on the control host, with its expiry.
+    #[command(subcommand, after_help = CERTS_EXAMPLES)]
+    Certs(CertsCommand),
+}
+
+const CERTS_EXAMPLES: &str = "Examples:
+  kubexm-install certs check                          # a table, soonest expiry first
+  kubexm-install certs check -o json                  # the same as JSON (for monitoring)
+  kubexm-install certs check --fail-under-days 60     # exit non-zero under 60 days left";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CertsCommand {
+    /// List every certificate (node, path, subject, issuer, expiry, days left; private keys are
+    /// never read), warn under --warn-days, exit non-zero under --fail-under-days or when a
+    /// node cannot be read.
+    Check(CertsCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertsCheckArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// Table or JSON.
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Text)]
+    pub(crate) output: PlanFormat,
+    /// Certificates with fewer days left are marked WARNING.
+    #[arg(long, default_value_t = kubexm_install::certs::WARN_DAYS, value_name = "DAYS")]
+    pub(crate) warn_days: i64,
+    /// Exit non-zero when a certificate has fewer days left (expired ones count).
+    #[arg(long, default_value_t = 30, value_name = "DAYS")]
+    pub(crate) fail_under_days: i64,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
 }
 
 const ADD_NODE_EXAMPLES: &str = "Examples:

@@ -38,6 +38,7 @@ fn run(cli: Cli) -> Result<()> {
         (Some(Command::AddNode(args)), _) => commands::add_node::run(&args, &cli.work_dir),
         (Some(Command::DeleteNode(args)), _) => commands::delete_node::run(&args, &cli.work_dir),
         (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
+        (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.
         (None, Some(bundle)) => {
             commands::install::run(&bundle, &cli.install, &cli.work_dir, &trust)

@@ -1,6 +1,7 @@
 //! Integration tests of kubexm-install (one test binary).
 
 mod attacks;
+mod certs;
 mod cli;
 mod day2;
 mod delete;
