@@ -19,5 +19,6 @@ mod scope;
 mod scripts;
 mod seed;
 mod ssh;
+mod terminal;
 mod unpack;
 mod versions;
