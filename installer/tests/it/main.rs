@@ -5,6 +5,7 @@ mod cli;
 mod day2;
 mod delete;
 mod etcd;
+mod guide;
 mod harbor;
 mod intake;
 mod intake_cli;
