@@ -11,10 +11,15 @@ pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
 
+/// Whether live output (bars, the pipeline's live view) is allowed: not with `-q` or JSON logs.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
 /// A bar of `total` units drawn with `template` (indicatif's syntax), when allowed and standard
 /// error is a terminal.
 pub fn bar(total: u64, template: &str) -> Option<indicatif::ProgressBar> {
-    if !ENABLED.load(Ordering::Relaxed) || !std::io::stderr().is_terminal() {
+    if !enabled() || !std::io::stderr().is_terminal() {
         return None;
     }
     let bar = indicatif::ProgressBar::new(total);
