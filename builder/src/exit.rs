@@ -21,6 +21,12 @@ pub enum ExitStatus {
     CannotConnect = 5,
 }
 
+/// A configuration problem found by the builder itself (not by the manifests crate): a file
+/// of another tool, resolver problems, an addon without its sum.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConfig(pub String);
+
 impl ExitStatus {
     /// The class of `err`, raised by `verify` when `verifying`.
     pub fn of(err: &anyhow::Error, verifying: bool) -> Self {
@@ -29,6 +35,7 @@ impl ExitStatus {
                 || e.is::<kubexm_manifests::catalog::CatalogError>()
                 || e.is::<kubexm_manifests::zone::ZoneError>()
                 || e.is::<kubexm_manifests::import::ImportError>()
+                || e.is::<InvalidConfig>()
             {
                 Some(Self::InvalidConfig)
             } else if e.is::<crate::fetch::FetchError>() || e.is::<crate::images::ImageError>() {
