@@ -257,6 +257,11 @@ fn assemble(
     }
 }
 
+/// The first 12 characters of a digest read from the record.
+fn short(digest: &str) -> String {
+    Untrusted(digest.chars().take(12).collect::<String>()).to_string()
+}
+
 /// The text form: untrusted values (versions and units come from the nodes) are escaped.
 fn text(st: &Status) -> String {
     let mut o = String::new();
@@ -267,10 +272,8 @@ fn text(st: &Status) -> String {
         "  applied {} with cluster.yaml {} (sha256 {}), bundle {}",
         r.applied_at,
         r.cluster_yaml,
-        &r.cluster_yaml_sha256[..r.cluster_yaml_sha256.len().min(12)],
-        r.bundle_digest
-            .as_deref()
-            .map_or("none", |d| &d[..d.len().min(12)])
+        short(&r.cluster_yaml_sha256),
+        r.bundle_digest.as_deref().map_or("none".to_string(), short)
     );
     if let Some(op) = &r.last_operation {
         let _ = writeln!(
