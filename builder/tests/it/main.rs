@@ -4,5 +4,6 @@ mod bundle_delta;
 mod bundle_e2e;
 mod bundle_faults;
 mod bundle_trust;
+mod discover;
 mod import_cli;
 mod resolve_cli;
