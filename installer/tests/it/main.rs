@@ -14,6 +14,7 @@ mod lb;
 mod network;
 mod pipeline;
 mod plan_cli;
+mod preflight;
 mod runtime;
 mod scope;
 mod scripts;

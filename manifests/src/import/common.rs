@@ -274,7 +274,8 @@ fn base_cluster() -> ClusterFile {
                 version: String::new(),
                 cluster_name: None,
                 dns_domain: "cluster.local".to_owned(),
-                proxy_mode: ProxyMode::Ipvs,
+                // KubeKey's default mode.
+                proxy_mode: Some(ProxyMode::Ipvs),
                 max_pods: 110,
                 feature_gates: BTreeMap::new(),
                 apiserver_cert_extra_sans: Vec::new(),
@@ -284,6 +285,7 @@ fn base_cluster() -> ClusterFile {
                 kubelet_args: BTreeMap::new(),
                 kube_proxy_args: BTreeMap::new(),
                 kube_proxy: crate::model::KubeProxyOptions::default(),
+                kubelet: crate::model::KubeletOptions::default(),
             },
             etcd: Etcd::default(),
             runtime: Runtime::default(),

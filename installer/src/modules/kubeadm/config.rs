@@ -46,7 +46,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kubexm_manifests::kube_version::KubeadmApi;
-use kubexm_manifests::model::{EtcdType, LbMode, ProxyMode};
+use kubexm_manifests::model::{EtcdType, LbMode};
 use kubexm_manifests::version::KubeVersion;
 use serde::Serialize;
 
@@ -198,6 +198,8 @@ pub struct KubeadmSettings {
     pub max_pods: u32,
     /// kube-proxy mode.
     pub proxy_mode: &'static str,
+    /// kubelet `failCgroupV1`, when cluster.yaml sets it.
+    pub fail_cgroup_v1: Option<bool>,
     /// kube-proxy `conntrack.maxPerCore`.
     pub conntrack_max_per_core: Option<u32>,
     /// `nodeRegistration.criSocket`.
@@ -310,11 +312,8 @@ impl KubeadmSettings {
                 .collect(),
             cluster_dns: dns::NODELOCAL_DNS_IP.to_string(),
             max_pods: k8s.max_pods,
-            proxy_mode: match k8s.proxy_mode {
-                ProxyMode::Ipvs => "ipvs",
-                ProxyMode::Iptables => "iptables",
-                ProxyMode::Nftables => "nftables",
-            },
+            proxy_mode: ctx.cluster.proxy_mode().as_str(),
+            fail_cgroup_v1: k8s.kubelet.fail_cgroup_v1,
             conntrack_max_per_core: k8s.kube_proxy.conntrack_max_per_core,
             cri_socket: cri.kubeadm_cri_socket(version),
             kubelet_runtime_endpoint: cri.kubelet_config_endpoint(version),
@@ -377,6 +376,15 @@ impl KubeadmSettings {
         };
         let mut sans = self.cert_sans.clone();
         sans.sort();
+        let mut kubelet = serde_json::json!({
+            "clusterDNS": self.cluster_dns,
+            "maxPods": self.max_pods,
+            "criSocket": self.cri_socket,
+            "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
+        });
+        if let Some(fail) = self.fail_cgroup_v1 {
+            kubelet["failCgroupV1"] = fail.into();
+        }
         Ok(super::reconfigure::DriftFiles {
             cert_sans: sans.iter().map(|s| format!("{s}\n")).collect(),
             control_plane: json(serde_json::json!({
@@ -395,12 +403,7 @@ impl KubeadmSettings {
                 "serviceSubnet": self.service_subnet,
                 "dnsDomain": self.dns_domain,
                 "featureGates": self.feature_gates,
-                "kubelet": {
-                    "clusterDNS": self.cluster_dns,
-                    "maxPods": self.max_pods,
-                    "criSocket": self.cri_socket,
-                    "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
-                },
+                "kubelet": kubelet,
                 "kubeProxy": {
                     "mode": self.proxy_mode,
                     "conntrackMaxPerCore": self.conntrack_max_per_core,

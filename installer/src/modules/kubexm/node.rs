@@ -28,7 +28,6 @@ use crate::modules::kubeadm::init::ADMIN_CONF;
 use std::time::Duration;
 
 use kubexm_manifests::kube_version::Taint as KubeTaint;
-use kubexm_manifests::model::ProxyMode;
 use kubexm_manifests::version::KubeVersion;
 
 use super::control_plane::unit;
@@ -154,6 +153,7 @@ impl Kubelet {
         c.insert("cluster_dns", crate::modules::dns::NODELOCAL_DNS_IP);
         c.insert("cluster_domain", &spec.dns_domain);
         c.insert("max_pods", &spec.max_pods);
+        c.insert("fail_cgroup_v1", &spec.kubelet.fail_cgroup_v1);
         c.insert("static_pod_path", &l.manifests_dir());
         c.insert("resolv_conf", &l.conf(RESOLV_LINK));
         c.insert("tls_cert", &l.pki("kubelet.crt"));
@@ -233,14 +233,7 @@ impl KubeProxy {
             "cluster_cidr",
             &k.ctx.cluster.file.spec.network.pod_cidr.replace(' ', ""),
         );
-        c.insert(
-            "mode",
-            match spec.proxy_mode {
-                ProxyMode::Ipvs => "ipvs",
-                ProxyMode::Iptables => "iptables",
-                ProxyMode::Nftables => "nftables",
-            },
-        );
+        c.insert("mode", k.ctx.cluster.proxy_mode().as_str());
         let flags = Flags::new()
             .with("config", l.conf("kube-proxy.yaml"))
             .user(&spec.kube_proxy_args);

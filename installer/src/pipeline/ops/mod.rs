@@ -7,6 +7,7 @@
 mod command;
 mod files;
 mod learn;
+mod require;
 mod seed;
 mod systemd;
 mod wait;
@@ -17,6 +18,7 @@ pub use files::{
     BLOCK_BEGIN, BLOCK_END,
 };
 pub use learn::{FactParser, FetchFile, LearnFacts};
+pub use require::{Require, Verdict};
 pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};
 pub use wait::WaitFor;
@@ -126,6 +128,8 @@ pub enum Op {
     Learn(LearnFacts),
     /// Copy a file from the node to the control host.
     Fetch(FetchFile),
+    /// A requirement decided from facts learned earlier.
+    Require(Require),
 }
 
 impl Op {
@@ -147,6 +151,7 @@ impl Op {
             Op::Seed(o) => o,
             Op::Learn(o) => o,
             Op::Fetch(o) => o,
+            Op::Require(o) => o,
         }
     }
 }
