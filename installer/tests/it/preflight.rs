@@ -199,3 +199,55 @@ async fn a_node_whose_facts_were_not_gathered_is_not_passed() {
     .expect_err("hostile");
     assert!(!e.contains('\u{1b}'), "{e}");
 }
+
+/// Node preparation installs what kube-proxy's mode runs on the host (issue 13 item 7): ipset
+/// and ipvsadm for ipvs, nft for nftables, iptables always (kubeadm's preflight looks for it).
+#[test]
+fn node_preparation_installs_what_the_proxy_mode_needs() {
+    use kubexm_install::modules::os::NodePrepModule;
+    use kubexm_install::pipeline::Module;
+    let work = tempfile::tempdir().expect("tempdir");
+    let packages = |mode: &str| -> Vec<String> {
+        let ctx = cluster(work.path(), "v1.35.4", "kubexm", |t| {
+            t.replace("proxyMode: iptables", &format!("proxyMode: {mode}"))
+        });
+        let node = ctx.node("worker1").expect("worker1");
+        let tasks = NodePrepModule(ctx.clone()).tasks().expect("tasks");
+        let step = tasks[0]
+            .steps
+            .iter()
+            .find(|s| s.name() == "install-dependencies")
+            .expect("install-dependencies");
+        match &step.ops(node, &Facts::default()).expect("ops")[0] {
+            Op::Package(p) => {
+                assert_eq!(
+                    p.debs,
+                    p.rpms
+                        .iter()
+                        .map(|r| r.replace("conntrack-tools", "conntrack"))
+                        .collect::<Vec<_>>()
+                );
+                p.debs.clone()
+            }
+            other => panic!("not a package op: {other:?}"),
+        }
+    };
+    let ipvs = packages("ipvs");
+    assert!(
+        ["iptables", "ipset", "ipvsadm"]
+            .iter()
+            .all(|p| ipvs.iter().any(|d| d == p)),
+        "{ipvs:?}"
+    );
+    let nft = packages("nftables");
+    assert!(
+        nft.iter().any(|d| d == "nftables") && !nft.iter().any(|d| d == "ipset"),
+        "{nft:?}"
+    );
+    let ipt = packages("iptables");
+    assert!(
+        ipt.iter().any(|d| d == "iptables")
+            && !ipt.iter().any(|d| d == "ipvsadm" || d == "nftables"),
+        "{ipt:?}"
+    );
+}
