@@ -93,6 +93,20 @@ pub trait GenericStep: Send + Sync {
     fn commit(&self) -> Option<String> {
         None
     }
+    /// What it writes into a file on the node, for `plan --files`: the bytes when they are
+    /// known on the control host, `None` for ops that write no file content.
+    fn written(&self) -> Option<Written<'_>> {
+        None
+    }
+}
+
+/// The content a generic step writes into a file on the node.
+#[derive(Debug, Clone)]
+pub enum Written<'a> {
+    /// These bytes (a rendered template, a key, a managed block's lines).
+    Bytes(std::borrow::Cow<'a, [u8]>),
+    /// A file of the control host copied as it is (a bundle file): not shown.
+    File(&'a std::path::Path),
 }
 
 /// A generic step (closed set: the engine's vocabulary).
