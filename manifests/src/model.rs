@@ -121,6 +121,14 @@ pub struct Host {
     /// Address used inside the cluster; defaults to `address`.
     #[serde(default)]
     pub internal_address: Option<String>,
+    /// The host's IPv6 address inside the cluster, besides an IPv4 `internalAddress`, on a
+    /// dual-stack cluster: the kubelet's `--node-ip` gets both families.
+    #[serde(
+        default,
+        rename = "internalAddressV6",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub internal_address_v6: Option<String>,
     /// SSH port.
     #[serde(default = "default_ssh_port")]
     pub port: u16,

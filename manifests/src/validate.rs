@@ -239,6 +239,15 @@ fn check_hosts(f: &ClusterFile, c: &mut Checker) {
                 }
             }
         }
+        if let Some(v6) = &h.internal_address_v6 {
+            if v6.parse::<std::net::Ipv6Addr>().is_err() {
+                c.add(
+                    format!("{at}.internalAddressV6"),
+                    format!("`{v6}` is not an IPv6 address"),
+                    "give the host's IPv6 address inside the cluster network (dual-stack)",
+                );
+            }
+        }
         let sources = [
             h.password.is_some(),
             h.password_env.is_some(),

@@ -4,6 +4,7 @@ mod attacks;
 mod cli;
 mod day2;
 mod delete;
+mod dns;
 mod etcd;
 mod harbor;
 mod intake;

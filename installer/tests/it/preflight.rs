@@ -114,15 +114,7 @@ async fn cgroup_v1_nodes_are_refused_on_1_35_unless_fail_cgroup_v1_is_false() {
             "{kind}: {notes:?}"
         );
         let kubelet = if kind == "kubeadm" {
-            let s = KubeadmSettings::new(&ctx).expect("settings");
-            let init = text(
-                &s.render_init(&s.node(ctx.node("master1").expect("m1"), true, false))
-                    .expect("init"),
-            );
-            yaml_docs(&init)
-                .into_iter()
-                .find(|d| d["kind"] == "KubeletConfiguration")
-                .expect("KubeletConfiguration")
+            crate::dns::kubeadm_kubelet(&ctx)
         } else {
             let files = rendered(&ctx, &KubexmNodesModule(ctx.clone()));
             yaml_docs(&file_of(

@@ -360,7 +360,7 @@ fn kubexm_snapshot(files: &[(String, String, String)], node: &str) -> String {
 }
 
 /// The words of a unit's `ExecStart=` (continuation lines joined).
-fn exec_start(unit: &str) -> Vec<String> {
+pub(crate) fn exec_start(unit: &str) -> Vec<String> {
     let joined = unit.replace(" \\\n", " ");
     joined
         .lines()
@@ -371,7 +371,7 @@ fn exec_start(unit: &str) -> Vec<String> {
         .collect()
 }
 
-fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
+pub(crate) fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
     let prefix = format!("--{name}=");
     words.iter().find_map(|w| w.strip_prefix(prefix.as_str()))
 }

@@ -325,6 +325,7 @@ pub(crate) fn new_host(name: String, address: String) -> Host {
         name,
         address,
         internal_address: None,
+        internal_address_v6: None,
         port: 22,
         user: "root".to_owned(),
         password: None,

@@ -192,8 +192,8 @@ pub struct KubeadmSettings {
     pub scheduler_args: Vec<Arg>,
     /// Feature gates of the kubelet and kube-proxy, by name.
     pub feature_gates: Vec<Gate>,
-    /// kubelet `clusterDNS`.
-    pub cluster_dns: String,
+    /// kubelet `clusterDNS` (NodeLocal DNSCache's addresses).
+    pub cluster_dns: Vec<String>,
     /// kubelet `maxPods`.
     pub max_pods: u32,
     /// kube-proxy mode.
@@ -212,6 +212,8 @@ pub struct KubeadmSettings {
     bind_patch_nodes: Vec<String>,
     #[serde(skip)]
     user_kubelet_args: BTreeMap<String, String>,
+    #[serde(skip)]
+    node_ips: BTreeMap<String, String>,
 }
 
 /// What differs per node.
@@ -310,7 +312,15 @@ impl KubeadmSettings {
                     enabled: *enabled,
                 })
                 .collect(),
-            cluster_dns: dns::NODELOCAL_DNS_IP.to_string(),
+            cluster_dns: dns::local_ips(ctx)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+            node_ips: ctx
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), dns::node_ip(ctx, n)))
+                .collect(),
             max_pods: k8s.max_pods,
             proxy_mode: ctx.cluster.proxy_mode().as_str(),
             fail_cgroup_v1: k8s.kubelet.fail_cgroup_v1,
@@ -348,7 +358,13 @@ impl KubeadmSettings {
             address: node.internal_address.clone(),
             control_plane,
             kubelet_args: args(
-                vec![("node-ip", node.internal_address.clone())],
+                vec![(
+                    "node-ip",
+                    self.node_ips
+                        .get(&node.name)
+                        .cloned()
+                        .unwrap_or_else(|| node.internal_address.clone()),
+                )],
                 &self.user_kubelet_args,
             ),
             ignore_preflight: ignore,
@@ -376,8 +392,14 @@ impl KubeadmSettings {
         };
         let mut sans = self.cert_sans.clone();
         sans.sort();
+        // One address is written as a string, as before dual-stack DNS: what earlier runs
+        // recorded compares equal.
+        let cluster_dns = match self.cluster_dns.as_slice() {
+            [one] => serde_json::json!(one),
+            many => serde_json::json!(many),
+        };
         let mut kubelet = serde_json::json!({
-            "clusterDNS": self.cluster_dns,
+            "clusterDNS": cluster_dns,
             "maxPods": self.max_pods,
             "criSocket": self.cri_socket,
             "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,

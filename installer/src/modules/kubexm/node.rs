@@ -122,7 +122,7 @@ impl Kubelet {
             .with("config", l.conf("kubelet-config.yaml"))
             .with("hostname-override", &node.name)
             .with("kubeconfig", l.conf("kubelet.conf"))
-            .with("node-ip", &node.internal_address);
+            .with("node-ip", crate::modules::dns::node_ip(&self.k.ctx, node));
         for (name, value) in self.k.cri().kubelet_flags(v) {
             f = f.with(name, value);
         }
@@ -150,7 +150,7 @@ impl Kubelet {
         );
         // Pods ask the NodeLocal DNSCache on their node (the `nodelocaldns` module runs for
         // both paths), which forwards cluster names to CoreDNS at the tenth service address.
-        c.insert("cluster_dns", crate::modules::dns::NODELOCAL_DNS_IP);
+        c.insert("cluster_dns", &crate::modules::dns::local_ips(&k.ctx));
         c.insert("cluster_domain", &spec.dns_domain);
         c.insert("max_pods", &spec.max_pods);
         c.insert("fail_cgroup_v1", &spec.kubelet.fail_cgroup_v1);
