@@ -21,6 +21,7 @@ pub mod membership;
 pub mod network;
 pub mod os;
 pub mod preflight;
+pub mod proxy_deps;
 pub mod registry;
 mod remote_path;
 pub mod runtime;

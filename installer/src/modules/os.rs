@@ -42,6 +42,7 @@ impl Module for NodePrepModule {
         let cluster = ctx.cluster.cluster_name().to_string();
         Ok(vec![Task::new("prepare-nodes", ctx.all())
             .step(InstallDependencies {
+                proxy: super::proxy_deps::packages(ctx.cluster.proxy_mode()),
                 debs: spec.system.debs.clone(),
                 rpms: spec.system.rpms.clone(),
             })
@@ -70,6 +71,8 @@ impl Module for NodePrepModule {
 
 /// OS packages Kubernetes nodes need (skipped when installed).
 pub struct InstallDependencies {
+    /// What kube-proxy's mode needs ([`super::proxy_deps`]).
+    proxy: &'static [&'static str],
     debs: Vec<String>,
     rpms: Vec<String>,
 }
@@ -79,17 +82,16 @@ impl Step for InstallDependencies {
         "install-dependencies"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let base = [
+        let mut base = vec![
             "socat",
             "conntrack",
-            "ipset",
-            "ipvsadm",
             "ebtables",
             "chrony",
             "curl",
             "tar",
             "openssl",
         ];
+        base.extend(self.proxy);
         let mut debs: Vec<String> = base.iter().map(|s| s.to_string()).collect();
         debs.extend(self.debs.iter().cloned());
         let mut rpms: Vec<String> = base
