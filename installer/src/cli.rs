@@ -180,6 +180,84 @@ pub(crate) enum Command {
     /// and on the control host, with its expiry.
     #[command(subcommand, after_help = CERTS_EXAMPLES)]
     Certs(CertsCommand),
+    /// Back up the installed cluster into one encrypted file: the etcd snapshot (KubeXM's
+    /// etcd), every node's Kubernetes and etcd files (PKI, kubeconfigs, manifests), KubeXM's keys
+    /// and record of the cluster, with a manifest of sha256 sums.
+    #[command(subcommand, after_help = BACKUP_EXAMPLES)]
+    Backup(BackupCommand),
+    /// Restore KubeXM's etcd from a backup on the same members: the control plane stops, every
+    /// member's data is replaced by the snapshot's (the old data kept beside it), etcd and the
+    /// control plane start again and must be healthy, the node agents restart. Objects written
+    /// after the backup are gone. Refuses without --yes.
+    #[command(after_help = RESTORE_EXAMPLES)]
+    Restore(RestoreArgs),
+}
+
+const BACKUP_EXAMPLES: &str = "Examples:
+  kubexm-install backup keygen --key-file /root/kubexm-backup.key    # once; keep a copy off the site
+  kubexm-install backup create --key-file /root/kubexm-backup.key   # WORK/backups/<cluster>-<time>.kxbak
+  kubexm-install backup create --key-file k.key -o /mnt/backups/prod.kxbak
+  kubexm-install backup verify --backup prod.kxbak --key-file k.key";
+
+const RESTORE_EXAMPLES: &str = "Examples:
+  kubexm-install restore --backup prod.kxbak --key-file k.key --dry-run   # the plan
+  kubexm-install restore --backup prod.kxbak --key-file k.key --yes
+  kubexm-install restore --backup prod.kxbak --key-file k.key --yes --resume   # after a failure";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BackupCommand {
+    /// Write a new random backup key (256 bits, hex) to a file only its owner can read; an
+    /// existing file is never overwritten.
+    Keygen {
+        /// Where the key goes.
+        #[arg(long, value_name = "FILE")]
+        key_file: PathBuf,
+    },
+    /// Take a backup of the installed cluster (nodes reached over SSH).
+    #[command(after_help = BACKUP_EXAMPLES)]
+    Create(BackupCreateArgs),
+    /// Decrypt a backup and check every entry against its manifest; print what it holds.
+    Verify {
+        /// The backup file.
+        #[arg(long, value_name = "FILE")]
+        backup: PathBuf,
+        /// The key it was made with.
+        #[arg(long, value_name = "FILE")]
+        key_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BackupCreateArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The backup key (`backup keygen`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) key_file: PathBuf,
+    /// The backup file (default: WORK/backups/<cluster>-<time>.kxbak).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
+    /// Take the backup even when some nodes cannot be reached (their files are left out).
+    #[arg(long)]
+    pub(crate) allow_unreachable: bool,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RestoreArgs {
+    /// The backup file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) backup: PathBuf,
+    /// The key it was made with.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) key_file: PathBuf,
+    /// Replace the cluster's etcd data (required unless --dry-run).
+    #[arg(long)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 const CERTS_EXAMPLES: &str = "Examples:

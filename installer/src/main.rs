@@ -50,6 +50,8 @@ fn run(cli: Cli) -> Result<()> {
         (Some(Command::DeleteNode(args)), _) => commands::delete_node::run(&args, &cli.work_dir),
         (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
         (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
+        (Some(Command::Backup(cmd)), _) => commands::backup::run(&cmd, &cli.work_dir),
+        (Some(Command::Restore(args)), _) => commands::backup::restore(&args, &cli.work_dir),
         (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
         (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.

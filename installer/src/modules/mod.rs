@@ -24,5 +24,6 @@ pub mod preflight;
 pub mod proxy_deps;
 pub mod registry;
 mod remote_path;
+pub mod restore;
 pub mod runtime;
 pub mod scripts;

@@ -4,6 +4,7 @@
 //! remote nodes (one SSH connection per host for the whole run). Steps never talk to a transport
 //! directly; they build [`Exec`] and [`Upload`] values and hand them to the node's runner.
 
+pub mod fetch;
 pub mod local;
 pub mod shell;
 pub mod ssh;

@@ -18,6 +18,7 @@ mod network;
 mod pipeline;
 mod plan_cli;
 mod preflight;
+mod restore;
 mod runtime;
 mod scope;
 mod scripts;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine as _;
 
 use super::{run_ok, GenericStep, OpPlan};
 use crate::pipeline::{Facts, StepError};
@@ -72,6 +71,10 @@ impl GenericStep for LearnFacts {
     }
 }
 
+/// The largest file a pipeline fetches (kubeconfigs and the like; backups fetch with their own
+/// bound, [`crate::runner::fetch`]).
+pub const FETCH_MAX: u64 = 64 << 20;
+
 /// Copies a file from the node to the control host (e.g. the cluster's admin kubeconfig),
 /// written atomically with `mode` in a directory only its owner can read; skipped when the
 /// control host's copy already has the node's sha256. Not reverted: the copy is the operator's.
@@ -109,9 +112,9 @@ impl FetchFile {
             .map(|b| kubexm_bundles::hash::sha256_hex(&b))
     }
 
-    fn write_local(&self, bytes: &[u8]) -> std::io::Result<()> {
-        use std::io::Write as _;
-        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+    /// The temporary copy beside the destination, renamed into place once checked.
+    fn part(&self) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::DirBuilderExt as _;
         let dir = self
             .dest
             .parent()
@@ -121,17 +124,7 @@ impl FetchFile {
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
-        let part = self.dest.with_extension("kubexm-part");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(self.mode)
-            .open(&part)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::set_permissions(&part, std::fs::Permissions::from_mode(self.mode))?;
-        std::fs::rename(&part, &self.dest)
+        Ok(self.dest.with_extension("kubexm-part"))
     }
 }
 
@@ -156,24 +149,20 @@ impl GenericStep for FetchFile {
         Ok(self.remote_sha256(runner).await? == local)
     }
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
-        let want = self.remote_sha256(runner).await?;
-        let out = run_ok(
-            runner,
-            &format!("base64 -w0 -- {}", shell::quote(&self.src)),
-            Duration::from_secs(120),
-        )
-        .await?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(out.trim())
-            .map_err(|e| StepError::Verify(format!("{} arrived damaged: {e}", self.src)))?;
-        if kubexm_bundles::hash::sha256_hex(&bytes) != want {
-            return Err(StepError::Verify(format!(
-                "{} changed while it was copied; run again",
-                self.src
-            )));
-        }
-        self.write_local(&bytes)
-            .map_err(|e| StepError::Invalid(format!("cannot write {}: {e}", self.dest.display())))
+        use std::os::unix::fs::PermissionsExt as _;
+        let local = |e: std::io::Error| {
+            StepError::Invalid(format!("cannot write {}: {e}", self.dest.display()))
+        };
+        let part = self.part().map_err(local)?;
+        crate::runner::fetch::fetch_file(runner, &self.src, &part, FETCH_MAX)
+            .await
+            .map_err(|e| match e {
+                crate::runner::fetch::FetchError::Run(r) => StepError::from(r),
+                other => StepError::Verify(format!("{other}; run again")),
+            })?;
+        std::fs::set_permissions(&part, std::fs::Permissions::from_mode(self.mode))
+            .map_err(local)?;
+        std::fs::rename(&part, &self.dest).map_err(local)
     }
     fn revert(&self) -> Option<String> {
         None

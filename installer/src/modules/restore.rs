@@ -1,0 +1,474 @@
+//! Modules of `kubexm-install restore` (see [`crate::pipelines::restore`]): KubeXM's etcd
+//! (`etcd.type: kubexm`) rebuilt from a backup's snapshot on the same members.
+//!
+//! Order, each a module: the control plane stops on every master (no API server writes while
+//! etcd is replaced), etcd stops on every member, every member's data directory is replaced by
+//! one restored from the snapshot (`etcdutl`/`etcdctl snapshot restore` with the member's name,
+//! peer URL, the cluster's initial-cluster and token; the old directory kept beside it as
+//! `<data>.before-restore-<id>`), etcd starts everywhere and must be healthy, the control plane
+//! starts one master at a time (each API server must answer `/readyz`), and the kubelets and
+//! kube-proxies restart so nothing keeps state newer than the snapshot (Kubernetes' "Operating
+//! etcd clusters" guide: restart components after a restore so they do not rely on stale data).
+//!
+//! A member whose data directory already holds this restore (`<data>.kubexm-restore` records
+//! the restore id) is not restored again, so `--resume` after a failure finishes the job
+//! without replacing data a member already serves.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubexm_manifests::model::{EtcdType, KubernetesType};
+use kubexm_manifests::resolve::Role;
+
+use crate::context::InstallContext;
+use crate::modules::etcd::EtcdLayout;
+use crate::pipeline::ops::{CreateDir, Op, RunCommand, UploadFile, WaitFor};
+use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
+use crate::runner::{shell, UploadSource};
+
+/// Where the snapshot is placed on each member.
+pub const SNAPSHOT_ON_NODE: &str = "/var/lib/kubexm/restore/snapshot.db";
+/// Where kubeadm's control-plane manifests wait while etcd is replaced.
+pub const PARKED: &str = "/etc/kubernetes/kubexm-restore-parked";
+const MANIFESTS: &str = "/etc/kubernetes/manifests";
+const COMPONENTS: [&str; 3] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The snapshot to restore.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The file on the control host (inside the opened backup).
+    pub file: PathBuf,
+    /// Its sha256.
+    pub sha256: String,
+    /// This restore's id: the same for a `--resume` of it, different for a later restore.
+    pub id: String,
+}
+
+/// What every restore module shares.
+#[derive(Clone)]
+pub struct Restore {
+    /// The cluster.
+    pub ctx: Arc<InstallContext>,
+    /// The snapshot.
+    pub snapshot: Snapshot,
+}
+
+impl Restore {
+    fn layout(&self) -> EtcdLayout {
+        EtcdLayout::from_context(&self.ctx)
+    }
+    fn kind(&self) -> KubernetesType {
+        self.ctx.cluster.file.spec.kubernetes.kind
+    }
+    fn members(&self) -> Vec<String> {
+        self.layout()
+            .members
+            .iter()
+            .map(|m| m.name.clone())
+            .collect()
+    }
+    fn not_kubexm_etcd(&self) -> Option<String> {
+        (self.ctx.cluster.file.spec.etcd.kind != EtcdType::Kubexm)
+            .then(|| "etcd.type is not kubexm: restore rebuilds KubeXM's etcd only".to_string())
+    }
+}
+
+/// A pgrep test: is this control-plane component's process running on the node?
+fn running(component: &str) -> String {
+    format!("pgrep -x {component} >/dev/null")
+}
+
+/// The control plane stops on every master.
+pub struct StopControlPlaneModule(pub Restore);
+
+impl Module for StopControlPlaneModule {
+    fn name(&self) -> &str {
+        "stop-control-plane"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.not_kubexm_etcd()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        Ok(vec![Task::new(
+            "stop-control-plane",
+            self.0.ctx.with_role(Role::Master),
+        )
+        .step(StopControlPlane {
+            kind: self.0.kind(),
+        })])
+    }
+}
+
+/// kube-apiserver, kube-controller-manager and kube-scheduler stopped: their units (kubexm
+/// path) or their static pod manifests moved to [`PARKED`] (kubeadm path), then their processes
+/// awaited gone. Reverted by starting them again.
+pub struct StopControlPlane {
+    /// Which bootstrap path runs them.
+    pub kind: KubernetesType,
+}
+
+impl Step for StopControlPlane {
+    fn name(&self) -> &str {
+        "stop-control-plane"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let stop = match self.kind {
+            KubernetesType::Kubexm => RunCommand::new(format!(
+                "systemctl stop {}",
+                COMPONENTS.join(" ")
+            ))
+            .unless(
+                COMPONENTS
+                    .iter()
+                    .map(|c| format!("! systemctl is-active -q {c}"))
+                    .collect::<Vec<_>>()
+                    .join(" && "),
+            )
+            .undo(format!("systemctl start {}", COMPONENTS.join(" "))),
+            KubernetesType::Kubeadm => RunCommand::new(format!(
+                "mkdir -p -m 700 {PARKED} && for c in {}; do if [ -f {MANIFESTS}/$c.yaml ]; then mv -f {MANIFESTS}/$c.yaml {PARKED}/; fi; done",
+                COMPONENTS.join(" ")
+            ))
+            .unless(format!("! ls {MANIFESTS}/kube-*.yaml 2>/dev/null | grep -qE 'kube-(apiserver|controller-manager|scheduler)\\.yaml$'"))
+            .undo(unpark()),
+        };
+        Ok(vec![
+            Op::Run(stop),
+            Op::Wait(WaitFor {
+                what: "the control plane stopped".into(),
+                check: COMPONENTS
+                    .iter()
+                    .map(|c| format!("! {}", running(c)))
+                    .collect::<Vec<_>>()
+                    .join(" && "),
+                timeout: Duration::from_secs(180),
+                interval: Duration::from_secs(2),
+            }),
+        ])
+    }
+}
+
+fn unpark() -> String {
+    format!(
+        "for c in {}; do if [ -f {PARKED}/$c.yaml ]; then mv -f {PARKED}/$c.yaml {MANIFESTS}/; fi; done",
+        COMPONENTS.join(" ")
+    )
+}
+
+/// etcd stops on every member.
+pub struct StopEtcdModule(pub Restore);
+
+impl Module for StopEtcdModule {
+    fn name(&self) -> &str {
+        "stop-etcd"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.not_kubexm_etcd()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        Ok(vec![Task::new("stop-etcd", self.0.members()).step(StopEtcd)])
+    }
+}
+
+/// `systemctl stop etcd`; reverted by starting it.
+pub struct StopEtcd;
+
+impl Step for StopEtcd {
+    fn name(&self) -> &str {
+        "stop-etcd"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Run(
+            RunCommand::new("systemctl stop etcd")
+                .unless("! systemctl is-active -q etcd")
+                .undo("systemctl start --no-block etcd"),
+        )])
+    }
+}
+
+/// Every member's data restored from the snapshot.
+pub struct RestoreDataModule(pub Restore);
+
+impl Module for RestoreDataModule {
+    fn name(&self) -> &str {
+        "restore-etcd-data"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.not_kubexm_etcd()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        Ok(vec![
+            Task::new("restore-etcd-data", self.0.members()).step(RestoreData(self.0.clone()))
+        ])
+    }
+}
+
+/// The snapshot uploaded (sha256-checked) and restored into a new data directory that replaces
+/// the member's; the old one kept as `<data>.before-restore-<id>`. Skipped when the member holds
+/// this restore already; reverted by putting the old directory back.
+pub struct RestoreData(pub Restore);
+
+impl RestoreData {
+    /// The restore script for `member` (the snapshot at [`SNAPSHOT_ON_NODE`]).
+    pub fn script(&self, member: &str) -> Result<String, StepError> {
+        let l = self.0.layout();
+        let m = l.members.iter().find(|m| m.name == member).ok_or_else(|| {
+            StepError::Invalid(format!("{member} is not an etcd member of this cluster"))
+        })?;
+        let data = shell::quote(&l.data_dir);
+        let staging = shell::quote(&format!("{}.kubexm-restoring", l.data_dir));
+        let before = shell::quote(&format!(
+            "{}.before-restore-{}",
+            l.data_dir, self.0.snapshot.id
+        ));
+        let args = format!(
+            "snapshot restore {SNAPSHOT_ON_NODE} --name {} --initial-cluster {} --initial-cluster-token {} --initial-advertise-peer-urls {} --data-dir {staging}",
+            shell::quote(&m.name),
+            shell::quote(&l.initial_cluster()),
+            shell::quote(&format!("kubexm-{}-etcd", l.cluster)),
+            shell::quote(&l.peer_url(m)),
+        );
+        Ok(format!(
+            "set -e\n\
+             rm -rf {staging}\n\
+             # etcd 3.5+ ships etcdutl for offline snapshot work (etcdctl's restore is gone in 3.6).\n\
+             if [ -x {bin}/etcdutl ]; then {bin}/etcdutl {args} >/dev/null; else ETCDCTL_API=3 {bin}/etcdctl {args} >/dev/null; fi\n\
+             if [ -e {data} ]; then rm -rf {before}; mv {data} {before}; fi\n\
+             mv {staging} {data}\n\
+             chmod 700 {data}\n\
+             echo {id} > {marker}",
+            bin = l.bin_dir,
+            id = shell::quote(&self.0.snapshot.id),
+            marker = self.marker(&l),
+        ))
+    }
+
+    fn marker(&self, l: &EtcdLayout) -> String {
+        shell::quote(&format!("{}.kubexm-restore", l.data_dir))
+    }
+}
+
+impl Step for RestoreData {
+    fn name(&self) -> &str {
+        "restore-etcd-data"
+    }
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let l = self.0.layout();
+        let data = shell::quote(&l.data_dir);
+        let before = shell::quote(&format!(
+            "{}.before-restore-{}",
+            l.data_dir, self.0.snapshot.id
+        ));
+        let s = &self.0.snapshot;
+        Ok(vec![
+            Op::Mkdir(CreateDir {
+                path: "/var/lib/kubexm/restore".into(),
+                mode: 0o700,
+            }),
+            Op::Upload(UploadFile {
+                source: UploadSource::File(s.file.clone()),
+                sha256: s.sha256.clone(),
+                dest: SNAPSHOT_ON_NODE.into(),
+                mode: 0o600,
+            }),
+            Op::Run(
+                RunCommand::new(self.script(&node.name)?)
+                    .unless(format!(
+                        "[ \"$(cat {} 2>/dev/null)\" = {} ]",
+                        self.marker(&l),
+                        shell::quote(&s.id)
+                    ))
+                    .undo(format!(
+                        "if [ -d {before} ]; then rm -rf {data}; mv {before} {data}; fi; rm -f {}",
+                        self.marker(&l)
+                    ))
+                    .timeout(Duration::from_secs(600)),
+            ),
+        ])
+    }
+    fn policy(&self) -> Policy {
+        Policy {
+            timeout: Duration::from_secs(1200),
+            attempts: 1,
+            retry_delay: Duration::from_secs(0),
+        }
+    }
+}
+
+/// etcd starts on every member, then must be healthy.
+pub struct StartEtcdModule(pub Restore);
+
+impl Module for StartEtcdModule {
+    fn name(&self) -> &str {
+        "start-etcd"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.not_kubexm_etcd()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let l = self.0.layout();
+        let first = self.0.members().into_iter().next().ok_or_else(|| {
+            StepError::Invalid("the cluster has no etcd member to restore".into())
+        })?;
+        Ok(vec![
+            Task::new("start-etcd", self.0.members()).step(StartEtcd),
+            Task::new("etcd-health", [first.clone()]).step(EtcdHealthy {
+                check: l.health_command(&first),
+            }),
+        ])
+    }
+}
+
+/// `systemctl start --no-block etcd` (a member waits for a quorum, so none is awaited alone).
+pub struct StartEtcd;
+
+impl Step for StartEtcd {
+    fn name(&self) -> &str {
+        "start-etcd"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Run(
+            RunCommand::new("systemctl start --no-block etcd")
+                .unless("systemctl is-active -q etcd"),
+        )])
+    }
+}
+
+/// Every member answers `endpoint health`.
+pub struct EtcdHealthy {
+    /// The health command.
+    pub check: String,
+}
+
+impl Step for EtcdHealthy {
+    fn name(&self) -> &str {
+        "etcd-healthy"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Wait(WaitFor {
+            what: "every etcd member healthy after the restore".into(),
+            check: self.check.clone(),
+            timeout: Duration::from_secs(300),
+            interval: Duration::from_secs(3),
+        })])
+    }
+}
+
+/// The control plane starts again, one master at a time.
+pub struct StartControlPlaneModule(pub Restore);
+
+impl Module for StartControlPlaneModule {
+    fn name(&self) -> &str {
+        "start-control-plane"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.not_kubexm_etcd()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        Ok(vec![Task::new(
+            "start-control-plane",
+            self.0.ctx.with_role(Role::Master),
+        )
+        .serial()
+        .step(StartControlPlane {
+            kind: self.0.kind(),
+        })])
+    }
+}
+
+/// The components started (units, or manifests back from [`PARKED`]); the API server on this
+/// master must answer `/readyz`.
+pub struct StartControlPlane {
+    /// Which bootstrap path runs them.
+    pub kind: KubernetesType,
+}
+
+impl Step for StartControlPlane {
+    fn name(&self) -> &str {
+        "start-control-plane"
+    }
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let api =
+            super::kubexm::host_url(&node.internal_address, super::loadbalancer::APISERVER_PORT);
+        let (start, ready) = match self.kind {
+            KubernetesType::Kubexm => {
+                let l = super::kubexm::Layout::default();
+                (
+                    RunCommand::new(format!("systemctl start {}", COMPONENTS.join(" "))),
+                    format!(
+                        "{} --kubeconfig {} --server {api} get --raw=/readyz >/dev/null 2>&1",
+                        l.bin("kubectl"),
+                        l.conf("super-admin.conf")
+                    ),
+                )
+            }
+            KubernetesType::Kubeadm => (
+                RunCommand::new(unpark())
+                    .unless(format!("[ ! -d {PARKED} ] || [ -z \"$(ls -A {PARKED})\" ]")),
+                format!(
+                    "{} --kubeconfig {} --server {api} get --raw=/readyz >/dev/null 2>&1",
+                    super::kubeadm::binaries::KUBECTL,
+                    super::kubeadm::init::ADMIN_CONF
+                ),
+            ),
+        };
+        Ok(vec![
+            Op::Run(start),
+            Op::Wait(WaitFor {
+                what: format!("kube-apiserver on {} ready after the restore", node.name),
+                check: ready,
+                timeout: Duration::from_secs(300),
+                interval: Duration::from_secs(3),
+            }),
+        ])
+    }
+    fn policy(&self) -> Policy {
+        Policy {
+            timeout: Duration::from_secs(600),
+            attempts: 1,
+            retry_delay: Duration::from_secs(0),
+        }
+    }
+}
+
+/// The kubelet (and kube-proxy, where it runs as a unit) restarts on every node.
+pub struct RestartNodeAgentsModule(pub Restore);
+
+impl Module for RestartNodeAgentsModule {
+    fn name(&self) -> &str {
+        "restart-node-agents"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.not_kubexm_etcd()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let mut hosts = self.0.ctx.with_role(Role::Master);
+        for w in self.0.ctx.with_role(Role::Worker) {
+            if !hosts.contains(&w) {
+                hosts.push(w);
+            }
+        }
+        Ok(vec![
+            Task::new("restart-node-agents", hosts).step(RestartNodeAgents)
+        ])
+    }
+}
+
+/// `systemctl try-restart kubelet kube-proxy` (only what runs).
+pub struct RestartNodeAgents;
+
+impl Step for RestartNodeAgents {
+    fn name(&self) -> &str {
+        "restart-node-agents"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![Op::Run(RunCommand::new(
+            "systemctl try-restart kubelet kube-proxy",
+        ))])
+    }
+}

@@ -1,0 +1,157 @@
+//! `restore`: the plan of the restore pipeline on the lab cluster (kubeadm path, KubeXM's
+//! etcd) and on the kubexm path, and what each step does on the nodes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::restore::{Restore, RestoreData, Snapshot, PARKED, SNAPSHOT_ON_NODE};
+use kubexm_install::pipeline::plan::{self, Plan};
+use kubexm_install::pipelines::restore_pipeline;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn context(work: &Path, edit: impl Fn(String) -> String) -> Arc<InstallContext> {
+    let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
+    let file = work.join("cluster.yaml");
+    std::fs::write(&file, edit(text)).expect("write");
+    let catalog = repo().join("tests/lab/mirror/catalog-lab.yaml");
+    Arc::new(load_context(&file, Some(&catalog), None, work).expect("cluster loads"))
+}
+
+fn restore(ctx: &Arc<InstallContext>, work: &Path) -> Restore {
+    let snap = work.join("snapshot.db");
+    std::fs::write(&snap, b"etcd snapshot stand-in bytes").expect("write");
+    Restore {
+        ctx: ctx.clone(),
+        snapshot: Snapshot {
+            file: snap,
+            sha256: kubexm_bundles::hash::sha256_hex(b"etcd snapshot stand-in bytes"),
+            id: "0123456789abcdef-0".into(),
+        },
+    }
+}
+
+fn plan_of(r: &Restore) -> Plan {
+    plan::build(
+        &restore_pipeline(r),
+        &r.ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan")
+}
+
+fn outline(p: &Plan) -> String {
+    let mut s = String::new();
+    for m in &p.modules {
+        match &m.skipped {
+            Some(why) => s.push_str(&format!("{} — skipped: {why}\n", m.name)),
+            None => {
+                for t in &m.tasks {
+                    s.push_str(&format!(
+                        "{} / {} on {}{}\n",
+                        m.name,
+                        t.name,
+                        t.hosts.join(","),
+                        if t.parallel { "" } else { " (one at a time)" }
+                    ));
+                }
+            }
+        }
+    }
+    s
+}
+
+#[test]
+fn the_restore_stops_everything_replaces_each_members_data_then_starts_in_order() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t);
+    let r = restore(&ctx, work.path());
+    let p = plan_of(&r);
+    let o = outline(&p);
+    insta::assert_snapshot!("restore-outline-kubeadm", o);
+    let order: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "stop-control-plane",
+            "stop-etcd",
+            "restore-etcd-data",
+            "start-etcd",
+            "start-control-plane",
+            "restart-node-agents"
+        ]
+    );
+    assert!(
+        o.contains(
+            "start-control-plane / start-control-plane on node1,node2,node3 (one at a time)"
+        ),
+        "{o}"
+    );
+    let text = p.to_text();
+    assert!(text.contains(&format!("-> {SNAPSHOT_ON_NODE}")), "{text}");
+    assert!(
+        text.contains(PARKED),
+        "kubeadm path parks the static pod manifests:\n{text}"
+    );
+    // Each member restores under its own name and peer URL, with the cluster's token.
+    let layout = kubexm_install::modules::etcd::EtcdLayout::from_context(&ctx);
+    for m in &layout.members {
+        let script = RestoreData(r.clone()).script(&m.name).expect("script");
+        assert!(script.contains(&format!("--name {}", m.name)), "{script}");
+        assert!(script.contains(&layout.peer_url(m)), "{script}");
+        assert!(script.contains(&layout.initial_cluster()), "{script}");
+        assert!(
+            script.contains(&format!("kubexm-{}-etcd", layout.cluster)),
+            "{script}"
+        );
+        assert!(
+            script.contains(&format!(
+                "mv {} {}.before-restore-0123456789abcdef-0",
+                layout.data_dir, layout.data_dir
+            )),
+            "the old data is kept:\n{script}"
+        );
+    }
+    assert!(RestoreData(r.clone())
+        .script("registry-not-a-member")
+        .is_err());
+}
+
+#[test]
+fn the_kubexm_path_stops_and_starts_units_and_stacked_etcd_is_not_restored() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| {
+        t.replace("    type: kubeadm\n", "    type: kubexm\n")
+    });
+    let p = plan_of(&restore(&ctx, work.path()));
+    let text = p.to_text();
+    assert!(
+        text.contains("systemctl stop kube-apiserver kube-controller-manager kube-scheduler"),
+        "{text}"
+    );
+    assert!(!text.contains(PARKED), "{text}");
+    assert!(
+        text.contains("super-admin.conf"),
+        "readyz with the kubexm path's kubeconfig:\n{text}"
+    );
+
+    let work = tempfile::tempdir().expect("tempdir");
+    let stacked = context(work.path(), |t| {
+        t.replace(
+            "  etcd:\n    type: kubexm\n",
+            "  etcd:\n    type: kubeadm\n",
+        )
+    });
+    let p = plan_of(&restore(&stacked, work.path()));
+    assert!(
+        p.modules.iter().all(|m| m
+            .skipped
+            .as_deref()
+            .is_some_and(|w| w.contains("etcd.type is not kubexm"))),
+        "{}",
+        outline(&p)
+    );
+}
