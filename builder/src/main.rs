@@ -8,6 +8,7 @@ mod credentials;
 mod fetch;
 mod images;
 mod oci_layout;
+mod osrepo;
 mod progress;
 
 use std::io::Write;

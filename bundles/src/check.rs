@@ -62,17 +62,31 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
             expected: crate::FORMAT_VERSION,
         });
     }
-    for file in &manifest.files {
-        match sums.get(&file.path) {
+    let repo_files = manifest.os_repos.iter().flat_map(|r| {
+        r.packages
+            .iter()
+            .map(|p| (p.path.as_str(), Some(p.sha256.as_str())))
+            .chain([
+                (r.signing_key.armored.as_str(), None),
+                (r.signing_key.binary.as_str(), None),
+            ])
+    });
+    for (path, sha256) in manifest
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), Some(f.sha256.as_str())))
+        .chain(repo_files)
+    {
+        match sums.get(path) {
             None => {
                 return Err(ManifestProblem::FileMissing {
-                    path: file.path.clone(),
+                    path: path.to_owned(),
                 })
             }
-            Some(sum) if *sum != file.sha256 => {
+            Some(sum) if sha256.is_some_and(|s| s != sum) => {
                 return Err(ManifestProblem::FileSum {
-                    path: file.path.clone(),
-                    manifest: file.sha256.clone(),
+                    path: path.to_owned(),
+                    manifest: sha256.unwrap_or_default().to_owned(),
                     sums: sum.clone(),
                 })
             }
@@ -117,6 +131,7 @@ mod tests {
                 roles: ["etcd".to_owned()].into(),
             }],
             images: vec![],
+            os_repos: vec![],
         }
     }
 

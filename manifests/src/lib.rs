@@ -17,6 +17,8 @@ pub mod catalog;
 pub mod image_ref;
 pub mod load;
 pub mod model;
+pub mod ospackages;
+pub mod osrelease;
 pub mod ranges;
 pub mod resolve;
 pub mod secret;

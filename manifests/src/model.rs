@@ -702,6 +702,12 @@ pub struct System {
     /// Extra Debian packages on apt-based hosts.
     #[serde(default)]
     pub debs: Vec<String>,
+    /// The OS releases the hosts run (`debian-12`, `ubuntu-22.04`, `rocky-9`; the catalog's
+    /// `osReleases`). For each, the bundle carries a signed repository of the OS packages KubeXM
+    /// installs with their dependencies, and the install uses it as the nodes' only package
+    /// source. Empty: nodes install OS packages from their own sources.
+    #[serde(default)]
+    pub os_releases: Vec<String>,
     /// Scripts (paths on the control host) run on every node before installing.
     #[serde(default)]
     pub pre_install: Vec<String>,

@@ -535,6 +535,7 @@ fn seeding_creates_the_listed_projects_with_their_visibility_first() {
         created: 0,
         files: Vec::new(),
         images: Vec::new(),
+        os_repos: Vec::new(),
     };
     let opts = SeedOptions {
         target: RegistryTarget {

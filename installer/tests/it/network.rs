@@ -278,6 +278,7 @@ fn with_bundle(
         created: 0,
         files: records,
         images,
+        os_repos: Vec::new(),
     };
     let ctx = Arc::new(
         load_context(
