@@ -88,6 +88,9 @@ pub const NFS_CLIENT: PackageSet = PackageSet {
     rpms: &["nfs-utils"],
 };
 
+/// Every set above (what a lab mirror of the OS packages must hold).
+pub const ALL: &[PackageSet] = &[NODE_PREP, RUNTIME_DEPS, LB_HAPROXY, LB_NGINX, NFS_CLIENT];
+
 /// One package to install, where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Need {

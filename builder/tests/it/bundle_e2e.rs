@@ -276,7 +276,7 @@ pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn extract(bundle: &Path, into: &Path) {
+pub(crate) fn extract(bundle: &Path, into: &Path) {
     std::fs::create_dir_all(into).expect("mkdir");
     let status = Command::new("sh")
         .arg("-c")

@@ -2,4 +2,5 @@
 
 mod bundle_e2e;
 mod bundle_faults;
+mod os_repo;
 mod resolve_cli;

@@ -207,7 +207,17 @@ pub fn closure<'a>(
         }
     }
     while let Some(p) = queue.pop_front() {
-        for group in &p.depends {
+        let depends = match p.depends() {
+            Ok(d) => d,
+            Err(e) => {
+                problems.push(ClosureProblem::Unsatisfiable {
+                    relation: format!("(unreadable Depends: {e})"),
+                    needed_by: p.label(),
+                });
+                continue;
+            }
+        };
+        for group in &depends {
             let alts: Vec<&Relation> = group
                 .iter()
                 .filter(|r| r.applies_on(universe.arch()))

@@ -52,8 +52,9 @@ pub struct DebPackage {
     pub version: DebVersion,
     /// `Architecture` (`amd64`, `all`, …).
     pub arch: String,
-    /// `Pre-Depends` then `Depends`, in that order.
-    pub depends: Vec<Group>,
+    /// `Pre-Depends` then `Depends` as written, joined by `, ` (parsed by [`Self::depends`] only
+    /// for the packages a closure reaches).
+    pub depends_text: String,
     /// `Provides`.
     pub provides: Vec<Relation>,
     /// `Filename`, relative to the archive root (`pool/main/h/haproxy/haproxy_…_amd64.deb`).
@@ -74,6 +75,11 @@ pub struct DebPackage {
 }
 
 impl DebPackage {
+    /// `Pre-Depends` then `Depends`, parsed.
+    pub fn depends(&self) -> Result<Vec<Group>, RelationError> {
+        parse_groups(&self.depends_text)
+    }
+
     /// `name=version (arch)`, for messages.
     pub fn label(&self) -> String {
         format!("{}={} ({})", self.name, self.version, self.arch)
@@ -126,15 +132,11 @@ pub fn parse_packages(text: &str) -> Result<Vec<DebPackage>, IndexError> {
         if !arch.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Err(field_err("Architecture", format!("`{}`", truncate(arch))));
         }
-        let rel = |field: &'static str| -> Result<Vec<Group>, IndexError> {
-            p.get(field)
-                .map(parse_groups)
-                .transpose()
-                .map_err(|e: RelationError| field_err(field, e.to_string()))
-                .map(Option::unwrap_or_default)
+        let depends_text = match (p.get("Pre-Depends"), p.get("Depends")) {
+            (Some(a), Some(b)) => format!("{a}, {b}"),
+            (Some(a), None) | (None, Some(a)) => a.to_owned(),
+            (None, None) => String::new(),
         };
-        let mut depends = rel("Pre-Depends")?;
-        depends.extend(rel("Depends")?);
         let provides = p
             .get("Provides")
             .map(|v| {
@@ -177,7 +179,7 @@ pub fn parse_packages(text: &str) -> Result<Vec<DebPackage>, IndexError> {
             name: name.to_owned(),
             version,
             arch: arch.to_owned(),
-            depends,
+            depends_text,
             provides,
             filename: filename.to_owned(),
             size,
@@ -201,8 +203,9 @@ mod tests {
     fn parses_records_and_keeps_stanzas() {
         let p = parse_packages(INDEX).expect("parses");
         assert_eq!(p.len(), 2);
-        assert_eq!(p[0].depends.len(), 5, "pre-depends first, then depends");
-        assert_eq!(p[0].depends[0][0].name, "dpkg");
+        let deps = p[0].depends().expect("depends");
+        assert_eq!(deps.len(), 5, "pre-depends first, then depends");
+        assert_eq!(deps[0][0].name, "dpkg");
         assert_eq!(p[0].basename(), "haproxy_2.6.12-1+deb12u2_amd64.deb");
         assert!(p[0].stanza.starts_with("Package: haproxy\n") && p[0].stanza.ends_with("b5c\n"));
         assert!(p[1].essential);
