@@ -3,4 +3,5 @@
 mod bundle_e2e;
 mod bundle_faults;
 mod os_repo;
+mod os_rpm;
 mod resolve_cli;
