@@ -78,7 +78,7 @@ pub enum OsRepoError {
         release: String,
         /// Cause.
         #[source]
-        source: PgpError,
+        source: Box<PgpError>,
     },
     /// A signed index whose signature is refused.
     #[error("{release}: the signed index `{url}` is refused")]
@@ -89,7 +89,7 @@ pub enum OsRepoError {
         url: String,
         /// Cause.
         #[source]
-        source: PgpError,
+        source: Box<PgpError>,
     },
     /// A signed index that says something unacceptable.
     #[error("{release}: `{url}`: {why}")]
@@ -110,7 +110,7 @@ pub enum OsRepoError {
         what: String,
         /// Cause.
         #[source]
-        source: FetchError,
+        source: Box<FetchError>,
     },
     /// The closure cannot be completed.
     #[error("{release} ({arch}): {} problem{} with the OS packages:\n{}\nhint: check each name in the release's archive (e.g. `apt-cache policy NAME` on a {release} host), fix or remove it in spec.system.debs/rpms, or describe a repository that has it under osReleases in a catalog passed with --catalog", .problems.len(), if .problems.len() == 1 { "" } else { "s" }, .problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
@@ -282,16 +282,16 @@ pub async fn download(
                     .map_err(|e| OsRepoError::Fetch {
                         release: release.to_owned(),
                         what: what.clone(),
-                        source: FetchError::Exhausted {
+                        source: Box::new(FetchError::Exhausted {
                             url: p.url.clone(),
                             attempts: 1,
                             last: format!("download task failed: {e}"),
-                        },
+                        }),
                     })?
                     .map_err(|source| OsRepoError::Fetch {
                         release: release.to_owned(),
                         what,
-                        source,
+                        source: Box::new(source),
                     })
             }
         })
@@ -335,7 +335,7 @@ impl Resolver<'_> {
             .collect();
         TrustedKeys::from_keyring(&bytes, path, &pinned).map_err(|source| OsRepoError::Keys {
             release: self.name(),
-            source,
+            source: Box::new(source),
         })
     }
 
@@ -370,7 +370,7 @@ impl Resolver<'_> {
             .map_err(|source| OsRepoError::Fetch {
                 release: self.name(),
                 what: format!("the signed index `{url}`"),
-                source,
+                source: Box::new(source),
             })?;
         let sha = kubexm_osrepo::sha256_hex(&bytes);
         self.cache.put_bytes(&sha, &bytes)?;
@@ -404,7 +404,7 @@ impl Resolver<'_> {
             .map_err(|source| OsRepoError::Fetch {
                 release: self.name(),
                 what: format!("the index `{url}`"),
-                source,
+                source: Box::new(source),
             })?;
         let file = std::fs::File::open(&path)
             .map_err(|e| bad(format!("cannot read the cached copy: {e}")))?;
@@ -463,7 +463,7 @@ impl Resolver<'_> {
                 .map_err(|source| OsRepoError::Signature {
                     release: self.name(),
                     url: url.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             let release = Release::parse(&verified.text).map_err(|e| bad(format!("{e}")))?;
             // The signed file must be the suite asked for: a replayed index of another suite
@@ -535,10 +535,9 @@ impl Resolver<'_> {
                                 text = Some((fetch_url, t));
                                 break;
                             }
-                            Err(OsRepoError::Fetch {
-                                source: FetchError::Status { status: 404, .. },
-                                ..
-                            }) if i + 1 < listed.len() => {}
+                            Err(OsRepoError::Fetch { source, .. })
+                                if matches!(*source, FetchError::Status { status: 404, .. })
+                                    && i + 1 < listed.len() => {}
                             Err(e) => return Err(e),
                         }
                     }
@@ -631,7 +630,7 @@ impl Resolver<'_> {
                     .map_err(|source| OsRepoError::Signature {
                         release: self.name(),
                         url: url.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                 let bad = |why: String| OsRepoError::Index {
                     release: self.name(),

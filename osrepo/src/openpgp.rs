@@ -29,7 +29,7 @@ pub enum PgpError {
         origin: String,
         /// Cause.
         #[source]
-        source: pgp::errors::Error,
+        source: Box<pgp::errors::Error>,
     },
     /// A pinned fingerprint is not in the keyring.
     #[error("keyring `{origin}` has no key with the pinned fingerprint {fingerprint}")]
@@ -48,7 +48,7 @@ pub enum PgpError {
         fingerprint: String,
         /// Cause.
         #[source]
-        source: pgp::errors::Error,
+        source: Box<pgp::errors::Error>,
     },
     /// A pinned key without any self-certified user ID.
     #[error("key {fingerprint} in `{origin}` has no self-certified user ID")]
@@ -67,7 +67,7 @@ pub enum PgpError {
         kind: &'static str,
         /// Cause.
         #[source]
-        source: pgp::errors::Error,
+        source: Box<pgp::errors::Error>,
     },
     /// No signature by a pinned key.
     #[error("`{what}` is not signed by any pinned key (signed by: {issuers}; pinned: {pinned})")]
@@ -88,7 +88,7 @@ pub enum PgpError {
         fingerprint: String,
         /// Cause.
         #[source]
-        source: pgp::errors::Error,
+        source: Box<pgp::errors::Error>,
     },
     /// A signature with a hash too weak to trust.
     #[error("`{what}`: the signature by {fingerprint} uses {hash}, which is not accepted (SHA-256 or stronger)")]
@@ -120,7 +120,7 @@ pub enum PgpError {
         action: &'static str,
         /// Cause.
         #[source]
-        source: pgp::errors::Error,
+        source: Box<pgp::errors::Error>,
     },
 }
 
@@ -178,7 +178,7 @@ impl TrustedKeys {
     pub fn from_keyring(keyring: &[u8], origin: &str, pinned: &[String]) -> Result<Self, PgpError> {
         let kerr = |source| PgpError::Keyring {
             origin: origin.to_owned(),
-            source,
+            source: Box::new(source),
         };
         let certs: Vec<SignedPublicKey> = if keyring.starts_with(b"-----BEGIN") {
             SignedPublicKey::from_armor_many(Cursor::new(keyring))
@@ -207,7 +207,7 @@ impl TrustedKeys {
                 Some(source) => PgpError::KeyInvalid {
                     origin: origin.to_owned(),
                     fingerprint: want.clone(),
-                    source,
+                    source: Box::new(source),
                 },
                 None => PgpError::NotSelfCertified {
                     origin: origin.to_owned(),
@@ -286,10 +286,9 @@ impl TrustedKeys {
             .collect();
         let key_ids = sig.issuer_key_id();
         let ids: Vec<&[u8]> = key_ids.iter().map(|k| k.as_ref()).collect();
-        self.signers.iter().find(|s| {
-            fprs.iter().any(|f| *f == s.fingerprint)
-                || ids.iter().any(|id| *id == s.key_id.as_slice())
-        })
+        self.signers
+            .iter()
+            .find(|s| fprs.contains(&s.fingerprint) || ids.contains(&s.key_id.as_slice()))
     }
 
     fn issuer_text(sig: &Signature) -> String {
@@ -343,7 +342,7 @@ impl TrustedKeys {
                 .map_err(|source| PgpError::BadSignature {
                     what: what.to_owned(),
                     fingerprint: signer.fingerprint.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             let made = sig.created().map_or(0, Timestamp::as_secs);
             let not_valid = |why: String| PgpError::KeyNotValid {
@@ -401,7 +400,7 @@ impl TrustedKeys {
             CleartextSignedMessage::from_string(text).map_err(|source| PgpError::Malformed {
                 what: what.to_owned(),
                 kind: "clear-signed message",
-                source,
+                source: Box::new(source),
             })?;
         let signed = msg.signed_text();
         let signers = self.accept(what, msg.signatures(), now, signed.as_bytes())?;
@@ -423,7 +422,7 @@ impl TrustedKeys {
         let malformed = |source| PgpError::Malformed {
             what: what.to_owned(),
             kind: "signature",
-            source,
+            source: Box::new(source),
         };
         let sigs: Vec<Signature> = DetachedSignature::from_armor_many(Cursor::new(armored))
             .map_err(malformed)?
@@ -498,7 +497,7 @@ impl RepoSigningKey {
     pub fn generate(uid: &str, created: u32) -> Result<Self, PgpError> {
         let sign_err = |source| PgpError::Sign {
             action: "generate the repository signing key",
-            source,
+            source: Box::new(source),
         };
         let params = SecretKeyParamsBuilder::default()
             .key_type(KeyType::Ed25519Legacy)
@@ -528,7 +527,7 @@ impl RepoSigningKey {
             .to_armored_string(Default::default())
             .map_err(|source| PgpError::Sign {
                 action: "armor the public key",
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -536,7 +535,7 @@ impl RepoSigningKey {
     pub fn public_binary(&self) -> Result<Vec<u8>, PgpError> {
         self.public.to_bytes().map_err(|source| PgpError::Sign {
             action: "serialize the public key",
-            source,
+            source: Box::new(source),
         })
     }
 
@@ -544,7 +543,7 @@ impl RepoSigningKey {
         let sub = |d| {
             Subpacket::regular(d).map_err(|source| PgpError::Sign {
                 action: "build a signature",
-                source,
+                source: Box::new(source),
             })
         };
         let mut config = SignatureConfig::v4(
@@ -573,12 +572,12 @@ impl RepoSigningKey {
             CleartextSignedMessage::new(text, config, &self.secret.primary_key, &Password::empty())
                 .map_err(|source| PgpError::Sign {
                     action: "clear-sign",
-                    source,
+                    source: Box::new(source),
                 })?;
         msg.to_armored_string(Default::default())
             .map_err(|source| PgpError::Sign {
                 action: "armor a clear-signed message",
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -589,13 +588,13 @@ impl RepoSigningKey {
             .sign(&self.secret.primary_key, &Password::empty(), data)
             .map_err(|source| PgpError::Sign {
                 action: "sign",
-                source,
+                source: Box::new(source),
             })?;
         DetachedSignature::new(sig)
             .to_armored_string(Default::default())
             .map_err(|source| PgpError::Sign {
                 action: "armor a signature",
-                source,
+                source: Box::new(source),
             })
     }
 }
@@ -726,7 +725,7 @@ mod tests {
                 .verify_clearsigned("InRelease", &signed, now)
                 .expect("verifies");
             assert_eq!(v.text, text);
-            assert_eq!(v.signers, [fpr.clone()]);
+            assert_eq!(v.signers, std::slice::from_ref(&fpr));
             let asc = key.detach_sign(b"<repomd/>", now - 30).expect("detached");
             trusted
                 .verify_detached("repomd.xml", b"<repomd/>", asc.as_bytes(), now)

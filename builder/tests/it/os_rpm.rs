@@ -15,8 +15,18 @@ use kubexm_testkit::Fault;
 
 use super::bundle_e2e::{bundle, extract, setup, text, Lab};
 
-/// Test stand-in RPMs: (name, version, arch, requires, provides, file).
-const RPMS: &[(&str, &str, &str, &[&str], &[&str], &str)] = &[
+/// A test stand-in RPM: (name, version, arch, requires, provides, file).
+type StandIn = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static str,
+);
+
+/// Test stand-in RPMs.
+const RPMS: &[StandIn] = &[
     ("socat", "1.7.4", "x86_64", &[], &[], "/usr/bin/socat"),
     (
         "conntrack-tools",

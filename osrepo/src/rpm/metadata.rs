@@ -31,6 +31,8 @@ pub struct RepomdData {
     pub size: Option<u64>,
 }
 
+type DataParts = (String, Option<String>, Option<String>, Option<u64>);
+
 /// Parses `repomd.xml`.
 pub fn parse_repomd(xml: &str) -> Result<Vec<RepomdData>, MetadataError> {
     let err = |why: String| MetadataError {
@@ -39,7 +41,8 @@ pub fn parse_repomd(xml: &str) -> Result<Vec<RepomdData>, MetadataError> {
     };
     let mut reader = Reader::from_str(xml);
     let mut out = Vec::new();
-    let mut cur: Option<(String, Option<String>, Option<String>, Option<u64>)> = None;
+    // The `<data>` being read: type, location, sha256, size.
+    let mut cur: Option<DataParts> = None;
     loop {
         match reader.read_event().map_err(|e| err(e.to_string()))? {
             Event::Start(e) if e.local_name().as_ref() == b"data" => {

@@ -47,7 +47,7 @@ pub fn repodata(
     at: u32,
 ) -> Result<Vec<(String, Vec<u8>)>, RpmRepoError> {
     let mut sorted = packages.to_vec();
-    sorted.sort_by(|a, b| a.label().cmp(&b.label()));
+    sorted.sort_by_key(|p| p.label());
     let mut xml = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<metadata xmlns=\"http://linux.duke.edu/metadata/common\" xmlns:rpm=\"http://linux.duke.edu/metadata/rpm\" packages=\"{}\">\n",
         sorted.len()
