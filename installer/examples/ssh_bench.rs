@@ -272,7 +272,7 @@ mod task {
                 name: name.clone(),
                 address: format!("{}:{port}", args.host),
                 internal_address: args.host.clone(),
-                roles: vec!["worker".into()],
+                roles: vec![kubexm_manifests::resolve::Role::Worker],
                 arch: "amd64".into(),
             };
             nodes.push((node, runner));

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use kubexm_manifests::model::Host;
+use kubexm_manifests::resolve::Role;
 use kubexm_manifests::secret::Secret;
 use kubexm_manifests::validate::ValidCluster;
 
@@ -43,14 +44,14 @@ pub fn nodes(cluster: &ValidCluster) -> Vec<Node> {
         .map(|h| {
             let mut roles = Vec::new();
             for (role, members) in [
-                ("etcd", &r.etcd),
-                ("master", &r.master),
-                ("worker", &r.worker),
-                ("registry", &r.registry),
-                ("loadbalancer", &r.loadbalancer),
+                (Role::Etcd, &r.etcd),
+                (Role::Master, &r.master),
+                (Role::Worker, &r.worker),
+                (Role::Registry, &r.registry),
+                (Role::Loadbalancer, &r.loadbalancer),
             ] {
                 if members.iter().any(|m| m == &h.name) {
-                    roles.push(role.to_string());
+                    roles.push(role);
                 }
             }
             Node {

@@ -12,10 +12,16 @@
 //!
 //! Keys are written 0600 and every file atomically (temporary file + rename in the same
 //! directory).
+//!
+//! **Planning writes nothing**: modules build their certificates when their tasks are built,
+//! which `plan` and `--dry-run` do too. They go through a [`KeyDir`], whose [`Keys`] mode says
+//! whether what is missing is kept ([`Keys::Keep`], only when a pipeline is executed) or made in
+//! memory and dropped ([`Keys::Plan`]); existing files are read in both modes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -171,27 +177,164 @@ pub struct KeyFiles {
 /// Loads `<dir>/<stem>.key` (and writes `<dir>/<stem>.pub` beside it when missing), or creates
 /// a new ECDSA P-256 key pair there; a re-run returns the same keys.
 pub fn load_or_create_key(dir: &Path, stem: &str) -> Result<KeyFiles, PkiError> {
+    key_pair(dir, stem, &Store::Disk)
+}
+
+fn key_pair(dir: &Path, stem: &str, store: &Store<'_>) -> Result<KeyFiles, PkiError> {
     let key_path = dir.join(format!("{stem}.key"));
     let pub_path = dir.join(format!("{stem}.pub"));
-    let key = if key_path.exists() {
-        let pem = read(&key_path)?;
+    let key = if store.exists(&key_path) {
+        let pem = store.read(&key_path)?;
         KeyPair::from_pem(&pem).map_err(|e| PkiError::Parse {
             path: key_path.clone(),
             message: format!("not a private key: {e}"),
         })?
     } else {
         let key = KeyPair::generate().map_err(gen_err(stem))?;
-        write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
+        store.write(&key_path, &key.serialize_pem(), 0o600)?;
         key
     };
     let files = KeyFiles {
         private_pem: key.serialize_pem(),
         public_pem: key.public_key_pem(),
     };
-    if read(&pub_path).ok().as_deref() != Some(files.public_pem.as_str()) {
-        write_atomic(&pub_path, files.public_pem.as_bytes(), 0o644)?;
+    if store.read(&pub_path).ok().as_deref() != Some(files.public_pem.as_str()) {
+        store.write(&pub_path, &files.public_pem, 0o644)?;
     }
     Ok(files)
+}
+
+/// Whether keys, certificates and secrets that do not exist yet are kept on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// Executing a pipeline: create what is missing and keep it, so re-runs reuse it.
+    Keep,
+    /// Planning (`plan`, `--dry-run`): read what exists, make what is missing in memory only,
+    /// write nothing.
+    Plan,
+}
+
+/// A control-host directory of keys and certificates, and whether this run may write there.
+///
+/// In [`Keys::Plan`] mode what would be written is held in memory instead, shared by every
+/// clone and [`KeyDir::join`] of this value: a plan that needs the same CA twice sees one CA,
+/// as an executed run would.
+#[derive(Clone)]
+pub struct KeyDir {
+    path: PathBuf,
+    keys: Keys,
+    planned: Arc<Mutex<BTreeMap<PathBuf, String>>>,
+}
+
+impl std::fmt::Debug for KeyDir {
+    // Never the planned keys.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyDir")
+            .field("path", &self.path)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyDir {
+    /// `path` in `keys` mode.
+    pub fn new(path: impl Into<PathBuf>, keys: Keys) -> Self {
+        Self {
+            path: path.into(),
+            keys,
+            planned: Arc::default(),
+        }
+    }
+
+    /// The same directory in `keys` mode (what was planned in memory is dropped).
+    #[must_use]
+    pub fn with_keys(&self, keys: Keys) -> Self {
+        Self::new(self.path.clone(), keys)
+    }
+
+    /// The mode.
+    pub fn keys(&self) -> Keys {
+        self.keys
+    }
+
+    fn store(&self) -> Store<'_> {
+        match self.keys {
+            Keys::Keep => Store::Disk,
+            Keys::Plan => Store::Memory(&self.planned),
+        }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A subdirectory, same mode (and the same planned files).
+    #[must_use]
+    pub fn join(&self, sub: &str) -> Self {
+        Self {
+            path: self.path.join(sub),
+            keys: self.keys,
+            planned: self.planned.clone(),
+        }
+    }
+
+    /// The CA `<name>-ca.crt` + `.key` ([`Ca::load_or_create`]; kept only in [`Keys::Keep`]).
+    pub fn ca(&self, name: &str, common_name: &str) -> Result<Ca, PkiError> {
+        Ca::load_or_make(&self.path, name, common_name, &self.store())
+    }
+
+    /// The leaf `<stem>.crt` + `.key` signed by `ca` ([`Ca::load_or_issue`]; kept only in
+    /// [`Keys::Keep`]).
+    pub fn leaf(&self, ca: &Ca, stem: &str, spec: &CertSpec) -> Result<IssuedCert, PkiError> {
+        ca.load_or_make_leaf(&self.path, stem, spec, &self.store())
+    }
+
+    /// The key pair `<stem>.key` + `.pub` ([`load_or_create_key`]; kept only in [`Keys::Keep`]).
+    pub fn key_pair(&self, stem: &str) -> Result<KeyFiles, PkiError> {
+        key_pair(&self.path, stem, &self.store())
+    }
+
+    /// The secret in file `name` ([`load_or_create_secret`]; kept only in [`Keys::Keep`]).
+    pub fn secret(&self, name: &str) -> Result<String, PkiError> {
+        secret(&self.path.join(name), &self.store())
+    }
+}
+
+/// Where keys are read from and written to: the disk, or (planning) memory over the disk.
+enum Store<'a> {
+    Disk,
+    Memory(&'a Mutex<BTreeMap<PathBuf, String>>),
+}
+
+impl Store<'_> {
+    fn exists(&self, path: &Path) -> bool {
+        match self {
+            Store::Disk => path.exists(),
+            Store::Memory(m) => m.lock().is_ok_and(|m| m.contains_key(path)) || path.exists(),
+        }
+    }
+
+    fn read(&self, path: &Path) -> Result<String, PkiError> {
+        if let Store::Memory(m) = self {
+            if let Some(text) = m.lock().ok().and_then(|m| m.get(path).cloned()) {
+                return Ok(text);
+            }
+        }
+        read(path)
+    }
+
+    fn write(&self, path: &Path, content: &str, mode: u32) -> Result<(), PkiError> {
+        match self {
+            Store::Disk => write_atomic(path, content.as_bytes(), mode),
+            Store::Memory(m) => {
+                if let Ok(mut m) = m.lock() {
+                    m.insert(path.to_path_buf(), content.to_string());
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A certificate authority loaded from (or created in) a directory.
@@ -264,8 +407,12 @@ fn parse_pem_der(path: &Path, pem: &str) -> Result<Vec<u8>, PkiError> {
 /// written there, so re-runs use the same value (e.g. Harbor's database password, which Harbor
 /// keeps from its first start).
 pub fn load_or_create_secret(path: &Path) -> Result<String, PkiError> {
-    if path.exists() {
-        let text = read(path)?;
+    secret(path, &Store::Disk)
+}
+
+fn secret(path: &Path, store: &Store<'_>) -> Result<String, PkiError> {
+    if store.exists(path) {
+        let text = store.read(path)?;
         let value = text.trim();
         if value.is_empty() {
             return Err(PkiError::Parse {
@@ -286,17 +433,26 @@ pub fn load_or_create_secret(path: &Path) -> Result<String, PkiError> {
             })?;
     }
     let value = hex::encode(bytes);
-    write_atomic(path, format!("{value}\n").as_bytes(), 0o600)?;
+    store.write(path, &format!("{value}\n"), 0o600)?;
     Ok(value)
 }
 
 impl Ca {
     /// Loads `<dir>/<name>-ca.crt` and `-ca.key`, or creates them (CN `common_name`, 10 years).
     pub fn load_or_create(dir: &Path, name: &str, common_name: &str) -> Result<Self, PkiError> {
+        Self::load_or_make(dir, name, common_name, &Store::Disk)
+    }
+
+    fn load_or_make(
+        dir: &Path,
+        name: &str,
+        common_name: &str,
+        store: &Store<'_>,
+    ) -> Result<Self, PkiError> {
         let crt = dir.join(format!("{name}-ca.crt"));
         let key = dir.join(format!("{name}-ca.key"));
-        match (crt.exists(), key.exists()) {
-            (true, true) => Self::load(&crt, &key),
+        match (store.exists(&crt), store.exists(&key)) {
+            (true, true) => Self::load(&crt, &key, store),
             (true, false) => Err(PkiError::Incomplete {
                 present: crt,
                 missing: key,
@@ -309,8 +465,8 @@ impl Ca {
                 let ca = Self::create(common_name)?;
                 // Key first: a crash in between leaves an Incomplete error, never a cert
                 // without its key being silently replaced.
-                write_atomic(&key, ca.issuer.key().serialize_pem().as_bytes(), 0o600)?;
-                write_atomic(&crt, ca.cert_pem.as_bytes(), 0o644)?;
+                store.write(&key, &ca.issuer.key().serialize_pem(), 0o600)?;
+                store.write(&crt, &ca.cert_pem, 0o644)?;
                 Ok(ca)
             }
         }
@@ -339,9 +495,9 @@ impl Ca {
         })
     }
 
-    fn load(crt: &Path, key: &Path) -> Result<Self, PkiError> {
-        let cert_pem = read(crt)?;
-        let key_pem = read(key)?;
+    fn load(crt: &Path, key: &Path, store: &Store<'_>) -> Result<Self, PkiError> {
+        let cert_pem = store.read(crt)?;
+        let key_pem = store.read(key)?;
         let key_pair = KeyPair::from_pem(&key_pem).map_err(|e| PkiError::Parse {
             path: key.to_path_buf(),
             message: format!("not a private key: {e}"),
@@ -441,20 +597,30 @@ impl Ca {
         stem: &str,
         spec: &CertSpec,
     ) -> Result<IssuedCert, PkiError> {
+        self.load_or_make_leaf(dir, stem, spec, &Store::Disk)
+    }
+
+    fn load_or_make_leaf(
+        &self,
+        dir: &Path,
+        stem: &str,
+        spec: &CertSpec,
+        store: &Store<'_>,
+    ) -> Result<IssuedCert, PkiError> {
         let crt = dir.join(format!("{stem}.crt"));
         let key = dir.join(format!("{stem}.key"));
-        if crt.exists() && key.exists() {
+        if store.exists(&crt) && store.exists(&key) {
             let stored = IssuedCert {
-                cert_pem: read(&crt)?,
-                key_pem: read(&key)?,
+                cert_pem: store.read(&crt)?,
+                key_pem: store.read(&key)?,
             };
             if self.still_valid(&stored, spec) {
                 return Ok(stored);
             }
         }
         let issued = self.issue(spec)?;
-        write_atomic(&key, issued.key_pem.as_bytes(), 0o600)?;
-        write_atomic(&crt, issued.cert_pem.as_bytes(), 0o644)?;
+        store.write(&key, &issued.key_pem, 0o600)?;
+        store.write(&crt, &issued.cert_pem, 0o644)?;
         Ok(issued)
     }
 

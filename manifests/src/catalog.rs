@@ -77,11 +77,13 @@ pub struct ComponentDoc {
 pub struct KubernetesRelease {
     /// The Kubernetes version.
     pub version: String,
-    /// `registry.k8s.io/pause` tag.
+    /// Tag of kubeadm's pause image. The registry (`k8s.gcr.io` or `registry.k8s.io`) and the
+    /// full references come from [`KubeVersion::kubeadm_images`](crate::version::KubeVersion).
     pub pause: String,
-    /// `registry.k8s.io/coredns/coredns` tag.
+    /// Tag of kubeadm's CoreDNS image (`1.7.0` under `coredns` for v1.20, `vX` under
+    /// `coredns/coredns` from v1.21).
     pub coredns: String,
-    /// `registry.k8s.io/etcd` tag used by stacked (kubeadm) etcd.
+    /// Tag of kubeadm's etcd image, used by stacked (kubeadm) etcd.
     pub etcd_image: String,
     /// Default version of every other component and image group for this release.
     #[serde(default)]

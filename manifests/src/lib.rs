@@ -15,6 +15,7 @@
 
 pub mod catalog;
 pub mod image_ref;
+pub mod kube_version;
 pub mod load;
 pub mod model;
 pub mod ospackages;

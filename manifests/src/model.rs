@@ -347,6 +347,9 @@ pub enum Plugin {
     Hybridnet,
     /// Multus with a delegate plugin.
     Multus,
+    /// No network plugin: bring your own CNI. KubeXM bundles and installs no CNI plugin, its files
+    /// or images; nodes stay `NotReady` until a CNI is installed (e.g. by a `postInstall` script).
+    None,
 }
 
 impl Plugin {
@@ -359,6 +362,7 @@ impl Plugin {
             Plugin::KubeOvn => "kube-ovn",
             Plugin::Hybridnet => "hybridnet",
             Plugin::Multus => "multus",
+            Plugin::None => "none",
         }
     }
 }
@@ -370,11 +374,18 @@ pub struct Network {
     /// CNI plugin.
     #[serde(default)]
     pub plugin: Plugin,
-    /// Pod CIDR; two comma-separated CIDRs (IPv4,IPv6) for dual-stack.
-    #[serde(default = "default_pod_cidr")]
+    /// Pod CIDR; two comma-separated CIDRs (IPv4,IPv6) for dual-stack. Read normalised: items
+    /// trimmed and joined with `,` and no spaces (see [`normalize_cidr_list`]).
+    #[serde(
+        default = "default_pod_cidr",
+        deserialize_with = "deserialize_cidr_list"
+    )]
     pub pod_cidr: String,
-    /// Service CIDR; two comma-separated CIDRs for dual-stack.
-    #[serde(default = "default_service_cidr")]
+    /// Service CIDR; two comma-separated CIDRs for dual-stack. Read normalised like `podCidr`.
+    #[serde(
+        default = "default_service_cidr",
+        deserialize_with = "deserialize_cidr_list"
+    )]
     pub service_cidr: String,
     /// Calico options.
     #[serde(default)]
@@ -412,10 +423,44 @@ impl Default for Network {
     }
 }
 
+/// Options of `network.plugin: none`, which has none.
+static NO_PLUGIN_OPTIONS: PluginOptions = PluginOptions {
+    version: None,
+    mode: None,
+    mtu: None,
+    values: BTreeMap::new(),
+};
+
+/// A comma-separated CIDR list as every consumer reads it: items trimmed, empty items dropped,
+/// joined with `,` and no spaces (`"10.233.64.0/18, fd00::/56"` → `"10.233.64.0/18,fd00::/56"`).
+/// kubeadm and the control-plane flags do not accept spaces in these lists.
+pub fn normalize_cidr_list(list: &str) -> String {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn deserialize_cidr_list<'de, D>(deserializer: D) -> Result<String, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    String::deserialize(deserializer).map(|s| normalize_cidr_list(&s))
+}
+
 impl Network {
-    /// Options of `plugin` (multus has its own).
+    /// Normalises `podCidr` and `serviceCidr` in place (parsing already does; this covers
+    /// documents built in code).
+    pub fn normalize(&mut self) {
+        self.pod_cidr = normalize_cidr_list(&self.pod_cidr);
+        self.service_cidr = normalize_cidr_list(&self.service_cidr);
+    }
+
+    /// Options of `plugin` (multus has its own; `none` has empty options).
     pub fn options(&self, plugin: Plugin) -> &PluginOptions {
         match plugin {
+            Plugin::None => &NO_PLUGIN_OPTIONS,
             Plugin::Calico => &self.calico,
             Plugin::Flannel => &self.flannel,
             Plugin::Cilium => &self.cilium,

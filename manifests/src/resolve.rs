@@ -201,22 +201,20 @@ pub fn resolve(
     let spec = &cluster.file.spec;
     let k8s = cluster.version.to_string();
 
-    // Kubernetes itself.
+    // Kubernetes itself: the images kubeadm of this version lists (registry and CoreDNS path
+    // per version, tags from the catalog), or the server binaries on the kubexm path.
+    let kubeadm_images = cluster.version.kubeadm_images(release);
     match spec.kubernetes.kind {
         KubernetesType::Kubeadm => {
             r.binary_at("kubeadm", &k8s, NODES, "spec.kubernetes.version");
-            for c in [
-                "kube-apiserver",
-                "kube-controller-manager",
-                "kube-scheduler",
+            for img in [
+                &kubeadm_images.apiserver,
+                &kubeadm_images.controller_manager,
+                &kubeadm_images.scheduler,
             ] {
-                r.image(&format!("registry.k8s.io/{c}:{k8s}"), "kubernetes", MASTERS);
+                r.image(img, "kubernetes", MASTERS);
             }
-            r.image(
-                &format!("registry.k8s.io/kube-proxy:{k8s}"),
-                "kubernetes",
-                NODES,
-            );
+            r.image(&kubeadm_images.proxy, "kubernetes", NODES);
         }
         KubernetesType::Kubexm => {
             for c in [
@@ -231,16 +229,8 @@ pub fn resolve(
     }
     r.binary_at("kubelet", &k8s, NODES, "spec.kubernetes.version");
     r.binary_at("kubectl", &k8s, MASTERS, "spec.kubernetes.version");
-    r.image(
-        &format!("registry.k8s.io/pause:{}", release.pause),
-        "kubernetes",
-        NODES,
-    );
-    r.image(
-        &format!("registry.k8s.io/coredns/coredns:{}", release.coredns),
-        "kubernetes",
-        NODES,
-    );
+    r.image(&kubeadm_images.pause, "kubernetes", NODES);
+    r.image(&kubeadm_images.coredns, "kubernetes", NODES);
     r.image_group("nodelocaldns", None, NODES, "spec.kubernetes");
 
     // etcd.
@@ -251,11 +241,7 @@ pub fn resolve(
             &[Role::Etcd],
             "spec.etcd.version",
         ),
-        EtcdType::Kubeadm => r.image(
-            &format!("registry.k8s.io/etcd:{}", release.etcd_image),
-            "etcd",
-            MASTERS,
-        ),
+        EtcdType::Kubeadm => r.image(&kubeadm_images.etcd, "etcd", MASTERS),
         EtcdType::External => {}
     }
 
@@ -270,7 +256,8 @@ pub fn resolve(
         }
         RuntimeType::Docker => {
             r.binary("docker", rt_version, NODES, "spec.runtime.version");
-            if cluster.version.at_least(1, 24) || spec.runtime.cri_dockerd == Some(true) {
+            // Validation refuses criDockerd: true where the kubelet still has dockershim.
+            if !cluster.version.has_dockershim() {
                 r.binary("cri-dockerd", None, NODES, "spec.runtime");
             }
             r.binary("crictl", None, NODES, "spec.runtime");
@@ -291,9 +278,10 @@ pub fn resolve(
         }
     }
 
-    // Network.
+    // Network (`none`: the user brings the CNI; nothing is bundled for it).
     let net = &spec.network;
     let mut plugins = vec![net.plugin];
+    plugins.retain(|p| *p != Plugin::None);
     if net.plugin == Plugin::Multus {
         plugins.extend(net.multus.delegate);
     }
@@ -426,7 +414,7 @@ pub fn network_file(plugin: Plugin) -> Option<&'static str> {
         Plugin::Flannel => Some("flannel-manifest"),
         Plugin::Calico => Some("calico-chart"),
         Plugin::Cilium => Some("cilium-chart"),
-        Plugin::KubeOvn | Plugin::Hybridnet | Plugin::Multus => None,
+        Plugin::KubeOvn | Plugin::Hybridnet | Plugin::Multus | Plugin::None => None,
     }
 }
 

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::catalog::Catalog;
 use crate::image_ref::ImageRef;
+use crate::kube_version::{DualStack, ProxyModeStatus, NEWEST_SUPPORTED_MINOR, OLDEST_SUPPORTED};
 use crate::model::{
     AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
     Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
@@ -96,7 +97,8 @@ impl Checker {
 }
 
 /// Validates `file` against the rules and the `catalog`.
-pub fn validate(file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster, Vec<Problem>> {
+pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster, Vec<Problem>> {
+    file.spec.network.normalize();
     let mut c = Checker {
         problems: Vec::new(),
     };
@@ -105,7 +107,7 @@ pub fn validate(file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster, Ve
     let roles = expand_roles(&file, &mut c);
     let version = check_kubernetes(&file, catalog, &mut c);
     check_etcd(&file, &roles, &mut c);
-    check_network(&file, version, &roles, &mut c);
+    check_network(&file, version, catalog, &roles, &mut c);
     check_runtime(&file, version, &mut c);
     check_load_balancer(&file, &roles, &mut c);
     check_registry(&file, &roles, &mut c);
@@ -309,6 +311,19 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
             c.add("spec.kubernetes.version", e.to_string(), supported(catalog));
             None
         }
+        Ok(v) if !v.is_supported() => {
+            c.add(
+                "spec.kubernetes.version",
+                format!("KubeXM does not install Kubernetes {v}"),
+                format!(
+                    "use a version from {OLDEST_SUPPORTED} to v{}.{}.x; {}",
+                    NEWEST_SUPPORTED_MINOR.0,
+                    NEWEST_SUPPORTED_MINOR.1,
+                    supported(catalog)
+                ),
+            );
+            None
+        }
         Ok(v) if catalog.release(v).is_none() => {
             c.add(
                 "spec.kubernetes.version",
@@ -342,12 +357,16 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
             "kubelet's default is 110; raise it only with a pod CIDR per node to match",
         );
     }
-    if let (Some(v), ProxyMode::Nftables) = (version, k.proxy_mode) {
-        let gated = k.feature_gates.get("NFTablesProxyMode") == Some(&true);
-        if !(v.at_least(1, 31) || (v.at_least(1, 29) && gated)) {
+    if let Some(v) = version {
+        let usable = match v.proxy_mode_status(k.proxy_mode) {
+            ProxyModeStatus::Unavailable => false,
+            ProxyModeStatus::FeatureGate(gate) => k.feature_gates.get(gate) == Some(&true),
+            ProxyModeStatus::Beta | ProxyModeStatus::Stable | ProxyModeStatus::Deprecated => true,
+        };
+        if !usable {
             c.add(
                 "spec.kubernetes.proxyMode",
-                format!("nftables mode is not available in {v}"),
+                format!("{} mode is not available in {v}", proxy_mode_name(k.proxy_mode)),
                 "use ipvs or iptables, or Kubernetes v1.31+ (v1.29–v1.30 with featureGates.NFTablesProxyMode: true)",
             );
         }
@@ -481,7 +500,21 @@ fn parse_cidrs(c: &mut Checker, field: &str, value: &str) -> Vec<IpNet> {
     nets
 }
 
-fn check_network(f: &ClusterFile, version: Option<KubeVersion>, roles: &Roles, c: &mut Checker) {
+fn proxy_mode_name(mode: ProxyMode) -> &'static str {
+    match mode {
+        ProxyMode::Ipvs => "ipvs",
+        ProxyMode::Iptables => "iptables",
+        ProxyMode::Nftables => "nftables",
+    }
+}
+
+fn check_network(
+    f: &ClusterFile,
+    version: Option<KubeVersion>,
+    catalog: &Catalog,
+    roles: &Roles,
+    c: &mut Checker,
+) {
     let n = &f.spec.network;
     let pods = parse_cidrs(c, "podCidr", &n.pod_cidr);
     let services = parse_cidrs(c, "serviceCidr", &n.service_cidr);
@@ -556,7 +589,7 @@ fn check_network(f: &ClusterFile, version: Option<KubeVersion>, roles: &Roles, c
         );
     }
     if let Some(v) = version {
-        if dual && !v.at_least(1, 23) {
+        if dual && v.dual_stack() != DualStack::Stable {
             c.add(
                 "spec.network.podCidr",
                 format!("dual-stack is not generally available in {v}"),
@@ -576,7 +609,53 @@ fn check_network(f: &ClusterFile, version: Option<KubeVersion>, roles: &Roles, c
                 "multus cannot delegate to itself",
                 "set delegate to calico, flannel, cilium, kube-ovn or hybridnet",
             ),
+            Some(Plugin::None) => c.add(
+                "spec.network.multus.delegate",
+                "multus cannot delegate to `none`",
+                "set delegate to calico, flannel, cilium, kube-ovn or hybridnet, or use network.plugin: none without multus",
+            ),
             Some(_) => {}
+        }
+    }
+    if let Some(release) = version.and_then(|v| catalog.release(v)) {
+        let mut plugins = vec![n.plugin];
+        if n.plugin == Plugin::Multus {
+            plugins.extend(n.multus.delegate);
+        }
+        for p in plugins.into_iter().filter(|p| *p != Plugin::None) {
+            if n.options(p).version.is_none() && !release.defaults.contains_key(p.as_str()) {
+                let with_defaults: Vec<&str> = [
+                    Plugin::Calico,
+                    Plugin::Flannel,
+                    Plugin::Cilium,
+                    Plugin::KubeOvn,
+                    Plugin::Hybridnet,
+                ]
+                .iter()
+                .map(|p| p.as_str())
+                .filter(|name| release.defaults.contains_key(*name))
+                .collect();
+                c.add(
+                    if p == n.plugin {
+                        "spec.network.plugin"
+                    } else {
+                        "spec.network.multus.delegate"
+                    },
+                    format!(
+                        "the catalog has no {} version for Kubernetes {}",
+                        p.as_str(),
+                        release.version
+                    ),
+                    if with_defaults.is_empty() {
+                        "use network.plugin: none and install a CNI yourself (e.g. from a postInstall script), or pin the plugin's version and images with --catalog FILE".to_owned()
+                    } else {
+                        format!(
+                            "use one of {} or none, or set the plugin's version and add its images with --catalog FILE",
+                            with_defaults.join(", ")
+                        )
+                    },
+                );
+            }
         }
     }
     if n.plugin == Plugin::Flannel {
@@ -613,12 +692,39 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
         );
     }
     if let Some(v) = version {
-        if r.kind == RuntimeType::Docker && v.at_least(1, 24) && r.cri_dockerd == Some(false) {
+        if r.kind == RuntimeType::Docker && !v.has_dockershim() && r.cri_dockerd == Some(false) {
             c.add(
                 "spec.runtime.criDockerd",
                 format!("Kubernetes {v} has no dockershim, so docker needs cri-dockerd"),
                 "remove `criDockerd: false`, or use runtime.type containerd",
             );
+        }
+        if r.kind == RuntimeType::Docker && v.has_dockershim() && r.cri_dockerd == Some(true) {
+            c.add(
+                "spec.runtime.criDockerd",
+                format!("the kubelet of Kubernetes {v} talks to docker itself (dockershim); cri-dockerd is used from v1.24"),
+                "remove `criDockerd: true`",
+            );
+        }
+        if r.kind == RuntimeType::CriO && !v.at_least(1, 31) {
+            c.add(
+                "spec.runtime.type",
+                format!("cri-o for Kubernetes {v} is not supported: cri-o follows Kubernetes minors and only its v1.31+ static bundles have the layout KubeXM installs"),
+                "use containerd or docker for this version, or Kubernetes v1.31+",
+            );
+        }
+        if r.kind == RuntimeType::Containerd && !v.supports_containerd_1x() {
+            if let Some(ver) = r
+                .version
+                .as_deref()
+                .filter(|s| s.trim_start_matches('v').starts_with("1."))
+            {
+                c.add(
+                    "spec.runtime.version",
+                    format!("containerd {ver} is 1.x, and Kubernetes v1.35 was the last release to support containerd 1.x"),
+                    "remove runtime.version to use the catalog's containerd 2.x, or set a 2.x version",
+                );
+            }
         }
     }
     if f.spec.kubernetes.kind == KubernetesType::Kubexm && r.kind == RuntimeType::Isulad {

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kubexm_manifests::resolve::Role;
+
 use crate::runner::RunError;
 use ops::Op;
 
@@ -112,16 +114,16 @@ pub struct Node {
     pub address: String,
     /// Address inside the cluster.
     pub internal_address: String,
-    /// Role names (`master`, `worker`, `etcd`, `registry`, `loadbalancer`…).
-    pub roles: Vec<String>,
+    /// Roles, in [`Role`]'s order (none for the control host).
+    pub roles: Vec<Role>,
     /// CPU architecture as the bundle names it (`amd64`, `arm64`).
     pub arch: String,
 }
 
 impl Node {
     /// Has the role.
-    pub fn has_role(&self, role: &str) -> bool {
-        self.roles.iter().any(|r| r == role)
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.contains(&role)
     }
 }
 

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use kubexm_install::install::delete::delete_pipeline;
-use kubexm_install::install::{install_pipeline, load_context};
+use kubexm_install::context::load_context;
 use kubexm_install::pipeline::plan;
+use kubexm_install::pipelines::delete_pipeline;
+use kubexm_install::pipelines::install_pipeline;
 
 fn lab_cluster() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/cluster.yaml")

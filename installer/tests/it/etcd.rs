@@ -8,9 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubexm_install::install::etcd::{certificates, EtcdLayout, Member};
-use kubexm_install::install::{install_pipeline, load_context};
+use kubexm_install::context::load_context;
+use kubexm_install::modules::etcd::{certificates, EtcdLayout, Member};
 use kubexm_install::pipeline::plan;
+use kubexm_install::pipelines::install_pipeline;
+use kubexm_install::pki::{KeyDir, Keys};
 
 fn three_members(prefix: &str) -> Vec<Member> {
     (1..=3)
@@ -99,9 +101,28 @@ fn the_lab_plan_has_certificates_install_and_health_and_reuses_the_pki() {
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }
-    // A second plan reuses the CA and certificates: the same uploads.
+    // A second plan reuses the CA and certificates: the same uploads. Planning writes nothing:
+    // they are held in the context's memory, not in the work directory.
     assert_eq!(build().to_text(), text);
+    assert!(!work.path().join("pki").exists());
+    // An executing context keeps them, and a second one reuses them.
+    let keep = |work: &std::path::Path| {
+        let ctx = Arc::new(
+            load_context(&lab_cluster(), Some(&lab_catalog()), None, work)
+                .expect("context")
+                .for_execution(),
+        );
+        plan::build(
+            &install_pipeline(&ctx),
+            &ctx.plan_nodes(),
+            &Default::default(),
+        )
+        .expect("plan")
+        .to_text()
+    };
+    let first = keep(work.path());
     assert!(work.path().join("pki/lab/etcd/etcd-ca.key").exists());
+    assert_eq!(keep(work.path()), first);
 }
 
 #[test]
@@ -188,7 +209,12 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
     layout.cert_dir = tmp.path().join("ssl").display().to_string();
     layout.bin_dir = etcdctl.parent().expect("dir").display().to_string();
 
-    let files = certificates(&layout, &[], &tmp.path().join("pki")).expect("certificates");
+    let files = certificates(
+        &layout,
+        &[],
+        &KeyDir::new(tmp.path().join("pki"), Keys::Keep),
+    )
+    .expect("certificates");
     std::fs::create_dir_all(&layout.cert_dir).expect("cert dir");
     for f in files.values().flatten() {
         std::fs::write(Path::new(&layout.cert_dir).join(&f.name), &f.content).expect("cert");
@@ -232,10 +258,21 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
     // The module's own health check, with the admin certificate.
     let health = layout.health_command("node1");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let out = loop {
+    // Early in the bootstrap `endpoint health --cluster` can succeed listing only the members
+    // that have published their client URLs: wait until every member answers.
+    let all_healthy = |out: &std::process::Output| {
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        out.status.success()
+            && layout
+                .client_endpoints()
+                .iter()
+                .all(|ep| said.contains(&format!("{ep} is healthy")))
+    };
+    loop {
         let out = sh(&health);
-        if out.status.success() {
-            break out;
+        if all_healthy(&out) {
+            break;
         }
         for (i, e) in running.iter_mut().enumerate() {
             if let Ok(Some(status)) = e.0.try_wait() {
@@ -250,11 +287,6 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
             logs()
         );
         std::thread::sleep(Duration::from_millis(500));
-    };
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    for ep in layout.client_endpoints() {
-        assert!(said.contains(&format!("{ep} is healthy")), "{ep}: {said}");
     }
 
     // Reads and writes over TLS with the admin certificate.
@@ -279,7 +311,8 @@ fn a_real_three_member_tls_cluster_from_our_config_and_certificates() {
     );
     // Nor do they accept a certificate from another CA.
     let other = tempfile::tempdir().expect("tempdir");
-    let foreign = certificates(&layout, &[], other.path()).expect("foreign");
+    let foreign =
+        certificates(&layout, &[], &KeyDir::new(other.path(), Keys::Keep)).expect("foreign");
     let admin = &foreign["node1"];
     let find = |n: &str| admin.iter().find(|f| f.name == n).expect(n);
     std::fs::write(other.path().join("a.pem"), &find("admin-node1.pem").content).expect("w");
@@ -309,7 +342,7 @@ fn the_delete_module_stops_etcd_and_removes_its_files_and_data() {
     );
     let pipeline = kubexm_install::pipeline::Pipeline {
         name: "delete".to_string(),
-        modules: vec![Box::new(kubexm_install::install::etcd::delete_module(&ctx))],
+        modules: vec![Box::new(kubexm_install::modules::etcd::delete_module(&ctx))],
     };
     let text = plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
         .expect("plan")

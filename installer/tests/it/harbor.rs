@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kubexm_install::install::registry::harbor::InstallHarbor;
-use kubexm_install::install::registry::{delete_module, RegistryModule};
-use kubexm_install::install::runtime::docker::DockerEngine;
-use kubexm_install::install::{load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::registry::harbor::InstallHarbor;
+use kubexm_install::modules::registry::{delete_module, RegistryModule};
+use kubexm_install::modules::runtime::docker::DockerEngine;
 use kubexm_install::pipeline::executor::{ExecOptions, Executor};
 use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::pipeline::{plan, Facts, Module, Node, Pipeline, StepError, Task};
@@ -64,7 +64,8 @@ fn harbor_context(edit: impl Fn(String) -> String) -> (Arc<InstallContext>, temp
         &work,
     )
     .expect("harbor lab cluster loads");
-    (Arc::new(ctx), dir)
+    // These tests run the registry module for real too: keys are kept as an install keeps them.
+    (Arc::new(ctx.for_execution()), dir)
 }
 
 const HARBOR_YML: &str = "/opt/kubexm-harbor/harbor/harbor.yml";
@@ -425,7 +426,7 @@ impl StandIn {
             name: "node1".into(),
             address: "127.0.0.1".into(),
             internal_address: "127.0.0.1".into(),
-            roles: vec!["registry".into()],
+            roles: vec![kubexm_manifests::resolve::Role::Registry],
             arch: "amd64".into(),
         };
         let runner: Arc<dyn Runner> = Arc::new(LocalRunner::new("node1"));
@@ -628,7 +629,7 @@ fn delete_stops_harbor_then_removes_its_files_compose_and_docker() {
     // With runtime docker, the runtime's delete leaves the Harbor host's engine to this module.
     let runtime = module_plan(
         &ctx,
-        Box::new(kubexm_install::install::runtime::delete_module(&ctx)),
+        Box::new(kubexm_install::modules::runtime::delete_module(&ctx)),
         "delete",
     );
     assert!(

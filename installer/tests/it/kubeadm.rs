@@ -6,14 +6,15 @@
 
 use std::sync::Arc;
 
-use kubexm_install::install::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
-use kubexm_install::install::kubeadm::config::{ApiVersion, KubeadmSettings};
-use kubexm_install::install::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
-use kubexm_install::install::kubeadm::join::{parse, JoinCredentials, JoinParseError};
-use kubexm_install::install::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
-use kubexm_install::install::{install_pipeline, load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
+use kubexm_install::modules::kubeadm::config::{ApiVersion, KubeadmSettings};
+use kubexm_install::modules::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
+use kubexm_install::modules::kubeadm::join::{parse, JoinCredentials, JoinParseError};
+use kubexm_install::modules::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{plan, Facts, Module};
+use kubexm_install::pipelines::install_pipeline;
 use kubexm_manifests::version::KubeVersion;
 
 use crate::lb::{check_with, file_of, lab_context, rendered, repo};
@@ -730,7 +731,7 @@ fn malformed_outputs_are_named_without_quoting_the_token() {
 fn learned_credentials_round_trip_through_facts() {
     let facts = Facts::default();
     assert!(JoinCredentials::from_facts(&facts).is_none());
-    for (k, v) in kubexm_install::install::kubeadm::join::learn(&init_output_v133()).expect("learn")
+    for (k, v) in kubexm_install::modules::kubeadm::join::learn(&init_output_v133()).expect("learn")
     {
         facts.set(k, v);
     }
@@ -738,7 +739,7 @@ fn learned_credentials_round_trip_through_facts() {
         JoinCredentials::from_facts(&facts),
         Some(parse(&init_output_v133()).expect("parsed"))
     );
-    let err = kubexm_install::install::kubeadm::join::learn("nothing").expect_err("nothing");
+    let err = kubexm_install::modules::kubeadm::join::learn("nothing").expect_err("nothing");
     assert!(err.contains("kubeadm join"), "{err}");
 }
 

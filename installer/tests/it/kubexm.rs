@@ -17,16 +17,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use kubexm_install::install::delete::delete_pipeline;
-use kubexm_install::install::kubexm::certs::{certificates, KubernetesCertificates, NodeFile};
-use kubexm_install::install::kubexm::control_plane::KubexmControlPlaneModule;
-use kubexm_install::install::kubexm::coredns::CoreDnsModule;
-use kubexm_install::install::kubexm::node::KubexmNodesModule;
-use kubexm_install::install::kubexm::{KubexmCluster, Layout};
-use kubexm_install::install::{install_pipeline, load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::kubexm::certs::{certificates, KubernetesCertificates, NodeFile};
+use kubexm_install::modules::kubexm::control_plane::KubexmControlPlaneModule;
+use kubexm_install::modules::kubexm::coredns::CoreDnsModule;
+use kubexm_install::modules::kubexm::node::KubexmNodesModule;
+use kubexm_install::modules::kubexm::{KubexmCluster, Layout};
 use kubexm_install::pipeline::executor::{ExecOptions, Executor, RunReport};
 use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::pipeline::{plan, Module, Pipeline, StepError, Task};
+use kubexm_install::pipelines::delete_pipeline;
+use kubexm_install::pipelines::install_pipeline;
+use kubexm_install::pki::{KeyDir, Keys};
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
 
@@ -103,7 +105,7 @@ fn v131_single_master_no_lb(work: &Path) -> Arc<InstallContext> {
 /// Modules of the kubexm path that render files.
 fn kubexm_modules(ctx: &Arc<InstallContext>) -> Vec<Box<dyn Module>> {
     vec![
-        Box::new(kubexm_install::install::kubexm::certs::KubexmCertsModule(
+        Box::new(kubexm_install::modules::kubexm::certs::KubexmCertsModule(
             ctx.clone(),
         )),
         Box::new(KubexmControlPlaneModule(ctx.clone())),
@@ -492,7 +494,8 @@ fn certificates_chain_to_their_ca_with_kubernetes_subjects_sans_and_usages() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = v131_kubexm_etcd_external_lb(work.path());
     let k = KubexmCluster::new(&ctx).expect("cluster");
-    let files = certificates(&k, &work.path().join("pki")).expect("certificates");
+    let files =
+        certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep)).expect("certificates");
     assert_eq!(
         files.keys().cloned().collect::<Vec<_>>(),
         ["master1", "master2", "master3", "worker1", "worker2"]
@@ -750,7 +753,8 @@ fn external_etcd_files_are_the_users_and_a_missing_file_is_named() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = v135_external_etcd_internal_lb(work.path());
     let k = KubexmCluster::new(&ctx).expect("cluster");
-    let files = certificates(&k, &work.path().join("pki")).expect("certificates");
+    let files =
+        certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep)).expect("certificates");
     let find = |dest: &str| {
         files["master2"]
             .iter()
@@ -779,7 +783,7 @@ fn external_etcd_files_are_the_users_and_a_missing_file_is_named() {
     }
 
     std::fs::remove_file(etcd.join("client.key")).expect("rm");
-    let err = certificates(&k, &work.path().join("pki"))
+    let err = certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep))
         .expect_err("missing key")
         .to_string();
     assert!(
@@ -812,7 +816,8 @@ fn kubectl_with_our_kubeconfig_talks_tls_to_a_server_with_our_apiserver_certific
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = v131_kubexm_etcd_external_lb(work.path());
     let k = KubexmCluster::new(&ctx).expect("cluster");
-    let files = certificates(&k, &work.path().join("pki")).expect("certificates");
+    let files =
+        certificates(&k, &KeyDir::new(work.path().join("pki"), Keys::Keep)).expect("certificates");
     let roots = write_node_files(&work.path().join("nodes"), &files);
     let m1 = &roots["master1"];
     let p = |f: &str| m1.join("etc/kubernetes").join(f).display().to_string();
@@ -872,7 +877,8 @@ fn kubectl_with_our_kubeconfig_talks_tls_to_a_server_with_our_apiserver_certific
     }
     // A kubeconfig of another cluster (another CA) does not trust this server.
     let other = tempfile::tempdir().expect("tempdir");
-    let other_files = certificates(&k, &other.path().join("pki")).expect("other certificates");
+    let other_files = certificates(&k, &KeyDir::new(other.path().join("pki"), Keys::Keep))
+        .expect("other certificates");
     let other_roots = write_node_files(&other.path().join("nodes"), &other_files);
     let foreign = other_roots["master1"]
         .join("etc/kubernetes/admin.conf")
@@ -941,7 +947,7 @@ async fn run_certificates(
         kubelet_dir: root.join("var/lib/kubelet").display().to_string(),
     };
     let k = KubexmCluster::with_layout(ctx, layout.clone()).expect("cluster");
-    let files = certificates(&k, pki).expect("certificates");
+    let files = certificates(&k, &KeyDir::new(pki, Keys::Keep)).expect("certificates");
     let pipeline = Pipeline {
         name: "test".to_string(),
         modules: vec![Box::new(OneTask(Mutex::new(vec![Task::new(

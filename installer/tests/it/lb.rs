@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use kubexm_install::install::loadbalancer::{virtual_router_id, LoadBalancerModule};
-use kubexm_install::install::{load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::loadbalancer::{virtual_router_id, LoadBalancerModule};
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Module};
 

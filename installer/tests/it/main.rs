@@ -1,5 +1,6 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod cli;
 mod delete;
 mod etcd;
 mod harbor;
@@ -10,6 +11,7 @@ mod network;
 mod pipeline;
 mod plan_cli;
 mod runtime;
+mod scope;
 mod seed;
 mod ssh;
 mod unpack;

@@ -7,9 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_bundles::manifest::{BundleManifest, FileRecord, ImageRecord};
-use kubexm_install::install::addons::{nested_values, AddonsModule};
-use kubexm_install::install::network::{render_flannel, NetworkModule};
-use kubexm_install::install::{dns, load_context, BundleRef, InstallContext};
+use kubexm_install::context::{load_context, BundleRef, InstallContext};
+use kubexm_install::modules::addons::{nested_values, AddonsModule};
+use kubexm_install::modules::dns;
+use kubexm_install::modules::network::{render_flannel, NetworkModule};
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Module};
 use kubexm_install::runner::UploadSource;

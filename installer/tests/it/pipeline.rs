@@ -121,7 +121,7 @@ fn nodes(n: usize) -> Vec<Node> {
             name: format!("node{i}"),
             address: format!("10.0.0.{i}"),
             internal_address: format!("10.0.0.{i}"),
-            roles: vec!["worker".to_string()],
+            roles: vec![kubexm_manifests::resolve::Role::Worker],
             arch: "amd64".to_string(),
         })
         .collect()

@@ -1,7 +1,7 @@
 //! `kubexm-install plan`: the full ordered plan of the install pipeline, printed without
 //! connecting anywhere (the example's hosts do not exist).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn example() -> PathBuf {
@@ -11,16 +11,20 @@ fn example() -> PathBuf {
 /// `kubexm-install plan ARGS` in a fresh work directory.
 pub(crate) fn plan(args: &[&str]) -> std::process::Output {
     let work = tempfile::tempdir().expect("tempdir");
+    plan_in(work.path(), args)
+}
+
+/// `kubexm-install plan ARGS` in the work directory `work`.
+fn plan_in(work: &Path, args: &[&str]) -> std::process::Output {
     let mut out = Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
         .arg("--work-dir")
-        .arg(work.path())
+        .arg(work)
         .arg("plan")
         .args(args)
         .output()
         .expect("run kubexm-install");
     // The work directory (where the admin kubeconfig is fetched to) differs on every run.
-    let text =
-        String::from_utf8_lossy(&out.stdout).replace(&work.path().display().to_string(), "WORK");
+    let text = String::from_utf8_lossy(&out.stdout).replace(&work.display().to_string(), "WORK");
     out.stdout = text.into_bytes();
     out
 }
@@ -125,4 +129,55 @@ fn plan_of_an_invalid_cluster_names_the_file_and_fails() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml"), "{err}");
     assert!(out.stdout.is_empty(), "nothing printed on failure");
+}
+
+/// Every file under `dir`, relative to it.
+pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap_or(&p).to_path_buf());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn plan_writes_nothing_in_a_fresh_work_dir() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubexm");
+    let kubexm = fixtures.join("cluster.yaml");
+    let stand_ins = fixtures.join("catalog-stand-in.yaml");
+    for args in [
+        // etcd and registry CAs, the registry's server certificate.
+        vec!["-f", example().to_str().expect("utf-8")],
+        // kubernetes.type kubexm: the Kubernetes and front-proxy CAs, every component's
+        // certificate, the service-account key.
+        vec![
+            "-f",
+            kubexm.to_str().expect("utf-8"),
+            "--catalog",
+            stand_ins.to_str().expect("utf-8"),
+        ],
+    ] {
+        let work = tempfile::tempdir().expect("tempdir");
+        let out = plan_in(work.path(), &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        // The plan still uploads the certificates it would make.
+        assert!(text.contains("/etc/ssl/etcd/ssl/ca.pem"), "{text}");
+        assert_eq!(files_under(work.path()), Vec::<PathBuf>::new(), "{args:?}");
+    }
 }

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use kubexm_install::install::runtime::{delete_module, RuntimeModule};
-use kubexm_install::install::{load_context, InstallContext};
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::runtime::{delete_module, RuntimeModule};
 use kubexm_install::pipeline::{plan, Facts, Module, Pipeline};
 
 use crate::lb::{check_with, file_of, lab_context, rendered, repo};
 
-fn plan_lines(module: &dyn Module, ctx: &kubexm_install::install::InstallContext) -> Vec<String> {
+fn plan_lines(module: &dyn Module, ctx: &kubexm_install::context::InstallContext) -> Vec<String> {
     let mut out = Vec::new();
     for task in module.tasks().expect("tasks") {
         let node = ctx.node(&task.hosts[0]).expect("node");
@@ -175,7 +175,7 @@ fn plain_http_registry_gets_an_http_host_and_a_plain_http_pull() {
 #[test]
 fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
     use kubexm_bundles::manifest::{BundleManifest, FileRecord, ImageRecord};
-    use kubexm_install::install::{load_context, BundleRef};
+    use kubexm_install::context::{load_context, BundleRef};
 
     let plain = lab_context(|t| t);
     let resolution = plain.resolution.as_ref().expect("lab resolves");

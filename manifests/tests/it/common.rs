@@ -29,8 +29,12 @@ pub fn base() -> ClusterFile {
     parse_cluster(BASE, "base.yaml").expect("the base cluster parses")
 }
 
+/// The built-in catalog, parsed once per test binary (it is ~10k lines of YAML) and cloned.
 pub fn builtin() -> Catalog {
-    Catalog::builtin().expect("the built-in catalog loads")
+    static BUILTIN: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    BUILTIN
+        .get_or_init(|| Catalog::builtin().expect("the built-in catalog loads"))
+        .clone()
 }
 
 /// The built-in catalog plus an old release (v1.22.17, test-only: it exists so that rules about

@@ -269,15 +269,33 @@ fn every_builtin_release_resolves_the_default_cluster() {
     let minors: std::collections::BTreeSet<&str> = versions.iter().map(|v| &v[..5]).collect();
     assert!(minors.len() >= 3, "at least three minors: {minors:?}");
     for v in &versions {
-        for arch in [Arch::Amd64, Arch::Arm64] {
-            let out = run(&catalog, "default", |f| {
-                f.spec.kubernetes.version = v.clone();
-                f.spec.hosts.iter_mut().for_each(|h| h.arch = arch);
+        // Releases without a calico default (v1.20 → v1.22) resolve with network.plugin none;
+        // validation refuses calico there (tests/it/validation.rs).
+        let has_calico = v
+            .parse()
+            .ok()
+            .and_then(|k| catalog.release(k))
+            .is_some_and(|r| r.defaults.contains_key("calico"));
+        // One run per release with both arches among the masters and among the nodes (m1 and w1
+        // amd64, the others arm64): every file is resolved for both arches.
+        let out = run(&catalog, "default", |f| {
+            f.spec.kubernetes.version = v.clone();
+            f.spec.hosts.iter_mut().for_each(|h| {
+                h.arch = if h.name == "m1" || h.name == "w1" {
+                    Arch::Amd64
+                } else {
+                    Arch::Arm64
+                };
             });
-            assert!(!out.contains("PROBLEM"), "{v} {arch}: {out}");
+            if !has_calico {
+                f.spec.network.plugin = Plugin::None;
+            }
+        });
+        assert!(!out.contains("PROBLEM"), "{v}: {out}");
+        for arch in [Arch::Amd64, Arch::Arm64] {
             assert!(
                 out.contains(&format!("file  kubeadm {v} {arch}")),
-                "{v}: {out}"
+                "{v} {arch}: {out}"
             );
         }
     }
@@ -362,3 +380,191 @@ fn os_packages_follow_the_cluster() {
     );
     assert!(!rpms.contains(&"jq".to_owned()), "system.debs are not rpms");
 }
+
+/// What `kubeadm config images list --kubernetes-version v1.20.2` prints with kubeadm v1.20.2
+/// (its source: DefaultImageRepository k8s.gcr.io, PauseVersion 3.2, CoreDNSVersion 1.7.0 under
+/// `coredns`, DefaultEtcdVersion 3.4.13-0); compared with the real binary when the lab has built it.
+const KUBEADM_V1_20_2_IMAGES: [&str; 7] = [
+    "k8s.gcr.io/kube-apiserver:v1.20.2",
+    "k8s.gcr.io/kube-controller-manager:v1.20.2",
+    "k8s.gcr.io/kube-scheduler:v1.20.2",
+    "k8s.gcr.io/kube-proxy:v1.20.2",
+    "k8s.gcr.io/pause:3.2",
+    "k8s.gcr.io/etcd:3.4.13-0",
+    "k8s.gcr.io/coredns:1.7.0",
+];
+
+fn kubeadm_cluster(version: &str) -> Resolution {
+    let catalog = builtin();
+    let mut f = base();
+    f.spec.kubernetes.version = version.into();
+    f.spec.etcd.kind = EtcdType::Kubeadm;
+    f.spec.role_groups.etcd = Vec::new();
+    f.spec.network.plugin = Plugin::None;
+    let valid = validate(f, &catalog).unwrap_or_else(|p| panic!("{p:#?}"));
+    resolve(&valid, &catalog, &zone("default")).unwrap_or_else(|p| panic!("{p:#?}"))
+}
+
+fn kubeadm_images(r: &Resolution) -> std::collections::BTreeSet<String> {
+    r.images
+        .iter()
+        .filter(|i| i.group == "kubernetes" || i.group == "etcd")
+        .map(|i| i.reference.clone())
+        .collect()
+}
+
+#[test]
+fn v1_20_2_bundles_exactly_the_images_kubeadm_lists() {
+    let r = kubeadm_cluster("v1.20.2");
+    let want: std::collections::BTreeSet<String> = KUBEADM_V1_20_2_IMAGES
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(kubeadm_images(&r), want);
+
+    // The lab's build (tests/lab/kubernetes/build-kubernetes), or KUBEXM_KUBEADM naming one.
+    let built = std::env::var_os("KUBEXM_KUBEADM")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain(
+            std::fs::read_dir("/var/tmp/kubexm-lab/cache")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path().join("bin/kubeadm")),
+        )
+        .find(|p| {
+            p.is_file()
+                && (std::env::var_os("KUBEXM_KUBEADM").is_some_and(|k| p.as_os_str() == k)
+                    || p.parent()
+                        .and_then(Path::parent)
+                        .and_then(Path::file_name)
+                        .is_some_and(|n| n.to_string_lossy().starts_with("kubernetes-")))
+        });
+    match built {
+        Some(kubeadm) => {
+            let out = std::process::Command::new(&kubeadm)
+                .args(["config", "images", "list", "--kubernetes-version", "v1.20.2"])
+                .output()
+                .expect("run the lab's kubeadm");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let listed: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(listed, want, "real kubeadm v1.20.2 ({})", kubeadm.display());
+        }
+        None => eprintln!(
+            "no lab-built kubeadm under /var/tmp/kubexm-lab/cache/kubernetes-*/bin: compared with the pinned list only"
+        ),
+    }
+}
+
+#[test]
+fn image_registry_follows_kubeadm_per_patch() {
+    // k8s.gcr.io until the backports v1.22.17 / v1.23.15 / v1.24.9; registry.k8s.io after.
+    for (v, repo, etcd, coredns) in [
+        (
+            "v1.22.16",
+            "k8s.gcr.io",
+            "3.5.0-0",
+            "coredns/coredns:v1.8.4",
+        ),
+        (
+            "v1.22.17",
+            "registry.k8s.io",
+            "3.5.6-0",
+            "coredns/coredns:v1.8.4",
+        ),
+        (
+            "v1.23.14",
+            "k8s.gcr.io",
+            "3.5.5-0",
+            "coredns/coredns:v1.8.6",
+        ),
+        (
+            "v1.23.15",
+            "registry.k8s.io",
+            "3.5.6-0",
+            "coredns/coredns:v1.8.6",
+        ),
+        ("v1.24.8", "k8s.gcr.io", "3.5.5-0", "coredns/coredns:v1.8.6"),
+        (
+            "v1.24.9",
+            "registry.k8s.io",
+            "3.5.6-0",
+            "coredns/coredns:v1.8.6",
+        ),
+        (
+            "v1.30.4",
+            "registry.k8s.io",
+            "3.5.12-0",
+            "coredns/coredns:v1.11.1",
+        ),
+        (
+            "v1.30.5",
+            "registry.k8s.io",
+            "3.5.15-0",
+            "coredns/coredns:v1.11.3",
+        ),
+    ] {
+        let images = kubeadm_images(&kubeadm_cluster(v));
+        assert_eq!(images.len(), 7, "{v}: {images:?}");
+        assert!(
+            images.iter().all(|i| i.starts_with(&format!("{repo}/"))),
+            "{v}: {images:?}"
+        );
+        assert!(
+            images.contains(&format!("{repo}/etcd:{etcd}")),
+            "{v}: {images:?}"
+        );
+        assert!(
+            images.contains(&format!("{repo}/{coredns}")),
+            "{v}: {images:?}"
+        );
+        assert!(
+            images.contains(&format!("{repo}/kube-apiserver:{v}")),
+            "{v}: {images:?}"
+        );
+    }
+}
+
+#[test]
+fn network_plugin_none_bundles_no_cni() {
+    let r = kubeadm_cluster("v1.33.11");
+    for b in &r.binaries {
+        assert!(
+            ![
+                "calicoctl",
+                "calico-chart",
+                "cilium-chart",
+                "flannel-manifest",
+                "helm"
+            ]
+            .contains(&b.name.as_str()),
+            "{}",
+            b.name
+        );
+    }
+    for i in &r.images {
+        assert!(
+            ["kubernetes", "etcd", "nodelocaldns", "haproxy"].contains(&i.group.as_str()),
+            "{} ({})",
+            i.reference,
+            i.group
+        );
+    }
+    // The CNI plugins binaries (loopback, bridge, …) still come with the runtime.
+    assert!(r.binaries.iter().any(|b| b.name == "cni-plugins"));
+}
+
+snap!(v1_20_2_kubeadm_network_none, "default", |f| {
+    f.spec.kubernetes.version = "v1.20.2".into();
+    f.spec.network.plugin = Plugin::None;
+});
+snap!(v1_23_17_docker_dockershim, "default", |f| {
+    f.spec.kubernetes.version = "v1.23.17".into();
+    f.spec.runtime.kind = RuntimeType::Docker;
+});

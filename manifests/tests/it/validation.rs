@@ -196,17 +196,47 @@ fn etcd() {
 
 #[test]
 fn kubernetes() {
+    // In the supported range but not a release: named, with the catalog's versions as the hint.
     expect(
-        |f| f.spec.kubernetes.version = "v1.20.0".into(),
+        |f| f.spec.kubernetes.version = "v1.30.99".into(),
         "spec.kubernetes.version",
-        "v1.20.0 is not in the catalog",
+        "v1.30.99 is not in the catalog",
     );
-    let problems = problems_with(&builtin(), |f| f.spec.kubernetes.version = "v1.20.0".into());
+    let problems = problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.30.99".into()
+    });
     assert!(
-        problems[0].hint.contains("v1.33.11") && problems[0].hint.contains("--catalog"),
+        problems[0].hint.contains("v1.20.0")
+            && problems[0].hint.contains("v1.33.11")
+            && problems[0].hint.contains("--catalog"),
         "{:?}",
         problems[0]
     );
+    // Outside v1.20 → v1.36, even when a user catalog carries it.
+    let mut old_cat = builtin();
+    old_cat
+        .merge(
+            serde_saphyr::from_str(
+                "kubernetes:\n  - {version: v1.19.16, pause: '3.2', coredns: 1.7.0, etcdImage: 3.4.13-0}\n",
+            )
+            .expect("override parses"),
+            "test override",
+        )
+        .expect("override merges");
+    expect_in(
+        &old_cat,
+        |f| f.spec.kubernetes.version = "v1.19.16".into(),
+        "spec.kubernetes.version",
+        "KubeXM does not install Kubernetes v1.19.16",
+    );
+    // The oldest and newest supported minors validate with the built-in catalog (v1.20 without a
+    // network plugin default: plugin none).
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.20.2".into();
+        f.spec.network.plugin = Plugin::None;
+    })
+    .is_empty());
+    assert!(problems_with(&builtin(), |f| f.spec.kubernetes.version = "v1.36.4".into()).is_empty());
     expect(
         |f| f.spec.kubernetes.version = "1.33".into(),
         "spec.kubernetes.version",
@@ -683,6 +713,89 @@ fn os_releases_and_package_names() {
     assert!(
         hint[0].hint.contains("debian-12") && hint[0].hint.contains("--catalog"),
         "{hint:?}"
+
+fn versions_refuse_what_cannot_work() {
+    // v1.20 → v1.22 have no network plugin default in the built-in catalog: refused with the way out.
+    let problems = problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.21.14".into()
+    });
+    let p = problems
+        .iter()
+        .find(|p| p.path == "spec.network.plugin")
+        .unwrap_or_else(|| panic!("{problems:#?}"));
+    assert!(
+        p.message
+            .contains("no calico version for Kubernetes v1.21.14"),
+        "{p:?}"
+    );
+    assert!(p.hint.contains("network.plugin: none"), "{p:?}");
+    // From v1.23 calico has a default (KubeKey v4's v3.25.2).
+    assert!(problems_with(&builtin(), |f| f.spec.kubernetes.version =
+        "v1.23.17".into())
+    .is_empty());
+    // A plugin version given explicitly is not refused for lack of a default.
+    assert!(!problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.21.14".into();
+        f.spec.network.calico.version = Some("v3.25.2".into());
+    })
+    .iter()
+    .any(|p| p.path == "spec.network.plugin"));
+
+    // docker: dockershim before v1.24, cri-dockerd from v1.24.
+    expect(
+        |f| {
+            f.spec.kubernetes.version = "v1.23.17".into();
+            f.spec.runtime.kind = RuntimeType::Docker;
+            f.spec.runtime.cri_dockerd = Some(true);
+        },
+        "spec.runtime.criDockerd",
+        "talks to docker itself (dockershim)",
+    );
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.23.17".into();
+        f.spec.runtime.kind = RuntimeType::Docker;
+    })
+    .is_empty());
+    expect(
+        |f| {
+            f.spec.kubernetes.version = "v1.24.0".into();
+            f.spec.runtime.kind = RuntimeType::Docker;
+            f.spec.runtime.cri_dockerd = Some(false);
+        },
+        "spec.runtime.criDockerd",
+        "has no dockershim",
+    );
+    // cri-o only with its v1.31+ bundles.
+    expect(
+        |f| {
+            f.spec.kubernetes.version = "v1.30.14".into();
+            f.spec.runtime.kind = RuntimeType::CriO;
+        },
+        "spec.runtime.type",
+        "cri-o for Kubernetes v1.30.14 is not supported",
+    );
+    // containerd 1.x refused from v1.36, accepted on v1.35.
+    expect(
+        |f| {
+            f.spec.kubernetes.version = "v1.36.0".into();
+            f.spec.runtime.version = Some("1.7.30".into());
+        },
+        "spec.runtime.version",
+        "containerd 1.7.30 is 1.x",
+    );
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.35.0".into();
+        f.spec.runtime.version = Some("1.7.30".into());
+    })
+    .is_empty());
+    // multus cannot delegate to none.
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::Multus;
+            f.spec.network.multus.delegate = Some(Plugin::None);
+        },
+        "spec.network.multus.delegate",
+        "cannot delegate to `none`",
     );
 }
 
@@ -715,4 +828,40 @@ fn os_releases_can_be_added_or_replaced_by_a_catalog_and_are_checked() {
     ] {
         assert!(e.contains(needle), "{needle}: {e}");
     }
+
+fn cidr_lists_are_normalised_once_in_the_model() {
+    // Issue 13 item 4: kubeadm does not parse `"10.233.64.0/18, fd00::/56"`.
+    assert_eq!(
+        kubexm_manifests::model::normalize_cidr_list(
+            " 10.233.64.0/18 , fd85:ee78:d8a6:8600::/56 ,"
+        ),
+        "10.233.64.0/18,fd85:ee78:d8a6:8600::/56"
+    );
+    // Parsed from YAML: normalised on read.
+    let with_spaces = format!(
+        "{BASE}  network:\n    podCidr: \"10.233.64.0/18, fd85:ee78:d8a6:8600::/56\"\n    serviceCidr: \" 10.233.0.0/18 ,fd85:ee78:d8a6:8700::/112\"\n"
+    );
+    let file = kubexm_manifests::load::parse_cluster(&with_spaces, "cluster.yaml")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        file.spec.network.pod_cidr,
+        "10.233.64.0/18,fd85:ee78:d8a6:8600::/56"
+    );
+    assert_eq!(
+        file.spec.network.service_cidr,
+        "10.233.0.0/18,fd85:ee78:d8a6:8700::/112"
+    );
+    // Built in code: validation normalises, so every consumer of ValidCluster reads one spelling.
+    let mut f = base();
+    f.spec.network.pod_cidr = "10.233.64.0/18 , fd85:ee78:d8a6:8600::/56".into();
+    f.spec.network.service_cidr = "10.233.0.0/18,  fd85:ee78:d8a6:8700::/112".into();
+    let valid = validate(f, &builtin()).unwrap_or_else(|p| panic!("{p:#?}"));
+    assert_eq!(
+        valid.file.spec.network.pod_cidr,
+        "10.233.64.0/18,fd85:ee78:d8a6:8600::/56"
+    );
+    assert_eq!(
+        valid.file.spec.network.service_cidr,
+        "10.233.0.0/18,fd85:ee78:d8a6:8700::/112"
+    );
 }

@@ -1,0 +1,242 @@
+//! The internal load balancer (`loadBalancer.mode: internal`): static pods the kubelet runs,
+//! images from the private registry. The steps here only need the API server port and the
+//! masters' addresses, so the binary path (`kubernetes.type: kubexm`) can use them as they are.
+//!
+//! * **kube-vip** (`internal.type: kube-vip`): a static pod on every master holding the VIP on
+//!   `loadBalancer.interface` (ARP, leader election through a Lease in kube-system), so the API
+//!   endpoint (`domain` → VIP) moves with the leader. On the first master it is written
+//!   **before** `kubeadm init`, since init already talks to the endpoint; from Kubernetes v1.29
+//!   kubeadm's `admin.conf` gets its rights only at the end of init, so kube-vip first uses
+//!   `super-admin.conf` there and is switched to `admin.conf` right after init. The other
+//!   masters get it after they joined (their `admin.conf` exists then).
+//! * **haproxy / nginx** (`internal.type: haproxy|nginx`): a local proxy static pod on every
+//!   worker that is not a master, listening on `127.0.0.1:6443` (the API server port, free on a
+//!   worker) with every master as backend and a health endpoint on `127.0.0.1:8081/healthz`.
+//!   It cannot come before the join: `kubeadm join` reads the cluster's configuration through
+//!   the endpoint before it starts the kubelet, which alone can run the proxy. So workers join
+//!   through the endpoint (its domain resolves to the first master), then get the proxy, then
+//!   their kubelet is pointed at `https://127.0.0.1:6443`; kube-proxy's kubeconfig (one for the
+//!   whole cluster) is pointed there too, which on a master is the local API server. The API
+//!   server certificate carries `127.0.0.1` (see [`super::kubeadm::config`]).
+
+use std::time::Duration;
+
+use super::images::node_image;
+use super::kubeadm::config::image_named;
+use super::loadbalancer::{api_backends, Backend, APISERVER_PORT, HEALTH_PORT};
+use crate::context::InstallContext;
+use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, WaitFor};
+use crate::pipeline::{Facts, Node, Step, StepError};
+use crate::runner::shell;
+
+/// Static pod manifests directory.
+pub const MANIFESTS: &str = "/etc/kubernetes/manifests";
+/// kube-vip's static pod.
+pub const KUBE_VIP_MANIFEST: &str = "/etc/kubernetes/manifests/kube-vip.yaml";
+/// The local proxy's static pod.
+pub const PROXY_MANIFEST: &str = "/etc/kubernetes/manifests/kube-lb.yaml";
+/// The local proxy's configuration directory.
+pub const PROXY_DIR: &str = "/etc/kubexm/kube-lb";
+/// Where the local proxy listens.
+pub const LOCAL_API: &str = "https://127.0.0.1:6443";
+
+/// Which local proxy runs on the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalProxyKind {
+    /// haproxy.
+    Haproxy,
+    /// nginx (stream proxy).
+    Nginx,
+}
+
+/// kube-vip's static pod with the given kubeconfig.
+pub struct KubeVip {
+    cluster: String,
+    image: String,
+    vip: String,
+    interface: String,
+    kubeconfig: &'static str,
+}
+
+impl KubeVip {
+    /// kube-vip for the cluster, using `kubeconfig` on the node.
+    pub fn new(ctx: &InstallContext, kubeconfig: &'static str) -> Result<Self, StepError> {
+        let lb = &ctx.cluster.file.spec.load_balancer;
+        let vip = lb.vip.clone().ok_or_else(|| {
+            StepError::Invalid("loadBalancer.vip is required for kube-vip".into())
+        })?;
+        let interface = lb.interface.clone().ok_or_else(|| {
+            StepError::Invalid(
+                "loadBalancer.interface is required: the interface kube-vip puts the VIP on".into(),
+            )
+        })?;
+        Ok(Self {
+            cluster: ctx.cluster.file.metadata.name.clone(),
+            image: node_image(ctx, &image_named(ctx, "kube-vip")?)?,
+            vip,
+            interface,
+            kubeconfig,
+        })
+    }
+
+    /// The rendered static pod.
+    pub fn render(&self) -> Result<RenderTemplate, StepError> {
+        let mut c = tera::Context::new();
+        c.insert("cluster", &self.cluster);
+        c.insert("image", &self.image);
+        c.insert("vip", &self.vip);
+        c.insert("cidr", if self.vip.contains(':') { "128" } else { "32" });
+        c.insert("interface", &self.interface);
+        c.insert("port", &APISERVER_PORT);
+        c.insert("kubeconfig", self.kubeconfig);
+        RenderTemplate::new(
+            "internal-lb/kube-vip.yaml.tera",
+            &c,
+            KUBE_VIP_MANIFEST,
+            0o600,
+        )
+    }
+}
+
+impl Step for KubeVip {
+    fn name(&self) -> &str {
+        "kube-vip"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![
+            Op::Mkdir(CreateDir {
+                path: MANIFESTS.into(),
+                mode: 0o755,
+            }),
+            Op::Template(self.render()?),
+        ])
+    }
+}
+
+/// The local proxy's configuration and static pod on a worker.
+pub struct LocalProxy {
+    kind: LocalProxyKind,
+    cluster: String,
+    image: String,
+    backends: Vec<Backend>,
+}
+
+impl LocalProxy {
+    /// The proxy for the cluster's masters.
+    pub fn new(ctx: &InstallContext, kind: LocalProxyKind) -> Result<Self, StepError> {
+        let name = match kind {
+            LocalProxyKind::Haproxy => "haproxy",
+            LocalProxyKind::Nginx => "nginx",
+        };
+        let backends = api_backends(ctx)?;
+        Ok(Self {
+            kind,
+            cluster: ctx.cluster.file.metadata.name.clone(),
+            image: node_image(ctx, &image_named(ctx, name)?)?,
+            backends,
+        })
+    }
+
+    /// The configuration and the static pod.
+    pub fn render(&self) -> Result<Vec<RenderTemplate>, StepError> {
+        let (config, pod, file) = match self.kind {
+            LocalProxyKind::Haproxy => (
+                "internal-lb/haproxy.cfg.tera",
+                "internal-lb/haproxy-pod.yaml.tera",
+                "haproxy.cfg",
+            ),
+            LocalProxyKind::Nginx => (
+                "internal-lb/nginx.conf.tera",
+                "internal-lb/nginx-pod.yaml.tera",
+                "nginx.conf",
+            ),
+        };
+        let mut c = tera::Context::new();
+        c.insert("cluster", &self.cluster);
+        c.insert("image", &self.image);
+        c.insert("port", &APISERVER_PORT);
+        c.insert("health_port", &HEALTH_PORT);
+        c.insert("backends", &self.backends);
+        c.insert("config", &format!("{PROXY_DIR}/{file}"));
+        let config = RenderTemplate::new(config, &c, format!("{PROXY_DIR}/{file}"), 0o644)?;
+        c.insert("config_sha256", &config.file.sha256);
+        let pod = RenderTemplate::new(pod, &c, PROXY_MANIFEST, 0o600)?;
+        Ok(vec![config, pod])
+    }
+}
+
+impl Step for LocalProxy {
+    fn name(&self) -> &str {
+        "local-api-proxy"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let mut ops = vec![
+            Op::Mkdir(CreateDir {
+                path: PROXY_DIR.into(),
+                mode: 0o755,
+            }),
+            Op::Mkdir(CreateDir {
+                path: MANIFESTS.into(),
+                mode: 0o755,
+            }),
+        ];
+        ops.extend(self.render()?.into_iter().map(Op::Template));
+        ops.push(Op::Wait(WaitFor {
+            what: "the local API proxy's health endpoint".into(),
+            check: format!("curl -fsS -o /dev/null http://127.0.0.1:{HEALTH_PORT}/healthz"),
+            timeout: Duration::from_secs(300),
+            interval: Duration::from_secs(2),
+        }));
+        Ok(ops)
+    }
+}
+
+/// The node's kubelet talks to the API through the local proxy (its kubeconfig's server), and
+/// is restarted when that changed.
+pub struct KubeletViaLocalProxy;
+
+impl Step for KubeletViaLocalProxy {
+    fn name(&self) -> &str {
+        "kubelet-via-local-proxy"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let conf = "/etc/kubernetes/kubelet.conf";
+        Ok(vec![Op::Run(
+            RunCommand::new(format!(
+                "cp -a {conf} {conf}.kubexm-orig 2>/dev/null || true\nsed -i 's#^\\( *server: \\).*#\\1{LOCAL_API}#' {conf}\nsystemctl restart kubelet"
+            ))
+            .unless(format!("grep -q '^ *server: {LOCAL_API}$' {conf}"))
+            .undo(format!(
+                "if [ -e {conf}.kubexm-orig ]; then mv -f {conf}.kubexm-orig {conf}; systemctl restart kubelet; fi"
+            )),
+        )])
+    }
+}
+
+/// kube-proxy's kubeconfig (a ConfigMap for the whole cluster) names the local proxy (the
+/// local API server on masters), then its pods restart. From the first master.
+pub struct KubeProxyViaLocalProxy {
+    /// The control-plane endpoint URL (what the revert puts back).
+    pub endpoint: String,
+}
+
+impl Step for KubeProxyViaLocalProxy {
+    fn name(&self) -> &str {
+        "kube-proxy-via-local-proxy"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let k = super::kubeadm::init::kubectl();
+        let get = format!("{k} -n kube-system get configmap kube-proxy -o yaml");
+        Ok(vec![Op::Run(
+            RunCommand::new(format!(
+                "set -e\n{get} | sed 's#^\\( *server: \\).*#\\1{LOCAL_API}#' | {k} replace -f - >/dev/null\n{k} -n kube-system rollout restart daemonset kube-proxy >/dev/null"
+            ))
+            .unless(format!("{get} | grep -q {}", shell::quote(&format!("server: {LOCAL_API}$"))))
+            .undo(format!(
+                "{get} | sed 's#^\\( *server: \\).*#\\1{}#' | {k} replace -f - >/dev/null || true",
+                self.endpoint
+            ))
+            .timeout(Duration::from_secs(120)),
+        )])
+    }
+}

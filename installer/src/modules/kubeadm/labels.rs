@@ -1,0 +1,136 @@
+//! Node labels and taints per role, set with kubectl on the first master (idempotent: each node
+//! is checked first):
+//!
+//! * workers are labelled `node-role.kubernetes.io/worker=`;
+//! * masters that are also workers lose the `node-role.kubernetes.io/control-plane:NoSchedule`
+//!   taint (pods may run there); master-only nodes keep it;
+//! * `spec.hosts[].labels` are set on their node.
+
+use kubexm_manifests::resolve::Role;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::init::kubectl;
+use crate::context::InstallContext;
+use crate::pipeline::ops::{Op, RunCommand, WaitFor};
+use crate::pipeline::{Facts, Node, Step, StepError};
+use crate::runner::shell;
+
+/// The taint kubeadm puts on control-plane nodes.
+pub const CONTROL_PLANE_TAINT: &str = "node-role.kubernetes.io/control-plane:NoSchedule";
+/// The label of worker nodes.
+pub const WORKER_LABEL: &str = "node-role.kubernetes.io/worker";
+
+/// `kubectl -o go-template` printing a node's labels as `key=value` lines.
+const LABELS: &str =
+    r#"go-template={{range $k, $v := .metadata.labels}}{{$k}}={{$v}}{{"\n"}}{{end}}"#;
+/// `kubectl -o go-template` printing a node's taints as `key:effect` lines.
+const TAINTS: &str = r#"go-template={{range .spec.taints}}{{.key}}:{{.effect}}{{"\n"}}{{end}}"#;
+
+/// What one node should carry.
+#[derive(Debug, Clone)]
+struct Wanted {
+    name: String,
+    labels: BTreeMap<String, String>,
+    untaint: bool,
+}
+
+/// Labels and taints of every master and worker.
+pub struct NodeRoles {
+    nodes: Vec<Wanted>,
+}
+
+impl NodeRoles {
+    /// From the cluster's roles and host labels.
+    pub fn new(ctx: &InstallContext) -> Self {
+        let nodes = ctx
+            .nodes
+            .iter()
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
+            .map(|n| {
+                let mut labels: BTreeMap<String, String> = ctx
+                    .cluster
+                    .file
+                    .spec
+                    .hosts
+                    .iter()
+                    .find(|h| h.name == n.name)
+                    .map(|h| h.labels.clone())
+                    .unwrap_or_default();
+                if n.has_role(Role::Worker) {
+                    labels.insert(WORKER_LABEL.to_string(), String::new());
+                }
+                Wanted {
+                    name: n.name.clone(),
+                    labels,
+                    untaint: n.has_role(Role::Master) && n.has_role(Role::Worker),
+                }
+            })
+            .collect();
+        Self { nodes }
+    }
+}
+
+impl Step for NodeRoles {
+    fn name(&self) -> &str {
+        "node-roles"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let k = kubectl();
+        let mut ops = Vec::new();
+        for w in &self.nodes {
+            let n = shell::quote(&w.name);
+            ops.push(Op::Wait(WaitFor {
+                what: format!("node {} registered", w.name),
+                check: format!("{k} get node {n} -o name >/dev/null"),
+                timeout: Duration::from_secs(180),
+                interval: Duration::from_secs(2),
+            }));
+            if !w.labels.is_empty() {
+                let pairs: Vec<String> = w
+                    .labels
+                    .iter()
+                    .map(|(key, v)| shell::quote(&format!("{key}={v}")))
+                    .collect();
+                let checks: Vec<String> = pairs
+                    .iter()
+                    .map(|p| format!("printf '%s\\n' \"$l\" | grep -qxF -- {p}"))
+                    .collect();
+                ops.push(Op::Run(
+                    RunCommand::new(format!(
+                        "{k} label node {n} --overwrite {} >/dev/null",
+                        pairs.join(" ")
+                    ))
+                    .unless(format!(
+                        "l=$({k} get node {n} -o {}) && {}",
+                        shell::quote(LABELS),
+                        checks.join(" && ")
+                    ))
+                    .undo(format!(
+                        "{k} label node {n} {} >/dev/null 2>&1 || true",
+                        w.labels
+                            .keys()
+                            .map(|key| shell::quote(&format!("{key}-")))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )),
+                ));
+            }
+            if w.untaint {
+                ops.push(Op::Run(
+                    RunCommand::new(format!(
+                        "{k} taint node {n} {CONTROL_PLANE_TAINT}- >/dev/null"
+                    ))
+                    .unless(format!(
+                        "t=$({k} get node {n} -o {}) && ! printf '%s\\n' \"$t\" | grep -qxF {CONTROL_PLANE_TAINT}",
+                        shell::quote(TAINTS)
+                    ))
+                    .undo(format!(
+                        "{k} taint node {n} {CONTROL_PLANE_TAINT} --overwrite >/dev/null 2>&1 || true"
+                    )),
+                ));
+            }
+        }
+        Ok(ops)
+    }
+}

@@ -1,0 +1,170 @@
+//! The kubexm part of the `delete` pipeline (first after the preflight, so the runtime is still
+//! there), on every master and worker:
+//!
+//! 1. The Kubernetes services whose units KubeXM wrote are stopped and disabled.
+//! 2. Every pod sandbox left in the runtime is removed (`crictl rmp -a -f`), so deleting the
+//!    runtime afterwards leaves no containers behind.
+//! 3. `kube-proxy --cleanup` removes its iptables/IPVS rules.
+//! 4. kubelet's mounts under `/var/lib/kubelet` are unmounted and its state and the pod logs
+//!    (`/var/log/pods`, `/var/log/containers`) removed.
+//! 5. What the install wrote is removed: the binaries, units, `/etc/kubernetes/pki`, the
+//!    kubeconfigs and component configurations, the manifests KubeXM applied, the staged bundle
+//!    files; `/etc/kubernetes` (and `manifests/`, `addons/`) only when that leaves them empty.
+
+use std::sync::Arc;
+
+use super::{skip_reason, KubexmCluster, Layout, SERVICES};
+use crate::context::InstallContext;
+use crate::modules::delete::{written_by_kubexm, Ops};
+use crate::modules::runtime::{ARTIFACTS, BIN_DIR};
+use crate::pipeline::ops::{Op, RunCommand};
+use crate::pipeline::{Module, StepError, Task};
+use crate::runner::shell;
+
+/// Binaries KubeXM installs for the kubexm path.
+pub const BINARIES: [&str; 6] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "kube-proxy",
+];
+
+/// Files directly under `/etc/kubernetes` KubeXM writes.
+pub const CONF_FILES: [&str; 11] = [
+    "admin.conf",
+    "super-admin.conf",
+    "controller-manager.conf",
+    "scheduler.conf",
+    "kubelet.conf",
+    "kube-proxy.conf",
+    "kube-scheduler.yaml",
+    "kubelet-config.yaml",
+    "kube-proxy.yaml",
+    super::node::RESOLV_LINK,
+    "addons/kubexm-rbac.yaml",
+];
+
+/// The kubexm delete module.
+pub struct KubexmDeleteModule(pub Arc<InstallContext>);
+
+/// The kubexm delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> KubexmDeleteModule {
+    KubexmDeleteModule(ctx.clone())
+}
+
+impl Module for KubexmDeleteModule {
+    fn name(&self) -> &str {
+        "delete-kubexm"
+    }
+    fn skip(&self) -> Option<String> {
+        skip_reason(&self.0)
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let k = KubexmCluster::new(&self.0)?;
+        Ok(vec![Task::new("delete-kubernetes", k.node_names()).step(
+            Ops {
+                name: "remove-kubernetes",
+                ops: remove_ops(&k.layout, k.runtime_endpoint()),
+            },
+        )])
+    }
+}
+
+/// The generic steps of the removal (see the module docs).
+pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
+    let q = |v: &[String]| {
+        v.iter()
+            .map(|p| shell::quote(p))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let stop: Vec<String> = SERVICES
+        .iter()
+        .rev()
+        .map(|u| {
+            format!(
+                "if {}; then systemctl disable --now {u} 2>/dev/null || systemctl stop {u} 2>/dev/null || true; fi",
+                written_by_kubexm(&l.unit(u))
+            )
+        })
+        .collect();
+    let stopped: Vec<String> = SERVICES
+        .iter()
+        .map(|u| {
+            format!(
+                "{{ ! {} || {{ ! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}; }}; }}",
+                written_by_kubexm(&l.unit(u))
+            )
+        })
+        .collect();
+    let crictl = format!(
+        "{BIN_DIR}/crictl --runtime-endpoint {}",
+        shell::quote(runtime_endpoint)
+    );
+    let socket = runtime_endpoint.trim_start_matches("unix://");
+    let kube_proxy = l.bin("kube-proxy");
+    let state = [
+        l.kubelet_dir.clone(),
+        "/var/log/pods".to_string(),
+        "/var/log/containers".to_string(),
+    ];
+    let mut files: Vec<String> = BINARIES.iter().map(|b| l.bin(b)).collect();
+    files.extend(SERVICES.iter().map(|u| l.unit(u)));
+    files.extend(CONF_FILES.iter().map(|f| l.conf(f)));
+    files.push(format!("{}/coredns.yaml", l.addons_dir()));
+    // The internal load balancer's static pods (kube-vip on masters, the local API proxy on
+    // workers); its configuration directory goes with /etc/kubexm in node preparation's delete.
+    for manifest in ["kube-vip.yaml", "kube-lb.yaml"] {
+        files.push(format!("{}/{manifest}", l.manifests_dir()));
+    }
+    let dirs = [l.addons_dir(), l.manifests_dir(), l.kube_dir.clone()];
+    let staged: Vec<String> = BINARIES
+        .iter()
+        .map(|b| format!("{ARTIFACTS}/{b}"))
+        .collect();
+    let mut gone: Vec<String> = files
+        .iter()
+        .chain(staged.iter())
+        .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
+        .collect();
+    gone.push(format!("[ ! -e {} ]", shell::quote(&l.pki_dir())));
+    vec![
+        Op::Run(RunCommand::new(stop.join("\n")).unless(stopped.join(" && "))),
+        Op::Run(
+            RunCommand::new(format!("{crictl} rmp -a -f >/dev/null"))
+                .unless(format!(
+                    "[ ! -x {BIN_DIR}/crictl ] || [ ! -S {socket} ] || [ -z \"$({crictl} pods -q 2>/dev/null)\" ]"
+                )),
+        ),
+        Op::Run(
+            RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true"))
+                .unless(format!("[ ! -x {kube_proxy} ]")),
+        ),
+        Op::Run(
+            RunCommand::new(format!(
+                "awk -v d={k}/ 'index($2, d) == 1 {{ print $2 }}' /proc/mounts | sort -r | while read -r m; do umount -l \"$m\" || true; done\nrm -rf -- {state}",
+                k = shell::quote(&l.kubelet_dir),
+                state = q(&state),
+            ))
+            .unless(
+                state
+                    .iter()
+                    .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
+                    .collect::<Vec<_>>()
+                    .join(" && "),
+            ),
+        ),
+        Op::Run(
+            RunCommand::new(format!(
+                "rm -f -- {files}\nrm -rf -- {pki} {staged}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
+                files = q(&files),
+                pki = shell::quote(&l.pki_dir()),
+                staged = q(&staged),
+                dirs = q(&dirs),
+            ))
+            .unless(gone.join(" && ")),
+        ),
+    ]
+}

@@ -1,0 +1,23 @@
+//! Reusable modules, one area per file or folder: each decides which tasks run on which nodes
+//! (skip conditions); its tasks assemble specific steps; specific steps call the generic ones in
+//! [`crate::pipeline::ops`]. Pipelines ([`crate::pipelines`]) only compose these modules.
+//!
+//! Shared helpers used by several areas: [`apply`] (manifests and Helm releases applied with the
+//! admin kubeconfig), [`images`] (where nodes pull an image from) and [`delete`] (the delete
+//! preflight and the keep/restore helpers every removal uses).
+
+pub mod addons;
+pub mod apply;
+pub mod delete;
+pub mod dns;
+pub mod etcd;
+pub mod images;
+pub mod internal_lb;
+pub mod kubeadm;
+pub mod kubexm;
+pub mod loadbalancer;
+pub mod network;
+pub mod os;
+pub mod preflight;
+pub mod registry;
+pub mod runtime;

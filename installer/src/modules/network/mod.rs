@@ -1,0 +1,227 @@
+//! Module: the pod network (CNI), from the first master, for both installation paths (it needs
+//! only `/etc/kubernetes/admin.conf` and `kubectl` on the masters).
+//!
+//! **Design**: the plugins' own upstream files are bundled (catalog components
+//! `flannel-manifest`, `calico-chart`, `cilium-chart`, resolved for `network.plugin`) and
+//! KubeXM only sets what the cluster decides: the pod CIDR, the encapsulation mode and MTU, and
+//! every image's location (the private registry). Writing KubeXM's own CNI manifests instead
+//! was rejected: calico and cilium ship dozens of CRDs and RBAC rules that change every
+//! release, and a hand-written copy would drift from what the plugin's version expects.
+//!
+//! * **flannel**: the release's `kube-flannel.yml`, rendered here — `net-conf.json`'s `Network`
+//!   set to the pod CIDR (and `IPv6Network` for dual-stack), the backend type to
+//!   `network.flannel.mode`, every `image:` rewritten to where nodes pull it — and applied with
+//!   `kubectl apply --server-side`.
+//! * **calico**: the release's `tigera-operator` Helm chart, installed with the bundle's helm and
+//!   a values file from `templates/cni/calico-values.yaml.tera` (IP pool = pod CIDR, IPIP /
+//!   VXLAN / no encapsulation from `network.calico.mode`, the operator's and calico's images
+//!   from the private registry).
+//! * **cilium**: the cilium Helm chart with `templates/cni/cilium-values.yaml.tera` (cluster-pool
+//!   IPAM over the pod CIDR, the API endpoint, every image from the private registry).
+//!
+//! Then every master and worker must report Ready. kube-ovn, hybridnet and multus are skipped
+//! with a reason (not implemented yet).
+
+mod calico;
+mod cilium;
+mod flannel;
+
+use kubexm_manifests::resolve::Role;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubexm_manifests::model::Plugin;
+use kubexm_manifests::resolve::network_file;
+
+use super::apply::HelmBinary;
+use super::images::node_image;
+use super::kubeadm::init::kubectl;
+use crate::context::InstallContext;
+use crate::pipeline::ops::{Op, WaitFor};
+use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
+use crate::runner::shell;
+
+pub use calico::Calico;
+pub use cilium::Cilium;
+pub use flannel::{render_flannel, Flannel};
+
+/// The pod network module.
+pub struct NetworkModule(pub Arc<InstallContext>);
+
+impl Module for NetworkModule {
+    fn name(&self) -> &str {
+        "network"
+    }
+
+    fn skip(&self) -> Option<String> {
+        let p = self.0.cluster.file.spec.network.plugin;
+        network_file(p).is_none().then(|| {
+            format!(
+                "network.plugin {}: this build installs calico, flannel and cilium; the {} module is not implemented yet",
+                p.as_str(),
+                p.as_str()
+            )
+        })
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let ctx = &self.0;
+        let first = ctx.first_master()?.name.clone();
+        let plugin = ctx.cluster.file.spec.network.plugin;
+        let mut task = Task::new("pod-network", [first.clone()]);
+        task = match plugin {
+            Plugin::Flannel => task.step(Flannel::new(ctx)?),
+            Plugin::Calico => task
+                .step(HelmBinary { ctx: ctx.clone() })
+                .step(Calico::new(ctx)?),
+            Plugin::Cilium => task
+                .step(HelmBinary { ctx: ctx.clone() })
+                .step(Cilium::new(ctx)?),
+            other => {
+                return Err(StepError::Invalid(format!(
+                    "network.plugin {} is not implemented",
+                    other.as_str()
+                )))
+            }
+        };
+        let nodes: Vec<String> = ctx
+            .nodes
+            .iter()
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
+            .map(|n| n.name.clone())
+            .collect();
+        Ok(vec![
+            task,
+            Task::new("nodes-ready", [first]).step(NodesReady { nodes }),
+        ])
+    }
+}
+
+/// The bundle file of a network component (or, planning without a bundle, the resolver's).
+pub(crate) fn plugin_file(
+    ctx: &InstallContext,
+    component: &str,
+) -> Result<(std::path::PathBuf, kubexm_bundles::manifest::FileRecord), StepError> {
+    let first = ctx.first_master()?;
+    super::runtime::bundle_file(ctx, component, first)
+}
+
+/// Every `image:` of a YAML text rewritten to where nodes pull it; an image the bundle does not
+/// have is an error naming it.
+pub fn rewrite_images(ctx: &InstallContext, text: &str) -> Result<String, StepError> {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let end = &line[body.len()..];
+        let trimmed = body.trim_start();
+        let rest = trimmed
+            .strip_prefix("- ")
+            .unwrap_or(trimmed)
+            .strip_prefix("image:");
+        match rest {
+            Some(value) if !value.trim().is_empty() && !value.trim().starts_with('#') => {
+                let raw = value.split(" #").next().unwrap_or(value).trim();
+                let unquoted = raw.trim_matches(|c| c == '"' || c == '\'');
+                let image = node_image(ctx, unquoted)?;
+                let prefix = &body[..body.len() - value.len()];
+                out.push_str(prefix);
+                out.push(' ');
+                out.push_str(&image);
+                out.push_str(end);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    Ok(out)
+}
+
+/// `REGISTRY/PATH` and the image's path as upstream names it (`tigera/operator`), split from
+/// the reference nodes pull for the canonical `reference`: the longest tail of the canonical
+/// repository path that the pulled reference ends with is the image, the rest the registry.
+pub fn split_image(ctx: &InstallContext, reference: &str) -> Result<ImageLocation, StepError> {
+    let canonical: kubexm_manifests::image_ref::ImageRef = reference
+        .parse()
+        .map_err(|e| StepError::Invalid(format!("image reference {reference}: {e}")))?;
+    let pulled: kubexm_manifests::image_ref::ImageRef = node_image(ctx, reference)?
+        .parse()
+        .map_err(|e| StepError::Invalid(format!("image reference {reference}: {e}")))?;
+    let full = format!("{}/{}", pulled.registry, pulled.repository);
+    let parts: Vec<&str> = canonical.repository.split('/').collect();
+    let image = (0..parts.len())
+        .map(|i| parts[i..].join("/"))
+        .find(|tail| full.ends_with(&format!("/{tail}")))
+        .unwrap_or_else(|| canonical.basename().to_string());
+    let registry = full[..full.len() - image.len() - 1].to_string();
+    Ok(ImageLocation {
+        registry,
+        image,
+        tag: pulled.tag.unwrap_or_default(),
+    })
+}
+
+/// Where an image is pulled from, split for Helm values.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ImageLocation {
+    /// Registry host with any path above the image (`10.0.0.1:5000/kubexm`).
+    pub registry: String,
+    /// The image's path as upstream names it (`tigera/operator`, or `operator` flattened).
+    pub image: String,
+    /// Tag.
+    pub tag: String,
+}
+
+impl ImageLocation {
+    /// `registry/image` (a Helm chart's `repository`).
+    pub fn repository(&self) -> String {
+        format!("{}/{}", self.registry, self.image)
+    }
+}
+
+/// Waits until every master and worker reports Ready (the pod network is up).
+pub struct NodesReady {
+    nodes: Vec<String>,
+}
+
+impl Step for NodesReady {
+    fn name(&self) -> &str {
+        "nodes-ready"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| shell::quote(&format!("node/{n}")))
+            .collect();
+        Ok(vec![Op::Wait(WaitFor {
+            what: format!("{} node(s) Ready", self.nodes.len()),
+            check: format!(
+                "{} wait --for=condition=Ready {} --timeout=10s >/dev/null",
+                kubectl(),
+                nodes.join(" ")
+            ),
+            timeout: Duration::from_secs(600),
+            interval: Duration::from_secs(3),
+        })])
+    }
+    fn policy(&self) -> Policy {
+        Policy {
+            timeout: Duration::from_secs(660),
+            attempts: 1,
+            retry_delay: Duration::from_secs(0),
+        }
+    }
+}
+
+/// The first IPv4 and IPv6 CIDRs of a (possibly dual-stack) CIDR list.
+pub(crate) fn cidrs(list: &str) -> (Option<String>, Option<String>) {
+    let mut v4 = None;
+    let mut v6 = None;
+    for c in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        if c.contains(':') {
+            v6.get_or_insert_with(|| c.to_string());
+        } else {
+            v4.get_or_insert_with(|| c.to_string());
+        }
+    }
+    (v4, v6)
+}

@@ -1,0 +1,596 @@
+//! Module: the container runtime on every master and worker, from the bundle — containerd
+//! ([`containerd`]), docker with cri-dockerd ([`docker`]), cri-o ([`crio`]) or iSulad
+//! ([`isulad`]), per `runtime.type`. [`Runtime`] is the one place that knows each runtime's
+//! CRI socket, unit, registry CA directory, install and delete; other modules ask it.
+//!
+//! What every runtime shares (this file):
+//! * Bundle files go to `/var/lib/kubexm/artifacts/<name>/<version>/<file>` (sha256-checked,
+//!   skipped when present); archives are extracted into `/var/lib/kubexm/extract/<name>-<version>`
+//!   and the binaries copied into place.
+//! * The CNI plugins go to `/opt/cni/bin`, crictl to `/usr/local/bin` with `/etc/crictl.yaml`
+//!   pointing at the runtime's CRI socket.
+//! * The runtime uses the systemd cgroup driver and the pause image from the private registry
+//!   as sandbox image; the private registry's CA is put where the runtime reads it by the
+//!   registry module ([`registry_ca_path`]); the pause image is pulled once the runtime is up.
+//! * When the runtime's data directory was absent or empty at install time a marker under
+//!   `/etc/kubexm` says so, and `delete` removes the data; data that was there before is kept.
+
+pub mod containerd;
+pub mod crio;
+pub mod docker;
+pub mod isulad;
+mod kind;
+
+pub use kind::Runtime;
+
+use kubexm_manifests::resolve::Role;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use base64::Engine;
+use kubexm_bundles::manifest::FileRecord;
+use kubexm_manifests::image_ref::ImageRef;
+use kubexm_manifests::model::RuntimeType;
+use kubexm_manifests::secret::Secret;
+
+use crate::context::InstallContext;
+use crate::pipeline::ops::{
+    CopyFile, ExtractTarball, Op, RenderTemplate, RunCommand, Systemd, SystemdAction, UploadFile,
+    WaitFor,
+};
+use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
+use crate::runner::{shell, UploadSource};
+
+/// Where bundle files are kept on nodes: `ARTIFACTS/<name>/<version>/<file>`.
+pub const ARTIFACTS: &str = "/var/lib/kubexm/artifacts";
+/// Where archives are extracted on nodes: `EXTRACT/<name>-<version>`.
+pub const EXTRACT: &str = "/var/lib/kubexm/extract";
+/// runc (containerd and iSulad; docker and cri-o bring their own).
+pub const RUNC: &str = "/usr/local/sbin/runc";
+/// Runtime binaries and crictl.
+pub const BIN_DIR: &str = "/usr/local/bin";
+/// CNI plugins.
+pub const CNI_BIN_DIR: &str = "/opt/cni/bin";
+/// crictl's configuration.
+pub const CRICTL_CONFIG: &str = "/etc/crictl.yaml";
+
+/// The container runtime.
+pub struct RuntimeModule(pub Arc<InstallContext>);
+
+impl Module for RuntimeModule {
+    fn name(&self) -> &str {
+        "runtime"
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        Runtime::of(&self.0).tasks(&self.0)
+    }
+}
+
+/// The runtime part of the `delete` pipeline, on every master and worker (run after the
+/// Kubernetes delete module has removed the pods): the runtime's services stopped and disabled
+/// (when their units are KubeXM's), what KubeXM installed removed (binaries, units,
+/// configuration, the private registry's CA and credentials), the CNI plugins KubeXM copied,
+/// the runtime's data when KubeXM created it, and the staging files. Each runtime's file says
+/// exactly which paths.
+pub struct RuntimeDeleteModule(pub Arc<InstallContext>);
+
+/// The runtime delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> RuntimeDeleteModule {
+    RuntimeDeleteModule(ctx.clone())
+}
+
+impl Module for RuntimeDeleteModule {
+    fn name(&self) -> &str {
+        "delete-runtime"
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        Runtime::of(&self.0).delete_tasks(&self.0)
+    }
+}
+
+/// The nodes that run a container runtime: masters and workers.
+pub fn runtime_hosts(ctx: &InstallContext) -> Vec<String> {
+    ctx.nodes
+        .iter()
+        .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+/// Where `kind` reads the CA of the private registry `endpoint` (`host[:port]`); the registry
+/// module uploads it there on every node.
+pub fn registry_ca_path(kind: RuntimeType, endpoint: &str) -> String {
+    Runtime::new(kind).registry_ca_path(endpoint)
+}
+
+/// The private registry as the runtimes reach it.
+#[derive(Debug, Clone)]
+pub struct PrivateRegistry {
+    /// `host[:port]`.
+    pub endpoint: String,
+    /// `registry.auths.<endpoint>.plainHTTP`.
+    pub plain_http: bool,
+    /// `registry.auths.<endpoint>.skipTLSVerify` (never with plain HTTP).
+    pub skip_verify: bool,
+    credentials: Option<(String, Secret)>,
+}
+
+impl PrivateRegistry {
+    /// The cluster's private registry; `None` when `registry.type` is none.
+    pub fn of(ctx: &InstallContext) -> Option<Self> {
+        let endpoint = ctx.registry_endpoint()?;
+        let auths = &ctx.cluster.file.spec.registry.auths;
+        let auth = auths
+            .get(&endpoint)
+            .or_else(|| auths.get(endpoint.split(':').next().unwrap_or(&endpoint)));
+        let credentials = auth.and_then(|a| match (&a.username, &a.password) {
+            (Some(u), Some(p)) => Some((u.clone(), p.clone())),
+            _ => None,
+        });
+        let plain_http = auth.is_some_and(|a| a.plain_http);
+        Some(Self {
+            plain_http,
+            skip_verify: auth.is_some_and(|a| a.skip_tls_verify) && !plain_http,
+            credentials,
+            endpoint,
+        })
+    }
+
+    /// User name and password, when `registry.auths` has them.
+    pub fn credentials(&self) -> Option<(&str, &str)> {
+        self.credentials
+            .as_ref()
+            .map(|(u, p)| (u.as_str(), p.expose()))
+    }
+
+    /// `{"auths":{"<endpoint>":{"auth":"<base64 user:password>"}}}`: the credentials file format
+    /// docker (`--config DIR`), cri-o (`global_auth_file`) and containers/image read. Uploaded
+    /// as bytes to a root-only file, never on a command line.
+    pub fn auth_json(&self) -> Option<Vec<u8>> {
+        let (u, p) = self.credentials()?;
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+        let doc = serde_json::json!({ "auths": { &self.endpoint: { "auth": auth } } });
+        serde_json::to_vec_pretty(&doc).ok()
+    }
+}
+
+/// A component's bundle file for `node` (the first one; runtime components have one per arch).
+pub(crate) fn bundle_file(
+    ctx: &InstallContext,
+    component: &str,
+    node: &Node,
+) -> Result<(PathBuf, FileRecord), StepError> {
+    ctx.files_for(component, node)
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            StepError::Invalid(format!(
+            "the bundle has no {component} file for {} ({}): rebuild the bundle for this cluster",
+            node.arch, node.name
+        ))
+        })
+}
+
+/// Upload of a bundle file to `ARTIFACTS/<name>/<version>/<file>`; returns the op and the path.
+pub(crate) fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
+    let file = rec.path.rsplit('/').next().unwrap_or(&rec.path);
+    let dest = format!("{ARTIFACTS}/{}/{}/{file}", rec.name, rec.version);
+    (
+        Op::Upload(UploadFile {
+            source: UploadSource::File(path),
+            sha256: rec.sha256.clone(),
+            dest: dest.clone(),
+            mode,
+        }),
+        dest,
+    )
+}
+
+/// Extraction of an uploaded archive into `EXTRACT/<name>-<version>`; returns the op and the
+/// directory.
+pub(crate) fn extract(archive: &str, rec: &FileRecord) -> (Op, String) {
+    let dest = format!("{EXTRACT}/{}-{}", rec.name, rec.version);
+    (
+        Op::Extract(ExtractTarball {
+            archive: archive.to_string(),
+            sha256: rec.sha256.clone(),
+            dest: dest.clone(),
+        }),
+        dest,
+    )
+}
+
+/// Uploads and extracts `component`'s archive; returns the ops and the extracted directory.
+pub(crate) fn upload_and_extract(
+    ctx: &InstallContext,
+    component: &str,
+    node: &Node,
+) -> Result<(Vec<Op>, String), StepError> {
+    let (path, rec) = bundle_file(ctx, component, node)?;
+    let (up, archive) = upload(path, &rec, 0o644);
+    let (ex, dir) = extract(&archive, &rec);
+    Ok((vec![up, ex], dir))
+}
+
+/// An executable copied into place.
+pub(crate) fn copy(src: String, dest: impl Into<String>) -> Op {
+    Op::Copy(CopyFile {
+        src,
+        dest: dest.into(),
+        mode: 0o755,
+    })
+}
+
+/// runc from the bundle as [`RUNC`].
+pub(crate) fn runc_ops(ctx: &InstallContext, node: &Node) -> Result<Vec<Op>, StepError> {
+    let (path, rec) = bundle_file(ctx, "runc", node)?;
+    let (op, runc) = upload(path, &rec, 0o755);
+    Ok(vec![op, copy(runc, RUNC)])
+}
+
+/// The CNI plugins archive extracted and its files copied into [`CNI_BIN_DIR`].
+pub(crate) fn cni_plugin_ops(ctx: &InstallContext, node: &Node) -> Result<Vec<Op>, StepError> {
+    let (mut ops, dir) = upload_and_extract(ctx, "cni-plugins", node)?;
+    let (d, c) = (shell::quote(&dir), shell::quote(CNI_BIN_DIR));
+    ops.push(Op::Run(
+        RunCommand::new(format!(
+            "set -e\nmkdir -p {c}\nfor f in {d}/*; do [ -f \"$f\" ] || continue; cp -f -- \"$f\" {c}/; chmod 0755 {c}/\"${{f##*/}}\"; done"
+        ))
+        .unless(format!(
+            "[ -d {c} ] && for f in {d}/*; do [ -f \"$f\" ] || continue; cmp -s -- \"$f\" {c}/\"${{f##*/}}\" || exit 1; done"
+        ))
+        .undo(format!(
+            "for f in {d}/*; do [ -f \"$f\" ] && rm -f -- {c}/\"${{f##*/}}\"; done; rmdir {c} 2>/dev/null || true"
+        )),
+    ));
+    Ok(ops)
+}
+
+/// crictl from the bundle into [`BIN_DIR`].
+pub(crate) fn crictl_ops(ctx: &InstallContext, node: &Node) -> Result<Vec<Op>, StepError> {
+    let (mut ops, dir) = upload_and_extract(ctx, "crictl", node)?;
+    ops.push(copy(format!("{dir}/crictl"), format!("{BIN_DIR}/crictl")));
+    Ok(ops)
+}
+
+/// `/etc/crictl.yaml` pointing crictl at `cri_endpoint` (`unix:///…`).
+pub(crate) fn crictl_config(
+    ctx: &InstallContext,
+    cri_endpoint: &str,
+) -> Result<RenderTemplate, StepError> {
+    let mut c = tera::Context::new();
+    c.insert("cluster", ctx.cluster.cluster_name());
+    c.insert("cri_endpoint", cri_endpoint);
+    RenderTemplate::new("crictl/crictl.yaml.tera", &c, CRICTL_CONFIG, 0o644)
+}
+
+/// Install side: writes `marker` when `data_dir` is absent or empty before the runtime first
+/// starts, so `delete` knows the data is KubeXM's.
+pub(crate) fn data_marker(marker: &str, data_dir: &str) -> Op {
+    Op::Run(
+        RunCommand::new(format!("mkdir -p /etc/kubexm\necho {data_dir} > {marker}"))
+            .unless(format!(
+                "[ -e {marker} ] || [ -n \"$(ls -A {data_dir} 2>/dev/null)\" ]"
+            ))
+            .undo(format!("rm -f {marker}")),
+    )
+}
+
+/// Starts a runtime daemon after its files were written: `daemon-reload` when a unit changed,
+/// the data marker (see [`data_marker`]), `enable --now` of every unit in `units`, a restart of
+/// the last one when its configuration changed, then a wait until `ready` (a command proving the
+/// daemon answers on its socket) succeeds.
+pub(crate) fn start_daemon(
+    units: &[&str],
+    (marker, data_dir): (&str, &str),
+    (what, ready): (&str, String),
+) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Run(
+            RunCommand::new("systemctl daemon-reload")
+                .when_changed()
+                .undo("systemctl daemon-reload"),
+        ),
+        data_marker(marker, data_dir),
+    ];
+    for unit in units {
+        ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
+            (*unit).to_string(),
+        ))));
+    }
+    if let Some(main) = units.last() {
+        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
+            unit: (*main).to_string(),
+            always: false,
+        })));
+    }
+    ops.push(Op::Wait(WaitFor {
+        what: format!("{what} answers on its socket"),
+        check: ready,
+        timeout: std::time::Duration::from_secs(60),
+        interval: std::time::Duration::from_secs(1),
+    }));
+    ops
+}
+
+/// Pulls the sandbox image with the runtime's own client unless it is already there. Registry
+/// credentials, when there are any, go into a root-only file first and reach the client through
+/// a shell substitution or a config directory: never on a command line or in the plan.
+pub(crate) struct PullPause {
+    /// Pulls the image.
+    pull: String,
+    /// Succeeds when the image is present.
+    present: String,
+    /// Removes the image (the revert).
+    remove: String,
+    /// Credentials: content and root-only destination.
+    credentials: Option<(Vec<u8>, String)>,
+}
+
+impl PullPause {
+    /// `crictl` (cri-o, iSulad); `auth` is the base64 `user:password` for `--auth`, kept in
+    /// `file`.
+    pub(crate) fn crictl(image: &str, auth: Option<String>, file: &str) -> Self {
+        let i = shell::quote(image);
+        let option = if auth.is_some() {
+            format!(" --auth \"$(cat {file})\"")
+        } else {
+            String::new()
+        };
+        Self {
+            pull: format!("{BIN_DIR}/crictl pull{option} {i} >/dev/null"),
+            present: format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"),
+            remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
+            credentials: auth.map(|a| (a.into_bytes(), file.to_string())),
+        }
+    }
+
+    /// containerd's `ctr` in the `k8s.io` namespace, through the registry hosts directory;
+    /// `auth` is `user:password` for `--user`, kept in `file`.
+    pub(crate) fn ctr(
+        image: &str,
+        hosts_dir: &str,
+        plain_http: bool,
+        auth: Option<String>,
+        file: &str,
+    ) -> Self {
+        let i = shell::quote(image);
+        let plain = if plain_http { " --plain-http" } else { "" };
+        let user = if auth.is_some() {
+            format!(" --user \"$(cat {file})\"")
+        } else {
+            String::new()
+        };
+        let ctr = format!("{BIN_DIR}/ctr -n k8s.io images");
+        Self {
+            pull: format!("{ctr} pull --hosts-dir {hosts_dir}{plain}{user} {i} >/dev/null"),
+            present: format!("{ctr} ls -q | grep -qxF {i}"),
+            remove: format!("{ctr} rm {i} >/dev/null 2>&1 || true"),
+            credentials: auth.map(|a| (a.into_bytes(), file.to_string())),
+        }
+    }
+
+    /// docker; `auth_json` is a docker `config.json` placed in `config_dir`.
+    pub(crate) fn docker(image: &str, auth_json: Option<Vec<u8>>, config_dir: &str) -> Self {
+        let i = shell::quote(image);
+        let config = if auth_json.is_some() {
+            format!(" --config {config_dir}")
+        } else {
+            String::new()
+        };
+        Self {
+            pull: format!("{BIN_DIR}/docker{config} pull {i} >/dev/null"),
+            present: format!("{BIN_DIR}/docker image inspect {i} >/dev/null 2>&1"),
+            remove: format!("{BIN_DIR}/docker image rm {i} >/dev/null 2>&1 || true"),
+            credentials: auth_json.map(|j| (j, format!("{config_dir}/config.json"))),
+        }
+    }
+}
+
+impl Step for PullPause {
+    fn name(&self) -> &str {
+        "pull-pause"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let mut ops = Vec::new();
+        if let Some((content, dest)) = &self.credentials {
+            ops.push(Op::Upload(UploadFile::bytes(
+                content.clone(),
+                dest.clone(),
+                0o600,
+            )));
+        }
+        ops.push(Op::Run(
+            RunCommand::new(self.pull.clone())
+                .unless(self.present.clone())
+                .undo(self.remove.clone()),
+        ));
+        Ok(ops)
+    }
+}
+
+/// Delete side: stops and disables `units` when `unit_file` is KubeXM's and any is enabled or
+/// active.
+pub(crate) fn stop_units(units: &[&str], unit_file: &str) -> Op {
+    let list = units.join(" ");
+    let quiet: Vec<String> = units
+        .iter()
+        .map(|u| {
+            format!("! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}")
+        })
+        .collect();
+    Op::Run(
+        RunCommand::new(format!(
+            "systemctl disable --now {list} 2>/dev/null || systemctl stop {list} 2>/dev/null || true"
+        ))
+        .unless(format!(
+            "! {} || {{ {}; }}",
+            super::delete::written_by_kubexm(unit_file),
+            quiet.join(" && ")
+        )),
+    )
+}
+
+/// Delete side: removes `files`, then `dirs` that are empty, then reloads systemd; skipped when
+/// none of them exists.
+pub(crate) fn remove_paths(files: &[String], dirs: &[String]) -> Op {
+    let q = |v: &[String]| {
+        v.iter()
+            .map(|p| shell::quote(p))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let gone: Vec<String> = files
+        .iter()
+        .chain(dirs.iter())
+        .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
+        .collect();
+    Op::Run(
+        RunCommand::new(format!(
+            "rm -f -- {files}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
+            files = q(files),
+            dirs = q(dirs),
+        ))
+        .unless(gone.join(" && ")),
+    )
+}
+
+/// Delete side: the files of [`CNI_BIN_DIR`] whose names are in KubeXM's extracted CNI archive
+/// are removed, then the directory if empty, then the staging copy. When the staging copy is
+/// already gone (a partial earlier delete) the plugins are left.
+pub(crate) fn remove_cni_plugins() -> Op {
+    let cni_extract = format!("{EXTRACT}/cni-plugins-*");
+    Op::Run(
+        RunCommand::new(format!(
+            "for x in {cni_extract}; do [ -d \"$x\" ] || continue; for f in \"$x\"/*; do [ -f \"$f\" ] && rm -f -- {CNI_BIN_DIR}/\"${{f##*/}}\"; done; done\nrmdir {CNI_BIN_DIR} 2>/dev/null && rmdir /opt/cni 2>/dev/null || true\nrm -rf -- {cni_extract} {ARTIFACTS}/cni-plugins"
+        ))
+        .unless(none_exist(&format!("{cni_extract} {ARTIFACTS}/cni-plugins"))),
+    )
+}
+
+/// Delete side: the runtime's data (`data_dirs`, the first being the one the marker names) is
+/// removed only when `marker` says KubeXM created it — the first directory is kept when it is a
+/// mount point, only its content removed — then `also` (run state, staging globs) is removed.
+pub(crate) fn remove_data(marker: &str, data_dirs: &[&str], also: &str) -> Op {
+    let (first, rest) = data_dirs.split_first().unwrap_or((&"", &[]));
+    let rest = rest.join(" ");
+    Op::Run(
+        RunCommand::new(format!(
+            "if [ -e {marker} ]; then\n  find {first} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {first} || rmdir {first} 2>/dev/null || true\n{more}  rm -f {marker}\nfi\nrm -rf -- {also}",
+            more = if rest.is_empty() {
+                String::new()
+            } else {
+                format!("  rm -rf {rest}\n")
+            },
+        ))
+        .unless(format!("[ ! -e {marker} ] && {{ {}; }}", none_exist(also))),
+    )
+}
+
+/// Shell test: none of the space-separated `paths` (globs allowed) exists.
+pub(crate) fn none_exist(paths: &str) -> String {
+    format!("for p in {paths}; do [ -e \"$p\" ] && exit 1; done; true")
+}
+
+/// A TOML basic string.
+pub(crate) fn toml_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The pause image's canonical reference: the bundle's (or the resolution's) image whose
+/// repository's last component is `pause`.
+pub fn pause_reference(ctx: &InstallContext) -> Result<String, StepError> {
+    bundled_image(ctx, "pause")
+}
+
+/// The canonical reference of the bundle's (or the resolution's) image whose repository's last
+/// component is `basename` (`pause`, `coredns`).
+pub fn bundled_image(ctx: &InstallContext, basename: &str) -> Result<String, StepError> {
+    ctx.image_references()
+        .into_iter()
+        .find(|r| r.parse::<ImageRef>().is_ok_and(|i| i.basename() == basename))
+        .ok_or_else(|| {
+            StepError::Invalid(format!(
+                "no {basename} image in the bundle (or the catalog's resolution): rebuild the bundle for this cluster"
+            ))
+        })
+}
+
+/// The pause image as nodes pull it (from the private registry).
+pub fn sandbox_image(ctx: &InstallContext) -> Result<String, StepError> {
+    ctx.pull_reference(&pause_reference(ctx)?)
+}
+
+/// The version of `component` the cluster installs: the bundle's (or the resolution's) file,
+/// else `runtime.version`.
+pub(crate) fn component_version(
+    ctx: &InstallContext,
+    component: &str,
+) -> Result<String, StepError> {
+    if let Some(v) = ctx
+        .nodes
+        .iter()
+        .find_map(|n| ctx.files_for(component, n).into_iter().next())
+        .map(|(_, r)| r.version)
+    {
+        return Ok(v);
+    }
+    ctx.cluster
+        .file
+        .spec
+        .runtime
+        .version
+        .clone()
+        .ok_or_else(|| {
+            StepError::Invalid(format!(
+                "the {component} version is unknown: set runtime.version or install from a bundle"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_str("plain"), "\"plain\"");
+        assert_eq!(toml_str(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(toml_str("x\ny\u{1}"), "\"x\\ny\\u0001\"");
+    }
+
+    #[test]
+    fn each_runtime_reads_the_registry_ca_from_its_own_directory() {
+        let ep = "reg.local:5000";
+        assert_eq!(
+            registry_ca_path(RuntimeType::Containerd, ep),
+            "/etc/containerd/certs.d/reg.local:5000/ca.crt"
+        );
+        assert_eq!(
+            registry_ca_path(RuntimeType::Docker, ep),
+            "/etc/docker/certs.d/reg.local:5000/ca.crt"
+        );
+        assert_eq!(
+            registry_ca_path(RuntimeType::CriO, ep),
+            "/etc/containers/certs.d/reg.local:5000/ca.crt"
+        );
+        assert_eq!(
+            registry_ca_path(RuntimeType::Isulad, ep),
+            "/etc/isulad/certs.d/reg.local:5000/ca.crt"
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! The delete pipeline: removes what the create pipeline put on the nodes, module by module in
+//! reverse install order. Each module owns its removal (`delete_module`); the conventions every
+//! delete step follows are in [`crate::modules::delete`].
+
+use std::sync::Arc;
+
+use crate::context::InstallContext;
+use crate::modules::delete::DeletePreflight;
+use crate::modules::{etcd, kubeadm, kubexm, loadbalancer, os, registry, runtime};
+use crate::pipeline::Pipeline;
+
+/// The `delete` pipeline, modules in reverse install order.
+pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
+    Pipeline {
+        name: "delete".to_string(),
+        modules: vec![
+            Box::new(DeletePreflight(ctx.clone())),
+            Box::new(kubexm::delete::delete_module(ctx)),
+            Box::new(kubeadm::delete_module(ctx)),
+            Box::new(runtime::delete_module(ctx)),
+            Box::new(registry::delete_module(ctx)),
+            Box::new(loadbalancer::delete_module(ctx)),
+            Box::new(etcd::delete_module(ctx)),
+            Box::new(os::delete_module(ctx)),
+        ],
+    }
+}

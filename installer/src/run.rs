@@ -1,0 +1,167 @@
+//! Running the install pipeline for real: one SSH connection per node (opened in parallel, all
+//! failures reported together), the control host as `localhost`, the journal and state file in
+//! the work directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::context::InstallContext;
+use crate::inventory::{host_password, InventoryError};
+use crate::pipeline::executor::{ExecOptions, Executor, PipelineError, RunReport};
+use crate::pipeline::journal::Journal;
+use crate::pipeline::{Node, Pipeline};
+use crate::runner::local::LocalRunner;
+use crate::runner::ssh::{SshOptions, SshRunner};
+use crate::runner::{RunError, Runner};
+
+/// The control host's node name in tasks.
+pub const CONTROL_HOST: &str = "localhost";
+
+/// How to connect and run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Work directory (journal, state, PKI).
+    pub work_dir: PathBuf,
+    /// Directory relative `privateKeyPath`/`passwordFile` entries are resolved against.
+    pub base_dir: PathBuf,
+    /// OpenSSH known_hosts file.
+    pub known_hosts: PathBuf,
+    /// Record unknown host keys (changed keys are always refused).
+    pub accept_new_host_keys: bool,
+    /// Skip tasks the state file records as done with the same inputs.
+    pub resume: bool,
+    /// Most nodes working at once.
+    pub concurrency: usize,
+    /// SSH connect timeout.
+    pub connect_timeout: Duration,
+}
+
+/// Why an install could not run or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// Credentials could not be read.
+    #[error(transparent)]
+    Inventory(#[from] InventoryError),
+    /// One or more nodes could not be reached (every one is listed).
+    #[error("cannot connect to {} node(s):{}", .0.len(), .0.iter().map(|e| format!("\n  {e}")).collect::<String>())]
+    Connect(Vec<RunError>),
+    /// The journal could not be created.
+    #[error("cannot write the run journal under {path}: {source}")]
+    Journal {
+        /// Work directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pipeline failed.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+fn expand_home(path: &str, base: &Path) -> PathBuf {
+    if let Some(rest) = path.strip_prefix("~/") {
+        if let Some(home) = dirs::home_dir() {
+            return home.join(rest);
+        }
+    }
+    base.join(path)
+}
+
+/// Opens one SSH connection per node, in parallel; every failure is reported.
+pub async fn connect_all(
+    ctx: &InstallContext,
+    opts: &RunOptions,
+) -> Result<Vec<(Node, Arc<dyn Runner>)>, InstallError> {
+    let mut attempts = Vec::new();
+    for node in &ctx.nodes {
+        let Some(host) = ctx
+            .cluster
+            .file
+            .spec
+            .hosts
+            .iter()
+            .find(|h| h.name == node.name)
+        else {
+            continue;
+        };
+        let mut o = SshOptions::new(&node.name, &host.address, &host.user, &opts.known_hosts);
+        o.port = host.port;
+        o.password = host_password(host, &opts.base_dir)?;
+        o.private_key = host
+            .private_key_path
+            .as_deref()
+            .map(|p| expand_home(p, &opts.base_dir));
+        o.accept_new_host_keys = opts.accept_new_host_keys;
+        o.connect_timeout = opts.connect_timeout;
+        attempts.push((node.clone(), o));
+    }
+    let results = join_all(
+        attempts
+            .into_iter()
+            .map(|(node, o)| async move { (node, SshRunner::connect(o).await) }),
+    )
+    .await;
+    let mut runners: Vec<(Node, Arc<dyn Runner>)> = Vec::new();
+    let mut errors = Vec::new();
+    for (node, r) in results {
+        match r {
+            Ok(r) => runners.push((node, Arc::new(r))),
+            Err(e) => errors.push(e),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(InstallError::Connect(errors));
+    }
+    runners.push((control_node(), Arc::new(LocalRunner::new(CONTROL_HOST))));
+    Ok(runners)
+}
+
+/// The control host as a node (for tasks that run where the installer runs).
+pub fn control_node() -> Node {
+    Node {
+        name: CONTROL_HOST.to_string(),
+        address: "127.0.0.1".to_string(),
+        internal_address: "127.0.0.1".to_string(),
+        roles: Vec::new(),
+        arch: std::env::consts::ARCH
+            .replace("x86_64", "amd64")
+            .replace("aarch64", "arm64"),
+    }
+}
+
+/// Runs `pipeline` over `runners`, journaling under the work directory.
+pub async fn run_pipeline(
+    ctx: &InstallContext,
+    pipeline: &Pipeline,
+    runners: Vec<(Node, Arc<dyn Runner>)>,
+    opts: &RunOptions,
+) -> Result<(RunReport, Arc<Journal>), InstallError> {
+    let secrets = crate::inventory::secrets(&ctx.cluster, &opts.base_dir);
+    let journal = Arc::new(
+        Journal::create(&opts.work_dir, &pipeline.name, secrets).map_err(|source| {
+            InstallError::Journal {
+                path: opts.work_dir.clone(),
+                source,
+            }
+        })?,
+    );
+    let exec = Executor::new(
+        runners,
+        journal.clone(),
+        ExecOptions {
+            concurrency: opts.concurrency.max(1),
+            resume: opts.resume,
+            state_path: opts.work_dir.join("state").join(format!(
+                "{}-{}.json",
+                ctx.cluster.cluster_name(),
+                pipeline.name
+            )),
+        },
+    );
+    let report = exec.run(pipeline).await?;
+    Ok((report, journal))
+}
