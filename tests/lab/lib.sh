@@ -21,8 +21,9 @@ build_tools() {
   BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug
 }
 
-# The local mirror served over HTTP, a source registry filled with stand-in images, and
-# `kubexm-build bundle` of the lab cluster from them: $work/lab.tar.zst.
+# The local mirror and the lab's Debian archive served over HTTP, a source registry filled with
+# stand-in images, and `kubexm-build bundle` of the lab cluster ($CLUSTER_YAML, default
+# tests/lab/cluster.yaml) from them: $work/lab.tar.zst.
 build_bundle() {
   local mirror http_port reg_port
   mirror=$("$HERE/mirror/build-mirror")
@@ -38,11 +39,18 @@ http: {addr: 127.0.0.1:$reg_port}
 EOF2
   docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
   pids+=($!)
+  # Debian's archive for the OS packages (the lab cluster lists osReleases: [debian-12]).
+  local debmirror deb_port
+  debmirror=$("$HERE/mirror/build-debmirror")
+  deb_port=$(free_port)
+  (cd "$debmirror" && exec python3 -m http.server --bind 127.0.0.1 "$deb_port") >"$work/http-deb.log" 2>&1 &
+  pids+=($!)
   wait_http "http://127.0.0.1:$http_port/"
   wait_http "http://127.0.0.1:$reg_port/v2/"
-  sed -e "s/127.0.0.1:28080/127.0.0.1:$http_port/; s/127.0.0.1:25000/127.0.0.1:$reg_port/" \
+  wait_http "http://127.0.0.1:$deb_port/debian/dists/bookworm/InRelease"
+  sed -e "s/127.0.0.1:28080/127.0.0.1:$http_port/; s/127.0.0.1:28081/127.0.0.1:$deb_port/; s/127.0.0.1:25000/127.0.0.1:$reg_port/" \
     "$HERE/mirror/zone-lab.yaml" >"$work/zone.yaml"
-  local args=(-f "$HERE/cluster.yaml" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
+  local args=(-f "${CLUSTER_YAML:-$HERE/cluster.yaml}" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
   "$BIN/kubexm-build" resolve "${args[@]}" -o json >"$work/resolve.json"
   "$HERE/mirror/fill-registry" "$work/resolve.json" >/dev/null
   KUBEXM_CACHE_DIR=$work/cache "$BIN/kubexm-build" bundle "${args[@]}" -o "$work/lab.tar.zst" >/dev/null 2>&1 ||
@@ -115,4 +123,36 @@ check_install() {
   done
   [ "$holders" = 1 ] || die "$holders nodes hold the VIP $LAB_VIP (want exactly 1)"
   echo "   VIP $LAB_VIP held by exactly one node ($VIP_HOLDER)"
+}
+
+# The OS packages came from the bundle's signed repository, on nodes that have no package source
+# of their own (prints a line per check; dies with what is wrong). DPKG_LOG_LINES_<node> is the
+# length of /var/log/dpkg.log before the install (set by record_dpkg_log).
+record_dpkg_log() {
+  local n
+  for n in node1 node2 node3; do
+    printf -v "DPKG_LOG_LINES_$n" '%s' "$(sshx $n 'wc -l </var/log/dpkg.log')"
+  done
+}
+check_os_packages() {
+  local n lines installed
+  for n in node1 node2 node3; do
+    sshx $n "grep -qx 'Signed-By: /var/lib/kubexm/repos/kubexm-repo-key.gpg' /etc/apt/sources.list.d/kubexm.sources && ! grep -qi trusted /etc/apt/sources.list.d/kubexm.sources" ||
+      die "$n: no signed source for the bundle's repository"
+    sshx $n "gpgv --keyring /var/lib/kubexm/repos/kubexm-repo-key.gpg /var/lib/kubexm/repos/debian-12/InRelease" >/dev/null 2>&1 ||
+      die "$n: gpgv does not accept the repository's InRelease with the bundle's key"
+    for p in socat conntrack ipset ipvsadm ebtables chrony haproxy keepalived; do
+      sshx $n "dpkg-query -W -f='\${Status}' $p 2>/dev/null | grep -q 'install ok installed'" || die "$n: $p is not installed"
+    done
+    lines=DPKG_LOG_LINES_$n
+    installed=$(sshx $n "tail -n +$((${!lines} + 1)) /var/log/dpkg.log | awk '\$3 == \"install\" {print \$4}' | cut -d: -f1 | sort -u | tr '\n' ' '")
+    grep -qw socat <<<"$installed" || die "$n: socat was not installed by this install (dpkg.log: $installed)"
+    # Already there (the rootfs has them): not installed again.
+    for p in curl openssl iptables; do
+      ! grep -qw "$p" <<<"$installed" || die "$n: $p was present but installed again"
+    done
+    # apt never read the node's own sources or wrote its own lists.
+    sshx $n "! ls /var/lib/apt/lists/ 2>/dev/null | grep -q _Packages" || die "$n: apt fetched lists from the node's own sources"
+    echo "   $n: $(wc -w <<<"$installed") OS packages installed from the bundle's signed repository alone (Signed-By its key, gpgv accepts its InRelease); curl/openssl/iptables already there, not reinstalled"
+  done
 }

@@ -18,6 +18,7 @@ pub mod kubexm;
 pub mod loadbalancer;
 pub mod network;
 pub mod os;
+pub mod osrepo;
 pub mod preflight;
 pub mod registry;
 pub mod runtime;

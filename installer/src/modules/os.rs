@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::context::{InstallContext, NODE_MARKER};
-use crate::pipeline::ops::{ManagedBlock, Op, Package, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{
+    ManagedBlock, Op, Package, PackageSource, RenderTemplate, RunCommand, UploadFile,
+};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
 
@@ -44,6 +46,7 @@ impl Module for NodePrepModule {
             .step(InstallDependencies {
                 debs: spec.system.debs.clone(),
                 rpms: spec.system.rpms.clone(),
+                source: super::osrepo::package_source(ctx),
             })
             .step(DisableSelinux)
             .step(DisableSwap)
@@ -68,10 +71,13 @@ impl Module for NodePrepModule {
     }
 }
 
-/// OS packages Kubernetes nodes need (skipped when installed).
+/// OS packages Kubernetes nodes need (skipped when installed): node preparation and the runtime
+/// dependencies ([`kubexm_manifests::ospackages`], the list the bundle's repositories are built
+/// from) and `system.debs`/`system.rpms`.
 pub struct InstallDependencies {
     debs: Vec<String>,
     rpms: Vec<String>,
+    source: PackageSource,
 }
 
 impl Step for InstallDependencies {
@@ -79,31 +85,28 @@ impl Step for InstallDependencies {
         "install-dependencies"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let base = [
-            "socat",
-            "conntrack",
-            "ipset",
-            "ipvsadm",
-            "ebtables",
-            "chrony",
-            "curl",
-            "tar",
-            "openssl",
-        ];
-        let mut debs: Vec<String> = base.iter().map(|s| s.to_string()).collect();
-        debs.extend(self.debs.iter().cloned());
-        let mut rpms: Vec<String> = base
-            .iter()
-            .map(|s| {
-                if *s == "conntrack" {
-                    "conntrack-tools".to_string()
-                } else {
-                    s.to_string()
+        use kubexm_manifests::ospackages::{NODE_PREP, RUNTIME_DEPS};
+        use kubexm_manifests::osrelease::Family;
+        let names = |family: Family, extra: &[String]| {
+            let mut v: Vec<String> = Vec::new();
+            for n in NODE_PREP
+                .names(family)
+                .iter()
+                .chain(RUNTIME_DEPS.names(family))
+                .map(|s| (*s).to_string())
+                .chain(extra.iter().cloned())
+            {
+                if !v.contains(&n) {
+                    v.push(n);
                 }
-            })
-            .collect();
-        rpms.extend(self.rpms.iter().cloned());
-        Ok(vec![Op::Package(Package { debs, rpms })])
+            }
+            v
+        };
+        Ok(vec![Op::Package(Package {
+            debs: names(Family::Deb, &self.debs),
+            rpms: names(Family::Rpm, &self.rpms),
+            source: self.source.clone(),
+        })])
     }
 }
 

@@ -84,6 +84,7 @@ fn lab_bundle(dir: &Path) -> PathBuf {
                 roles: i.roles.iter().map(|r| r.as_str().to_string()).collect(),
             })
             .collect(),
+        os_repos: Vec::new(),
     };
     let entry = |path: &str, bytes: Vec<u8>| Entry {
         path: path.into(),

@@ -42,6 +42,7 @@ fn delete_plan_of_the_lab_cluster() {
             "delete-registry",
             "delete-loadbalancer",
             "delete-etcd",
+            "delete-os-repository",
             "delete-node-prep"
         ],
         "reverse install order"

@@ -8,6 +8,7 @@ mod kubeadm;
 mod kubexm;
 mod lb;
 mod network;
+mod osrepo;
 mod pipeline;
 mod plan_cli;
 mod runtime;
