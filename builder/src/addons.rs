@@ -10,6 +10,11 @@
 //!   index's digest), else against the index's digest.
 //!
 //! Each file becomes a `bundle.json` record named `addon/<addon>`, arch `all`.
+//!
+//! The custom scripts (`spec.system.preInstall` / `postInstall`) are bundled the same way as a
+//! local addon file ([`collect_scripts`]): read on the build host, hashed, one record each named
+//! `script/pre-install` or `script/post-install` whose version is the script's two-digit
+//! position, under `files/scripts/<phase>/<NN>-<file name>`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use kubexm_bundles::manifest::FileRecord;
 use kubexm_manifests::catalog::is_sha256_hex;
-use kubexm_manifests::resolve::{AddonEntry, AddonLocation};
+use kubexm_manifests::resolve::{AddonEntry, AddonLocation, ScriptEntry};
 use serde::Deserialize;
 
 use crate::cache::Cache;
@@ -155,6 +160,60 @@ pub async fn collect(
                 out.push(file_of(e, &file, version, sum, &chart_url, &blob));
             }
         }
+    }
+    Ok(out)
+}
+
+/// The largest custom script `kubexm-build` bundles (a script, not a payload: ship data as an
+/// addon or in the script's own directory on the nodes).
+pub const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
+
+/// Reads every custom script (relative to cluster.yaml's directory) into the cache.
+pub fn collect_scripts(
+    entries: &[ScriptEntry],
+    base_dir: &Path,
+    cache: &Cache,
+) -> Result<Vec<AddonFile>> {
+    let mut out = Vec::new();
+    for e in entries {
+        let at = format!(
+            "spec.system.{}[{}] `{}`",
+            e.phase.field(),
+            e.position - 1,
+            e.source
+        );
+        let file = base_dir.join(&e.source);
+        let meta = std::fs::metadata(&file)
+            .with_context(|| format!("{at}: cannot read `{}`", file.display()))?;
+        if !meta.is_file() {
+            bail!("{at}: `{}` is not a regular file", file.display());
+        }
+        if meta.len() > MAX_SCRIPT_BYTES {
+            bail!(
+                "{at}: `{}` has {} bytes, more than the {MAX_SCRIPT_BYTES} a script may have",
+                file.display(),
+                meta.len()
+            );
+        }
+        let bytes = std::fs::read(&file)
+            .with_context(|| format!("{at}: cannot read `{}`", file.display()))?;
+        let sum = kubexm_bundles::hash::sha256_hex(&bytes);
+        let blob = cache.put_bytes(&sum, &bytes)?;
+        out.push(AddonFile {
+            record: FileRecord {
+                name: e.phase.record_name(),
+                version: e.version(),
+                arch: "all".to_owned(),
+                path: e.path.clone(),
+                sha256: sum,
+                size: meta.len(),
+                url: format!("file://{}", file.display()),
+                roles: ["master", "worker", "etcd", "registry", "loadbalancer"]
+                    .map(str::to_owned)
+                    .into(),
+            },
+            blob,
+        });
     }
     Ok(out)
 }

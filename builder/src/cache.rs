@@ -56,9 +56,10 @@ impl Cache {
         self.root.join("blobs/sha256").join(hex)
     }
 
-    /// Whether the blob is present.
+    /// Whether the blob is present (never for a `hex` that is not 64 lowercase hex digits: such
+    /// a name could point outside the cache).
     pub fn contains(&self, hex: &str) -> bool {
-        self.blob_path(hex).is_file()
+        kubexm_manifests::digest::is_sha256_hex(hex) && self.blob_path(hex).is_file()
     }
 
     /// The in-progress download of `hex` (kept between runs so a download can resume).

@@ -34,6 +34,76 @@ pub enum Command {
     Bundle(BundleArgs),
     /// Check every entry of a bundle against its SHA256SUMS and bundle.json.
     Verify(VerifyArgs),
+    /// Convert another installer's configuration into a cluster.yaml.
+    Import(ImportArgs),
+    /// Make a key pair for signing bundles (minisign format: `minisign -V` checks signatures).
+    Keygen(KeygenArgs),
+}
+
+/// `import` options.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Which tool the configuration comes from.
+    #[command(subcommand)]
+    pub from: ImportFrom,
+}
+
+/// Configurations `import` reads.
+#[derive(Debug, Subcommand)]
+pub enum ImportFrom {
+    /// A KubeKey configuration: a v1alpha2 `Cluster` (KubeKey v1–v3, `kk create config`), or a v4
+    /// `Config` with its `Inventory`.
+    Kubekey(KubekeyArgs),
+}
+
+/// `import kubekey` options.
+#[derive(Debug, Args)]
+pub struct KubekeyArgs {
+    /// The KubeKey file: a v1alpha2 Cluster, or a v4 Config.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// The KubeKey v4 Inventory (hosts and groups) that goes with a v4 Config.
+    #[arg(short = 'i', long = "inventory", value_name = "FILE")]
+    pub inventory: Option<PathBuf>,
+    /// The cluster.yaml to write. Host passwords and inline keys go to `<FILE>.secrets/` (0600).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "cluster.yaml"
+    )]
+    pub output: PathBuf,
+    /// Cluster name (default: KubeKey's metadata.name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Kubernetes version to install, when KubeKey's is not in the catalog.
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<String>,
+    /// Network interface carrying the kube-vip VIP (KubeKey detects it; KubeXM needs it named).
+    #[arg(long, value_name = "IFACE")]
+    pub vip_interface: Option<String>,
+    /// A catalog file merged over the built-in catalog (for versions it lacks).
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// Replace an existing output file and secrets.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `keygen` options.
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Writes PREFIX.key (secret, mode 0600) and PREFIX.pub.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "PREFIX",
+        default_value = "kubexm"
+    )]
+    pub output: PathBuf,
+    /// Replace existing key files.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `bundle` options.
@@ -73,14 +143,56 @@ pub struct BundleArgs {
     /// It is verified again either way.
     #[arg(long, default_value_t = 86_400, value_name = "SECONDS")]
     pub os_index_max_age: u64,
+    /// Sign the bundle with this minisign secret key (`kubexm-build keygen`): writes
+    /// FILE.minisig over the content digest (and signs the split index with --split).
+    #[arg(long, value_name = "KEY")]
+    pub sign: Option<PathBuf>,
+    /// Cut the bundle into parts of at most SIZE bytes (K, M, G, T: powers of 1024), with a
+    /// FILE.parts.json index holding each part's sha256.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub split: Option<u64>,
+    /// Pack only what this site inventory (`kubexm-install inventory`) does not list: a delta
+    /// bundle the installer completes from what the site holds.
+    #[arg(long, value_name = "INVENTORY")]
+    pub have: Option<PathBuf>,
+}
+
+/// `4G`, `10M`, `512K`, `1T` (powers of 1024; `KiB`/`MB` spellings too) or a number of bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size such as 4G or 10M"))?;
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("`{s}`: unknown unit (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| format!("`{s}` is not a usable size"))
 }
 
 /// `verify` options.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The bundle to check.
+    /// The bundle to check, or the index of a split bundle (FILE.parts.json).
     #[arg(value_name = "FILE.tar.zst")]
     pub bundle: PathBuf,
+    /// Check the bundle's signature (FILE.minisig) against this minisign public key
+    /// (repeatable: any of them may have signed).
+    #[arg(long = "trusted-key", value_name = "KEY.pub")]
+    pub trusted_keys: Vec<PathBuf>,
 }
 
 /// Where the cluster description, catalog and zone come from.

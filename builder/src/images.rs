@@ -457,12 +457,8 @@ impl Puller {
             detail: "image manifest without config".into(),
         })?;
         for d in std::iter::once(config).chain(&doc.layers) {
-            let Some(hex) = d.digest.strip_prefix("sha256:") else {
-                return Err(ImageError::Manifest {
-                    reference: label.to_owned(),
-                    detail: format!("digest `{}` is not sha256", d.digest),
-                });
-            };
+            let hex = blob_hex(&d.digest, label)?;
+            let hex = hex.as_str();
             blobs.insert(d.digest.clone());
             if !self.cache.contains(hex) {
                 jobs.push(BlobJob {
@@ -496,8 +492,8 @@ impl Puller {
             label: format!("{label} config"),
         })
         .await?;
-        let hex = config.digest.trim_start_matches("sha256:");
-        let bytes = std::fs::read(self.cache.blob_path(hex)).unwrap_or_default();
+        let hex = blob_hex(&config.digest, label)?;
+        let bytes = std::fs::read(self.cache.blob_path(&hex)).unwrap_or_default();
         let cfg: ConfigDoc = serde_json::from_slice(&bytes).map_err(|e| ImageError::Manifest {
             reference: label.to_owned(),
             detail: format!("config blob is not JSON: {e}"),
@@ -507,12 +503,7 @@ impl Puller {
 
     /// Downloads one blob into the cache, verifying its digest; retried with backoff.
     async fn blob(&self, job: BlobJob) -> Result<(), ImageError> {
-        let Some(hex_digest) = job.digest.strip_prefix("sha256:").map(str::to_owned) else {
-            return Err(ImageError::Manifest {
-                reference: job.label,
-                detail: format!("digest `{}` is not sha256", job.digest),
-            });
-        };
+        let hex_digest = blob_hex(&job.digest, &job.label)?;
         if self.cache.contains(&hex_digest) {
             return Ok(());
         }
@@ -671,6 +662,18 @@ fn retype_index(bytes: &[u8], label: &str) -> Result<Vec<u8>, ImageError> {
 }
 
 /// A one-entry OCI index pointing at a Docker schema2 manifest, so OCI layout readers find it.
+/// The hex of a digest a registry sent, validated (`sha256:` + 64 lowercase hex) before any
+/// cache path is built from it: `sha256:../../etc/passwd` would otherwise name a file outside
+/// the cache, which the bundle would then carry.
+fn blob_hex(digest: &str, label: &str) -> Result<String, ImageError> {
+    kubexm_manifests::digest::Digest::parse(digest)
+        .map(|d| d.hex().to_owned())
+        .map_err(|e| ImageError::Manifest {
+            reference: label.to_owned(),
+            detail: e.to_string(),
+        })
+}
+
 fn wrapper_index(digest: &str, size: u64, platform: &str) -> Vec<u8> {
     let (os, arch) = platform.split_once('/').unwrap_or(("linux", platform));
     let index = serde_json::json!({

@@ -10,6 +10,7 @@ mod images;
 mod oci_layout;
 mod osrepo;
 mod progress;
+mod sbom;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -35,6 +36,10 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(args, &mut out),
         Command::Bundle(args) => commands::bundle::run(args, &mut out),
         Command::Verify(args) => commands::verify::run(args, &mut out),
+        Command::Import(args) => match &args.from {
+            cli::ImportFrom::Kubekey(a) => commands::import::run(a, &mut out),
+        },
+        Command::Keygen(args) => commands::keygen::run(args, &mut out),
     };
     let _ = out.flush();
     match result {

@@ -3,6 +3,8 @@
 
 use thiserror::Error;
 
+use kubexm_manifests::display::Untrusted;
+
 use crate::manifest::{BundleManifest, IMAGES_DIR};
 use crate::sums::Sums;
 
@@ -10,22 +12,47 @@ use crate::sums::Sums;
 #[derive(Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ManifestProblem {
-    /// `formatVersion` is not the one this build reads and writes.
-    #[error("`bundle.json` has formatVersion {found}; this build supports {expected}")]
+    /// `formatVersion` is not one this build reads.
+    #[error("`bundle.json` has formatVersion {}; this build reads 1 to {expected}", Untrusted(.found))]
     FormatVersion {
         /// What the manifest says (as written, `missing` if absent).
         found: String,
-        /// [`crate::FORMAT_VERSION`].
+        /// [`crate::FORMAT_VERSION`], the newest this build reads and the one it writes.
         expected: u32,
     },
+    /// formatVersion 2: `sizes` lists a path `SHA256SUMS` does not.
+    #[error("`bundle.json` pins the size of `{}`, which `SHA256SUMS` does not list", Untrusted(.path))]
+    SizeUnlisted {
+        /// The path.
+        path: String,
+    },
+    /// formatVersion 2: a file of `SHA256SUMS` has no pinned size.
+    #[error("`bundle.json` pins no size for `{}`, which `SHA256SUMS` lists", Untrusted(.path))]
+    SizeMissing {
+        /// The path.
+        path: String,
+    },
+    /// formatVersion 1 carries no `sizes`.
+    #[error("`bundle.json` has formatVersion 1 but pins sizes (a formatVersion 2 field)")]
+    SizesInVersion1,
+    /// `files[].size` differs from the pinned size.
+    #[error("`bundle.json` gives `{}` size {manifest} in `files` but {pinned} in `sizes`", Untrusted(.path))]
+    FileSize {
+        /// The path.
+        path: String,
+        /// `files[].size`.
+        manifest: u64,
+        /// `sizes[path]`.
+        pinned: u64,
+    },
     /// `files[].path` is not in the bundle.
-    #[error("`bundle.json` lists file `{path}` but the bundle does not contain it")]
+    #[error("`bundle.json` lists file `{}` but the bundle does not contain it", Untrusted(.path))]
     FileMissing {
         /// The path.
         path: String,
     },
     /// `files[].sha256` differs from `SHA256SUMS`.
-    #[error("`bundle.json` gives `{path}` sha256 {manifest}, `SHA256SUMS` gives {sums}")]
+    #[error("`bundle.json` gives `{}` sha256 {}, `SHA256SUMS` gives {sums}", Untrusted(.path), Untrusted(.manifest))]
     FileSum {
         /// The path.
         path: String,
@@ -33,6 +60,17 @@ pub enum ManifestProblem {
         manifest: String,
         /// sha256 in `SHA256SUMS`.
         sums: String,
+    },
+    /// A `files[]` name, version or arch that is not made of safe path components (they name
+    /// directories on the nodes).
+    #[error("`bundle.json` file `{}`: {field} {problem}", Untrusted(.path))]
+    FileName {
+        /// The file's path.
+        path: String,
+        /// `name`, `version` or `arch`.
+        field: &'static str,
+        /// Why.
+        problem: kubexm_manifests::name::NameError,
     },
     /// `images` is not empty but the OCI layout is incomplete.
     #[error("`bundle.json` lists images but `{path}` is missing")]
@@ -43,9 +81,12 @@ pub enum ManifestProblem {
 }
 
 /// Checks the format version of a raw `bundle.json` value, before strict parsing.
-pub(crate) fn format_version(value: &serde_json::Value) -> Result<(), ManifestProblem> {
-    let found = value.get("formatVersion");
-    if found.and_then(serde_json::Value::as_u64) == Some(u64::from(crate::FORMAT_VERSION)) {
+pub(crate) fn format_version(found: Option<&serde_json::Value>) -> Result<(), ManifestProblem> {
+    if found
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+        .is_some_and(|v| crate::READABLE_FORMAT_VERSIONS.contains(&v))
+    {
         return Ok(());
     }
     Err(ManifestProblem::FormatVersion {
@@ -56,11 +97,26 @@ pub(crate) fn format_version(value: &serde_json::Value) -> Result<(), ManifestPr
 
 /// Checks `manifest` against the list of files (`SHA256SUMS`, which lists every file).
 pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), ManifestProblem> {
-    if manifest.format_version != crate::FORMAT_VERSION {
+    if !crate::READABLE_FORMAT_VERSIONS.contains(&manifest.format_version) {
         return Err(ManifestProblem::FormatVersion {
             found: manifest.format_version.to_string(),
             expected: crate::FORMAT_VERSION,
         });
+    }
+    for file in &manifest.files {
+        let parts = file.name.split('/').map(|n| ("name", n)).chain([
+            ("version", file.version.as_str()),
+            ("arch", file.arch.as_str()),
+        ]);
+        for (field, value) in parts {
+            if let Err(problem) = kubexm_manifests::name::check_component(value) {
+                return Err(ManifestProblem::FileName {
+                    path: file.path.clone(),
+                    field,
+                    problem,
+                });
+            }
+        }
     }
     let repo_files = manifest.os_repos.iter().flat_map(|r| {
         r.packages
@@ -105,13 +161,14 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::manifest::{FileRecord, ImageRecord};
 
     const H: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-    fn bundle() -> BundleManifest {
+    /// A valid manifest of one file (other modules' tests start from it).
+    pub(crate) fn bundle() -> BundleManifest {
         BundleManifest {
             format_version: crate::FORMAT_VERSION,
             tool_version: "0.1.0".into(),
@@ -132,6 +189,7 @@ mod tests {
             }],
             images: vec![],
             os_repos: vec![],
+            sizes: std::collections::BTreeMap::new(),
         }
     }
 
@@ -176,15 +234,15 @@ mod tests {
 
     #[test]
     fn checks_format_version() {
-        assert_eq!(
-            format_version(&serde_json::json!({"formatVersion": 1})),
-            Ok(())
-        );
-        let err = format_version(&serde_json::json!({"formatVersion": 2})).expect_err("v2");
+        for ok in [1, 2] {
+            assert_eq!(format_version(Some(&serde_json::json!(ok))), Ok(()));
+        }
+        let err = format_version(Some(&serde_json::json!(3))).expect_err("v3");
         assert_eq!(
             err.to_string(),
-            "`bundle.json` has formatVersion 2; this build supports 1"
+            "`bundle.json` has formatVersion 3; this build reads 1 to 2"
         );
-        assert!(format_version(&serde_json::json!({})).is_err());
+        assert!(format_version(None).is_err());
+        assert!(format_version(Some(&serde_json::json!(u64::MAX))).is_err());
     }
 }

@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use fs_err::os::unix::fs::OpenOptionsExt;
+use kubexm_manifests::display::Untrusted;
 
 use crate::path;
 use crate::verify::Sink;
@@ -105,7 +106,7 @@ fn safe(rel: &str) -> io::Result<()> {
     path::check(rel).map_err(|problem| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unsafe path `{rel}`: it {problem}"),
+            format!("unsafe path `{}`: it {problem}", Untrusted(rel)),
         )
     })
 }

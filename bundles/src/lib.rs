@@ -19,14 +19,21 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod atomic;
 mod check;
+pub mod delta;
 mod dirsink;
 pub mod hash;
+pub mod head;
+pub mod layout;
 pub mod manifest;
 pub mod pack;
 mod path;
+mod pins;
 pub mod prefetch;
+pub mod sign;
 mod space;
+pub mod split;
 mod sums;
 pub mod verify;
 mod worker_sink;
@@ -38,8 +45,11 @@ pub use path::PathProblem;
 pub use sums::SumsError;
 pub use verify::{verify, VerifyError};
 
-/// Version of the bundle layout written in `bundle.json`.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the bundle layout written in `bundle.json`: 2 pins every entry's size
+/// (`sizes`).
+pub const FORMAT_VERSION: u32 = 2;
+/// Versions [`verify()`] reads: 1 (sizes not pinned; checked as entries arrive) and 2.
+pub const READABLE_FORMAT_VERSIONS: [u32; 2] = [1, 2];
 
 /// Any error of this crate.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! `bundle.json`: what a bundle holds. Written by `kubexm-build bundle`, read by `verify` and by
 //! `kubexm-install`. Fields are only ever added within a `formatVersion`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +42,13 @@ pub struct BundleManifest {
     pub files: Vec<FileRecord>,
     /// Images in `images/` (an OCI image layout).
     pub images: Vec<ImageRecord>,
+    /// formatVersion 2: the size in bytes of every file `SHA256SUMS` lists except `bundle.json`
+    /// itself, by path. Pinned up front so that a reader refuses an entry whose tar header
+    /// says otherwise before reading it, and knows the space the bundle takes on disk before
+    /// writing a byte. Written by [`crate::pack()`] (whatever the caller put here); empty in
+    /// formatVersion 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sizes: BTreeMap<String, u64>,
     /// OS package repositories under `repos/`, one per release of `spec.system.osReleases`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub os_repos: Vec<OsRepoRecord>,

@@ -30,7 +30,14 @@ pub enum PathProblem {
     /// A control character such as a newline (breaks `SHA256SUMS` lines).
     #[error("contains a control character")]
     Control,
+    /// A top-level name the installer keeps for itself (`.kubexm-unpacked`, the completion
+    /// marker of an unpacked tree, and anything else starting with [`RESERVED_PREFIX`]).
+    #[error("uses a name reserved for the installer (`{RESERVED_PREFIX}*` at the top level)")]
+    Reserved,
 }
+
+/// Top-level names starting with this are the installer's own (markers in unpacked trees).
+pub const RESERVED_PREFIX: &str = ".kubexm";
 
 /// Checks that `path` is a relative, normalized, `/`-separated path that stays inside the root.
 pub(crate) fn check(path: &str) -> Result<(), PathProblem> {
@@ -48,6 +55,9 @@ pub(crate) fn check(path: &str) -> Result<(), PathProblem> {
     }
     if path.chars().any(char::is_control) {
         return Err(PathProblem::Control);
+    }
+    if path.starts_with(RESERVED_PREFIX) {
+        return Err(PathProblem::Reserved);
     }
     for component in path.split('/') {
         match component {
@@ -94,9 +104,45 @@ mod tests {
             ("a\0b", PathProblem::Nul),
             ("a\\..\\b", PathProblem::Backslash),
             ("a\nb", PathProblem::Control),
+            (".kubexm-unpacked", PathProblem::Reserved),
+            (".kubexm/x", PathProblem::Reserved),
         ];
         for (path, problem) in cases {
             assert_eq!(check(path), Err(problem), "{path:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Whatever the bytes, an accepted path joined onto a root stays below it.
+        #[test]
+        fn accepted_paths_stay_inside(parts in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Just("..".to_owned()),
+                proptest::strategy::Just(".".to_owned()),
+                proptest::strategy::Just(String::new()),
+                proptest::strategy::Just(".kubexm-unpacked".to_owned()),
+                "[a-z.\\\\\\x00\\n\\x1b]{1,6}",
+            ],
+            1..6,
+        )) {
+            let path = parts.join("/");
+            if check(&path).is_ok() {
+                let root = std::path::Path::new("/root-dir");
+                let joined = root.join(&path);
+                let mut depth = 0i32;
+                for c in std::path::Path::new(&path).components() {
+                    match c {
+                        std::path::Component::Normal(_) => depth += 1,
+                        other => proptest::prop_assert!(false, "{:?} in {:?}", other, path),
+                    }
+                }
+                proptest::prop_assert!(depth >= 1);
+                proptest::prop_assert!(joined.starts_with(root));
+                proptest::prop_assert!(!path.chars().any(char::is_control));
+                proptest::prop_assert!(!path.starts_with(RESERVED_PREFIX));
+            }
         }
     }
 

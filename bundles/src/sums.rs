@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use kubexm_manifests::display::Untrusted;
 use thiserror::Error;
 
 use crate::hash::is_sha256_hex;
@@ -29,7 +30,7 @@ pub enum SumsError {
         reason: &'static str,
     },
     /// A listed path is unsafe.
-    #[error("`SHA256SUMS` line {line}: path `{path}` {problem}")]
+    #[error("`SHA256SUMS` line {line}: path `{}` {problem}", Untrusted(.path))]
     UnsafePath {
         /// 1-based line number.
         line: usize,
@@ -39,7 +40,7 @@ pub enum SumsError {
         problem: PathProblem,
     },
     /// A path is listed twice.
-    #[error("`SHA256SUMS` line {line}: path `{path}` is listed twice")]
+    #[error("`SHA256SUMS` line {line}: path `{}` is listed twice", Untrusted(.path))]
     Duplicate {
         /// 1-based line number.
         line: usize,

@@ -29,6 +29,11 @@ pub(crate) struct Cli {
         default_value = "/var/lib/kubexm"
     )]
     pub(crate) work_dir: PathBuf,
+    /// A minisign public key (`kubexm-build keygen`) trusted to sign bundles (repeatable; also
+    /// `KUBEXM_TRUSTED_KEYS`, `:`-separated files). With one configured, every bundle read must
+    /// carry a signature by it (`FILE.minisig`), checked before anything is unpacked.
+    #[arg(long = "trusted-key", global = true, value_name = "KEY.pub")]
+    pub(crate) trusted_keys: Vec<PathBuf>,
     /// Steps other than a full install.
     #[command(subcommand)]
     pub(crate) command: Option<Command>,
@@ -63,7 +68,7 @@ pub(crate) struct InstallCmd {
 }
 
 /// How the nodes are reached (install and delete).
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct ConnectArgs {
     /// Record host keys of nodes not yet in the known_hosts file (changed keys are always
     /// refused).
@@ -92,12 +97,19 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         catalog: Option<PathBuf>,
     },
-    /// Verify and unpack a bundle into the work directory (skipped when already unpacked).
+    /// Verify and unpack a bundle into the work directory (skipped when already unpacked): a
+    /// split bundle from its parts (FILE.parts.json), a delta bundle completed from what the
+    /// site holds (--registry: the site registry, for blobs only it holds).
     Unpack {
-        /// The bundle.
+        /// The bundle, or a split bundle's FILE.parts.json.
         #[arg(long, value_name = "FILE.tar.zst")]
         bundle: PathBuf,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
+    /// Write what this site holds (the files of every unpacked bundle and, with --registry,
+    /// the blobs the registry serves) for `kubexm-build bundle --have`.
+    Inventory(InventoryArgs),
     /// Push every image of a bundle into a registry.
     Seed(SeedArgs),
     /// Print the full ordered install plan (modules, tasks, steps, nodes, exact commands and
@@ -106,6 +118,155 @@ pub(crate) enum Command {
     /// Delete the cluster from its nodes: everything the install put there, in reverse order
     /// (OS packages stay). Refuses without --yes, printing what would be deleted.
     Delete(DeleteArgs),
+    /// Add the nodes that cluster.yaml has and the installed cluster does not (workers, masters,
+    /// an etcd member), reusing the install's steps on them; shows the change, the facts and
+    /// the plan first.
+    #[command(after_help = ADD_NODE_EXAMPLES)]
+    AddNode(AddNodeArgs),
+    /// Remove one node from the installed cluster: cordon, drain (PodDisruptionBudgets
+    /// respected), its etcd member, the load balancers' backends, `kubeadm reset` on it, its Node
+    /// object, then what the install put on it.
+    #[command(after_help = DELETE_NODE_EXAMPLES)]
+    DeleteNode(DeleteNodeArgs),
+    /// Change KubeXM's etcd (`etcd.type: kubexm`) one member at a time: add or remove a member
+    /// on a node of the cluster; the API servers follow, one master at a time.
+    #[command(subcommand, after_help = ETCD_EXAMPLES)]
+    Etcd(EtcdCommand),
+    /// Certificates of the installed cluster: every one KubeXM or kubeadm made, on every node
+    /// and on the control host, with its expiry.
+    #[command(subcommand, after_help = CERTS_EXAMPLES)]
+    Certs(CertsCommand),
+}
+
+const CERTS_EXAMPLES: &str = "Examples:
+  kubexm-install certs check                          # a table, soonest expiry first
+  kubexm-install certs check -o json                  # the same as JSON (for monitoring)
+  kubexm-install certs check --fail-under-days 60     # exit non-zero under 60 days left";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CertsCommand {
+    /// List every certificate (node, path, subject, issuer, expiry, days left; private keys are
+    /// never read), warn under --warn-days, exit non-zero under --fail-under-days or when a
+    /// node cannot be read.
+    Check(CertsCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertsCheckArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// Table or JSON.
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Text)]
+    pub(crate) output: PlanFormat,
+    /// Certificates with fewer days left are marked WARNING.
+    #[arg(long, default_value_t = kubexm_install::certs::WARN_DAYS, value_name = "DAYS")]
+    pub(crate) warn_days: i64,
+    /// Exit non-zero when a certificate has fewer days left (expired ones count).
+    #[arg(long, default_value_t = 30, value_name = "DAYS")]
+    pub(crate) fail_under_days: i64,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
+
+const ADD_NODE_EXAMPLES: &str = "Examples:
+  # after adding node4 to spec.hosts and roleGroups.worker in cluster.yaml:
+  kubexm-install add-node -f cluster.yaml --dry-run     # the change, the facts and the plan
+  kubexm-install add-node -f cluster.yaml               # every new node
+  kubexm-install add-node -f cluster.yaml --node node4  # only node4
+  kubexm-install add-node -f cluster.yaml --resume      # after a failure: skip what finished
+
+The installed cluster (the cluster.yaml and bundle last applied, its nodes and history) is kept
+in WORK_DIR/clusters/<cluster>/; the bundle is the one it was installed with (kept unpacked in
+WORK_DIR/bundles/), or --bundle FILE with the same content.";
+
+const DELETE_NODE_EXAMPLES: &str = "Examples:
+  kubexm-install delete-node --node node4 --dry-run
+  kubexm-install delete-node --node node4
+  kubexm-install delete-node --node node4 --force-drain   # pods deleted without eviction
+  kubexm-install delete-node --node node5 --unreachable   # the machine is gone: cluster side only
+  kubexm-install delete-node --node node4 --resume        # after a failure
+
+cluster.yaml may keep the node (it is recorded as deleted) or drop it (-f cluster.yaml).";
+
+const ETCD_EXAMPLES: &str = "Examples:
+  kubexm-install etcd add-member --node node4 --dry-run
+  kubexm-install etcd add-member --node node4 --allow-even-etcd   # 3 -> 4 members
+  kubexm-install etcd remove-member --node node4";
+
+/// What every day-2 command takes: which cluster, which file and bundle, how to run.
+#[derive(Debug, Args)]
+pub(crate) struct Day2Args {
+    /// The edited cluster.yaml (default: the one the cluster was last applied with, kept in
+    /// the work directory).
+    #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
+    pub(crate) file: Option<PathBuf>,
+    /// The cluster, when -f is not given and the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The bundle, when the one the cluster was installed with is no longer unpacked in the
+    /// work directory (it must have the same content).
+    #[arg(long, value_name = "FILE.tar.zst")]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Show the change, the facts and the full plan, and change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Skip tasks an earlier run of the same command completed with the same inputs.
+    #[arg(long)]
+    pub(crate) resume: bool,
+    /// Accept leaving an even number of etcd members (refused otherwise).
+    #[arg(long)]
+    pub(crate) allow_even_etcd: bool,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AddNodeArgs {
+    /// A node to add (repeatable; default: every node cluster.yaml has and the cluster does
+    /// not). A node already in the cluster is applied again (nothing should change).
+    #[arg(long = "node", value_name = "NAME")]
+    pub(crate) nodes: Vec<String>,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DeleteNodeArgs {
+    /// The node to remove.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) node: String,
+    /// Delete its pods without the eviction API: PodDisruptionBudgets are bypassed, pods no
+    /// controller manages are deleted too.
+    #[arg(long)]
+    pub(crate) force_drain: bool,
+    /// How long one drain may wait for evictions, in seconds (tried 3 times).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub(crate) drain_timeout: u64,
+    /// The node cannot be reached: remove it from the cluster only (drain skipped, etcd
+    /// member, load balancers, Node object); nothing is done on the machine.
+    #[arg(long)]
+    pub(crate) unreachable: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EtcdCommand {
+    /// Make a node of the cluster an etcd member (`member add`, then etcd on it with
+    /// `initial-cluster-state: existing`).
+    AddMember(EtcdMemberArgs),
+    /// Remove a node's etcd member (`member remove`), then stop etcd on it.
+    RemoveMember(EtcdMemberArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EtcdMemberArgs {
+    /// The node.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) node: String,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 #[derive(Debug, Args)]
@@ -159,14 +320,56 @@ pub(crate) enum PlanFormat {
     Json,
 }
 
+/// `inventory` options.
+#[derive(Debug, Args)]
+pub(crate) struct InventoryArgs {
+    /// Where to write the inventory.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "site-inventory.json"
+    )]
+    pub(crate) output: PathBuf,
+    #[command(flatten)]
+    pub(crate) registry: RegistryArgs,
+    /// Only the blobs of the unpacked bundles' images, not every repository of the registry's
+    /// catalog (for registries that refuse `/v2/_catalog`).
+    #[arg(long)]
+    pub(crate) no_catalog: bool,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct SeedArgs {
     /// The bundle (unpacked into the work directory first if needed).
     #[arg(long, value_name = "FILE.tar.zst")]
     pub(crate) bundle: PathBuf,
-    /// Target registry, HOST[:PORT].
+    #[command(flatten)]
+    pub(crate) target: RegistryArgs,
+    /// Create missing projects through Harbor's API (v2.0) before pushing.
+    #[arg(long)]
+    pub(crate) harbor: bool,
+    /// Make created Harbor projects private.
+    #[arg(long, requires = "harbor")]
+    pub(crate) private_projects: bool,
+    /// Parallel uploads.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) jobs: usize,
+    /// Tries per request before giving up.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) retries: u32,
+    /// First retry delay in milliseconds (doubles each retry).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub(crate) retry_delay_ms: u64,
+}
+
+/// A registry and how to reach it: the one to seed, or the site registry an inventory lists
+/// and a delta bundle's blobs come from.
+#[derive(Debug, Args)]
+pub(crate) struct RegistryArgs {
+    /// The registry, HOST[:PORT].
     #[arg(long, value_name = "HOST[:PORT]")]
-    pub(crate) registry: String,
+    pub(crate) registry: Option<String>,
     /// Project (Harbor) or namespace every image goes under.
     #[arg(long, value_name = "P")]
     pub(crate) project: Option<String>,
@@ -185,19 +388,4 @@ pub(crate) struct SeedArgs {
     /// Speak plain HTTP to the registry.
     #[arg(long)]
     pub(crate) plain_http: bool,
-    /// Create missing projects through Harbor's API (v2.0) before pushing.
-    #[arg(long)]
-    pub(crate) harbor: bool,
-    /// Make created Harbor projects private.
-    #[arg(long, requires = "harbor")]
-    pub(crate) private_projects: bool,
-    /// Parallel uploads.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) jobs: usize,
-    /// Tries per request before giving up.
-    #[arg(long, default_value_t = 4)]
-    pub(crate) retries: u32,
-    /// First retry delay in milliseconds (doubles each retry).
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    pub(crate) retry_delay_ms: u64,
 }

@@ -8,30 +8,41 @@ mod commands;
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
 
 use cli::{Cli, Command};
 
 fn run(cli: Cli) -> Result<()> {
+    let trust = kubexm_install::intake::trust::TrustPolicy::load(&cli.trusted_keys)
+        .context("Failed to load the trusted keys")?;
     match (cli.command, cli.bundle) {
         (Some(Command::Install(args)), top_bundle) => {
             let Some(bundle) = args.bundle.or(top_bundle) else {
                 anyhow::bail!("install needs --bundle FILE: the bundle to install");
             };
-            commands::install::run(&bundle, &args.install, &cli.work_dir)
+            commands::install::run(&bundle, &args.install, &cli.work_dir, &trust)
         }
         (Some(Command::Check { file, catalog }), _) => {
             commands::check::run(&file, catalog.as_deref())
         }
-        (Some(Command::Unpack { bundle }), _) => commands::unpack::run(&bundle, &cli.work_dir),
-        (Some(Command::Seed(args)), _) => commands::seed::run(&args, &cli.work_dir),
-        (Some(Command::Plan(args)), _) => commands::plan::run(&args, &cli.work_dir),
-        (Some(Command::Delete(args)), bundle) => {
-            commands::delete::run(&args, bundle, &cli.work_dir)
+        (Some(Command::Unpack { bundle, registry }), _) => {
+            commands::unpack::run(&bundle, &registry, &cli.work_dir, &trust)
         }
+        (Some(Command::Inventory(args)), _) => commands::inventory::run(&args, &cli.work_dir),
+        (Some(Command::Seed(args)), _) => commands::seed::run(&args, &cli.work_dir, &trust),
+        (Some(Command::Plan(args)), _) => commands::plan::run(&args, &cli.work_dir, &trust),
+        (Some(Command::Delete(args)), bundle) => {
+            commands::delete::run(&args, bundle, &cli.work_dir, &trust)
+        }
+        (Some(Command::AddNode(args)), _) => commands::add_node::run(&args, &cli.work_dir),
+        (Some(Command::DeleteNode(args)), _) => commands::delete_node::run(&args, &cli.work_dir),
+        (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
+        (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.
-        (None, Some(bundle)) => commands::install::run(&bundle, &cli.install, &cli.work_dir),
+        (None, Some(bundle)) => {
+            commands::install::run(&bundle, &cli.install, &cli.work_dir, &trust)
+        }
         (None, None) => {
             anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)")
         }

@@ -364,35 +364,12 @@ fn read(path: &Path) -> Result<String, PkiError> {
     })
 }
 
-/// Writes `content` to `path` atomically with `mode`.
+/// Writes `content` to `path` atomically with `mode`, in a private (0700) directory: it holds keys.
 fn write_atomic(path: &Path, content: &[u8], mode: u32) -> Result<(), PkiError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::PermissionsExt as _;
-    let io = |source| PkiError::Io {
+    crate::private_dir::write_private_file(path, content, mode).map_err(|source| PkiError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    if !dir.exists() {
-        // Private: it holds keys.
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io)?;
-    }
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kubexm-pki")
-        .tempfile_in(dir)
-        .map_err(io)?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(io)?;
-    tmp.write_all(content).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+    })
 }
 
 fn parse_pem_der(path: &Path, pem: &str) -> Result<Vec<u8>, PkiError> {

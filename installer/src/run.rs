@@ -76,8 +76,26 @@ pub async fn connect_all(
     ctx: &InstallContext,
     opts: &RunOptions,
 ) -> Result<Vec<(Node, Arc<dyn Runner>)>, InstallError> {
+    let (mut runners, failed) = connect_nodes(ctx, &ctx.all(), opts).await?;
+    if !failed.is_empty() {
+        return Err(InstallError::Connect(
+            failed.into_iter().map(|(_, e)| e).collect(),
+        ));
+    }
+    runners.push((control_node(), Arc::new(LocalRunner::new(CONTROL_HOST))));
+    Ok(runners)
+}
+
+/// Opens one SSH connection to each of the nodes `names` of `ctx`, in parallel: the runners of
+/// the nodes reached, and apart each node that could not be reached with why (a day-2 command
+/// decides whether that matters). The control host is not included.
+pub async fn connect_nodes(
+    ctx: &InstallContext,
+    names: &[String],
+    opts: &RunOptions,
+) -> Result<ConnectOutcome, InstallError> {
     let mut attempts = Vec::new();
-    for node in &ctx.nodes {
+    for node in ctx.nodes.iter().filter(|n| names.contains(&n.name)) {
         let Some(host) = ctx
             .cluster
             .file
@@ -106,19 +124,18 @@ pub async fn connect_all(
     )
     .await;
     let mut runners: Vec<(Node, Arc<dyn Runner>)> = Vec::new();
-    let mut errors = Vec::new();
+    let mut failed = Vec::new();
     for (node, r) in results {
         match r {
             Ok(r) => runners.push((node, Arc::new(r))),
-            Err(e) => errors.push(e),
+            Err(e) => failed.push((node.name, e)),
         }
     }
-    if !errors.is_empty() {
-        return Err(InstallError::Connect(errors));
-    }
-    runners.push((control_node(), Arc::new(LocalRunner::new(CONTROL_HOST))));
-    Ok(runners)
+    Ok((runners, failed))
 }
+
+/// The nodes reached (with their runners) and those that were not (with why).
+pub type ConnectOutcome = (Vec<(Node, Arc<dyn Runner>)>, Vec<(String, RunError)>);
 
 /// The control host as a node (for tasks that run where the installer runs).
 pub fn control_node() -> Node {

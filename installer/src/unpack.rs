@@ -30,6 +30,13 @@
 //! compressed file only to name the directory cost a third of the unpack. (Comparing the file
 //! with a digest published out of band is `sha256sum`'s job, before the bundle is trusted.)
 //!
+//! Space is checked against what the bundle says it takes, never guessed from its compressed
+//! size: a formatVersion 2 bundle pins every entry's size in `bundle.json`, so the whole total is
+//! compared with the free space before the first byte is written, and an entry whose tar header
+//! declares another size is refused before it is read. A formatVersion 1 bundle is held to the
+//! same limit entry by entry, before each is written. The trees are private (0700): a bundle
+//! may carry secrets (keys in addons) and the work directory's other users need none of it.
+//!
 //! Memory stays flat whatever the bundle size: the file is read through a 1 MiB buffer and
 //! entries are copied in 256 KiB chunks. Two threads share the pass: this one reads,
 //! decompresses, parses and hashes; a [`WorkerSink`] thread does the writes.
@@ -43,8 +50,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use kubexm_bundles::manifest::{BundleManifest, MANIFEST_PATH};
 use kubexm_bundles::prefetch::Prefetch;
-use kubexm_bundles::verify::{verify_buffered, DirSink, VerifyError, WorkerSink};
+use kubexm_bundles::verify::{verify_limited, DirSink, Limits, VerifyError, WorkerSink};
 use serde::{Deserialize, Serialize};
+
+use crate::private_dir::ensure_private_dir;
 
 /// Directory under the work directory holding unpacked bundles.
 pub const BUNDLES_DIR: &str = "bundles";
@@ -54,12 +63,9 @@ pub const MARKER: &str = ".kubexm-unpacked";
 pub const FINGERPRINTS: &str = "fingerprints.json";
 /// Prefix of in-progress (or, found at start, stale) entries under `<work_dir>/bundles/`.
 pub const PARTIAL_PREFIX: &str = ".partial-";
-/// Free space needed, as a multiple of the compressed bundle size.
-///
-/// Heuristic: image layers are already gzip-compressed and make up most of a bundle, so the
-/// tree is rarely much larger than the `.tar.zst`; twice its size leaves room for the binaries,
-/// which do compress, and for filesystem overhead.
-pub const SPACE_FACTOR: u64 = 2;
+/// Free space left untouched by an unpack: file system overhead (blocks, directories), the
+/// marker and the fingerprint record, and room for the install's own logs.
+pub const SPACE_MARGIN: u64 = 32 << 20;
 
 const LOCK: &str = ".lock";
 const FINGERPRINTS_VERSION: u32 = 1;
@@ -106,9 +112,9 @@ pub enum UnpackError {
         #[source]
         source: io::Error,
     },
-    /// The work directory's filesystem is too full.
+    /// The work directory's filesystem is too full for what the bundle takes.
     #[error(
-        "Not enough free space in `{}` to unpack `{}`: need {needed} bytes ({SPACE_FACTOR} × its {size} bytes), {available} available",
+        "Not enough free space in `{}` to unpack `{}`: it takes {needed} bytes, {available} available (keeping {SPACE_MARGIN} free); nothing was written",
         dir.display(),
         bundle.display()
     )]
@@ -117,11 +123,10 @@ pub enum UnpackError {
         dir: PathBuf,
         /// The bundle.
         bundle: PathBuf,
-        /// Size of the bundle.
-        size: u64,
-        /// [`SPACE_FACTOR`] × `size`.
+        /// Bytes the bundle takes (its pinned total, or for formatVersion 1 the running total
+        /// when the limit was reached).
         needed: u64,
-        /// Free bytes for unprivileged users.
+        /// Free bytes for unprivileged users, less [`SPACE_MARGIN`].
         available: u64,
     },
     /// The bundle failed verification; the source names the entry.
@@ -138,6 +143,15 @@ pub enum UnpackError {
     Changed {
         /// The bundle.
         bundle: PathBuf,
+    },
+    /// Building a tree for [`publish_tree`] failed.
+    #[error("Failed to build the bundle tree {digest}")]
+    Fill {
+        /// Content digest of the tree.
+        digest: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A reused unpack has an unreadable `bundle.json`.
     #[error(
@@ -180,7 +194,10 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 /// entry), there is not enough space, or the work directory cannot be written.
 pub fn unpack(bundle: &Path, work_dir: &Path) -> Result<Unpacked, UnpackError> {
     let root = work_dir.join(BUNDLES_DIR);
-    fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    if !work_dir.exists() {
+        ensure_private_dir(work_dir).map_err(io_err("create", work_dir))?;
+    }
+    ensure_private_dir(&root).map_err(io_err("create", &root))?;
     let _lock = Lock::acquire(&root)?;
     remove_stale(&root)?;
 
@@ -244,26 +261,56 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         });
     }
     let before = Fingerprint::of(&meta);
-    ensure_space(root, bundle, before.size, available(root)?)?;
+    let reader = file.try_clone().map_err(io_err("read", bundle))?;
+    let unpacked = extract_from(reader, bundle, before.size, root, || {
+        let after = file.metadata().map_err(io_err("read", bundle))?;
+        if Fingerprint::of(&after) != before {
+            return Err(UnpackError::Changed {
+                bundle: bundle.to_owned(),
+            });
+        }
+        Ok(())
+    })?;
+    Ok(Extracted {
+        unpacked,
+        fingerprint: before,
+    })
+}
 
+/// Verifies the stream read from `reader` (`size` bytes, named `bundle` in messages) into a
+/// partial directory; once `check` agrees, publishes it under its content digest.
+fn extract_from(
+    reader: impl io::Read + Send + 'static,
+    bundle: &Path,
+    size: u64,
+    root: &Path,
+    check: impl FnOnce() -> Result<(), UnpackError>,
+) -> Result<Unpacked, UnpackError> {
+    // Every bundle, whole, split or a completed delta, is held to the free space: with
+    // formatVersion 2 before anything is written.
+    let limits = Limits {
+        max_bytes: Some(available(root)?.saturating_sub(SPACE_MARGIN)),
+    };
     let partial = Partial::create(root)?;
     let sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
     let mut sink = WorkerSink::spawn(sink).map_err(io_err("create", &partial.path))?;
-    tracing::info!(bundle = %bundle.display(), size = before.size, "verifying and unpacking bundle");
-    let reader = file.try_clone().map_err(io_err("read", bundle))?;
+    tracing::info!(bundle = %bundle.display(), size, "verifying and unpacking bundle");
     let reader = Prefetch::spawn(reader).map_err(io_err("read", bundle))?;
-    let verified = verify_buffered(reader, &mut sink);
+    let verified = verify_limited(reader, &mut sink, limits);
     drop(sink);
-    let report = verified.map_err(|source| UnpackError::Verify {
-        bundle: bundle.to_owned(),
-        source,
-    })?;
-    let after = file.metadata().map_err(io_err("read", bundle))?;
-    if Fingerprint::of(&after) != before {
-        return Err(UnpackError::Changed {
+    let report = verified.map_err(|source| match source {
+        VerifyError::NoSpace { needed, limit } => UnpackError::NoSpace {
+            dir: root.to_owned(),
             bundle: bundle.to_owned(),
-        });
-    }
+            needed,
+            available: limit,
+        },
+        source => UnpackError::Verify {
+            bundle: bundle.to_owned(),
+            source,
+        },
+    })?;
+    check()?;
     let digest = report.content_digest;
     let dir = root.join(&digest);
 
@@ -277,14 +324,79 @@ fn extract(bundle: &Path, root: &Path) -> Result<Extracted, UnpackError> {
         false
     };
     tracing::info!(bundle = %bundle.display(), dir = %dir.display(), reused, "bundle unpacked");
-    Ok(Extracted {
-        unpacked: Unpacked {
+    Ok(Unpacked {
+        dir,
+        digest,
+        manifest: report.manifest,
+        reused,
+    })
+}
+
+/// Verifies and unpacks a bundle read from `reader` (e.g. the parts of a split bundle, read as
+/// one stream) under `work_dir/bundles/<content digest>/`. `bundle` names it in messages;
+/// `size` is its length (the free-space check). Nothing is fingerprinted: a second unpack of the
+/// same content reuses the tree once its digest is known.
+///
+/// # Errors
+///
+/// See [`UnpackError`].
+pub fn unpack_reader(
+    reader: impl io::Read + Send + 'static,
+    bundle: &Path,
+    size: u64,
+    work_dir: &Path,
+) -> Result<Unpacked, UnpackError> {
+    let root = work_dir.join(BUNDLES_DIR);
+    fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    let _lock = Lock::acquire(&root)?;
+    remove_stale(&root)?;
+    extract_from(reader, bundle, size, &root, || Ok(()))
+}
+
+/// Builds a tree with `fill` in a partial directory under `work_dir/bundles/` (with the unpack
+/// lock held; `fill` is given the free-space limits every unpack is held to) and publishes it as `<digest>/` with its marker — or reuses a complete tree of
+/// that digest without calling `fill`. `fill` must leave exactly the bundle's files there (a
+/// delta bundle completed from the site); the caller vouches that their `SHA256SUMS` hashes to
+/// `digest`.
+///
+/// # Errors
+///
+/// [`UnpackError::Fill`] with `fill`'s error, or an I/O error of the work directory.
+pub fn publish_tree(
+    work_dir: &Path,
+    digest: &str,
+    fill: impl FnOnce(&Path, Limits) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) -> Result<Unpacked, UnpackError> {
+    let root = work_dir.join(BUNDLES_DIR);
+    fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+    let _lock = Lock::acquire(&root)?;
+    remove_stale(&root)?;
+    let dir = root.join(digest);
+    if is_complete(&dir, digest) {
+        let manifest = read_manifest(&dir)?;
+        return Ok(Unpacked {
             dir,
-            digest,
-            manifest: report.manifest,
-            reused,
-        },
-        fingerprint: before,
+            digest: digest.to_owned(),
+            manifest,
+            reused: true,
+        });
+    }
+    let limits = Limits {
+        max_bytes: Some(available(&root)?.saturating_sub(SPACE_MARGIN)),
+    };
+    let partial = Partial::create(&root)?;
+    fill(&partial.path, limits).map_err(|source| UnpackError::Fill {
+        digest: digest.to_owned(),
+        source,
+    })?;
+    let manifest = read_manifest(&partial.path)?;
+    partial.publish(&dir, digest)?;
+    fsync_dir(&root)?;
+    Ok(Unpacked {
+        dir,
+        digest: digest.to_owned(),
+        manifest,
+        reused: false,
     })
 }
 
@@ -362,8 +474,12 @@ struct Partial {
 
 impl Partial {
     fn create(root: &Path) -> Result<Self, UnpackError> {
+        use std::os::unix::fs::DirBuilderExt;
         let path = partial_path(root, "");
-        fs::create_dir(&path).map_err(io_err("create", &path))?;
+        fs::DirBuilder::new()
+            .mode(crate::private_dir::PRIVATE_DIR_MODE)
+            .create(&path)
+            .map_err(io_err("create", &path))?;
         Ok(Self {
             path,
             published: false,
@@ -414,6 +530,26 @@ fn fsync_dir(dir: &Path) -> Result<(), UnpackError> {
 }
 
 /// A directory with a marker holding `digest`.
+/// The bundle unpacked earlier under `work_dir/bundles/<digest>/` (what a cluster record names),
+/// `None` when it is not there whole. Nothing is read but its `bundle.json`: the tree was
+/// verified when it was unpacked.
+pub fn unpacked(work_dir: &Path, digest: &str) -> Result<Option<Unpacked>, UnpackError> {
+    if !kubexm_manifests::catalog::is_sha256_hex(digest) {
+        return Ok(None);
+    }
+    let dir = work_dir.join(BUNDLES_DIR).join(digest);
+    if !is_complete(&dir, digest) {
+        return Ok(None);
+    }
+    let manifest = read_manifest(&dir)?;
+    Ok(Some(Unpacked {
+        dir,
+        digest: digest.to_owned(),
+        manifest,
+        reused: true,
+    }))
+}
+
 fn is_complete(dir: &Path, digest: &str) -> bool {
     fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
         && fs::read_to_string(dir.join(MARKER)).is_ok_and(|m| m.trim_end() == digest)
@@ -435,21 +571,6 @@ fn available(dir: &Path) -> Result<u64, UnpackError> {
         source: errno.into(),
     })?;
     Ok(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-/// Fails with [`UnpackError::NoSpace`] unless `available` ≥ [`SPACE_FACTOR`] × `size`.
-fn ensure_space(dir: &Path, bundle: &Path, size: u64, available: u64) -> Result<(), UnpackError> {
-    let needed = size.saturating_mul(SPACE_FACTOR);
-    if needed > available {
-        return Err(UnpackError::NoSpace {
-            dir: dir.to_owned(),
-            bundle: bundle.to_owned(),
-            size,
-            needed,
-            available,
-        });
-    }
-    Ok(())
 }
 
 /// What identifies a file's content without reading it. The ctime changes on any write (and
@@ -570,17 +691,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn space_needs_twice_the_bundle() {
-        let dir = Path::new("/work/bundles");
-        let bundle = Path::new("b.tar.zst");
-        assert!(ensure_space(dir, bundle, 10, 20).is_ok());
-        assert!(ensure_space(dir, bundle, 0, 0).is_ok());
-        let err = ensure_space(dir, bundle, 10, 19).expect_err("too small");
-        assert_eq!(
-            err.to_string(),
-            "Not enough free space in `/work/bundles` to unpack `b.tar.zst`: need 20 bytes (2 × its 10 bytes), 19 available"
-        );
-        assert!(ensure_space(dir, bundle, u64::MAX, u64::MAX).is_ok());
+    fn reads_free_space() {
         assert!(available(Path::new(".")).expect("statvfs") > 0);
         assert!(matches!(
             available(Path::new("/nonexistent/kubexm")),

@@ -12,8 +12,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::display::{Untrusted, UntrustedMax};
 use crate::model::Arch;
 use crate::osrelease::{OsRelease, BUILTIN_OS_RELEASES};
+use crate::name::check_component;
 use crate::version::KubeVersion;
 use crate::yaml::{self, YamlError};
 
@@ -163,7 +165,7 @@ pub enum CatalogError {
     #[error(transparent)]
     Yaml(#[from] YamlError),
     /// The document is well-formed but wrong.
-    #[error("catalog `{origin}`: {problems}", problems = .problems.join("; "))]
+    #[error("catalog `{}`: {}", Untrusted(.origin), UntrustedMax(.problems.join("; "), 4000))]
     Invalid {
         /// File or `built-in`.
         origin: String,
@@ -288,6 +290,15 @@ impl Catalog {
     fn check(&self) -> Vec<String> {
         let mut problems = Vec::new();
         for c in self.components.values() {
+            // Names and versions become parts of bundle paths (`files/<name>/<version>/<arch>/`).
+            if let Err(e) = check_component(&c.name) {
+                problems.push(format!("component name {e}"));
+            }
+            for version in c.versions.keys() {
+                if let Err(e) = check_component(version) {
+                    problems.push(format!("component `{}` version {e}", c.name));
+                }
+            }
             for (zone, url) in std::iter::once(("default", &c.url))
                 .chain(c.zone_urls.iter().map(|(z, u)| (z.as_str(), u)))
             {
@@ -390,7 +401,4 @@ pub fn newest_versions<'a>(versions: impl IntoIterator<Item = &'a String>, n: us
     }
 }
 
-/// Whether `s` is 64 lowercase hex digits.
-pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::digest::is_sha256_hex;

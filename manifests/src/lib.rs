@@ -14,10 +14,15 @@
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod digest;
+pub mod display;
 pub mod image_ref;
+pub mod import;
+pub mod kube_components;
 pub mod kube_version;
 pub mod load;
 pub mod model;
+pub mod name;
 pub mod ospackages;
 pub mod osrelease;
 pub mod ranges;

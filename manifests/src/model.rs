@@ -249,6 +249,21 @@ pub struct Kubernetes {
     /// Extra kube-proxy flags.
     #[serde(default)]
     pub kube_proxy_args: BTreeMap<String, String>,
+    /// kube-proxy settings written into its configuration file (both paths).
+    #[serde(default)]
+    pub kube_proxy: KubeProxyOptions,
+}
+
+/// `spec.kubernetes.kubeProxy`: settings of kube-proxy's `KubeProxyConfiguration`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeProxyOptions {
+    /// `conntrack.maxPerCore`: conntrack entries per CPU kube-proxy sets the kernel's table to
+    /// (kube-proxy's default 32768). `0` leaves the kernel's limit as it is: for hosts where
+    /// kube-proxy cannot (or must not) change `nf_conntrack_max`, e.g. containers sharing the
+    /// host's kernel, or hosts whose limit is managed elsewhere.
+    #[serde(default)]
+    pub conntrack_max_per_core: Option<u32>,
 }
 
 fn default_dns_domain() -> String {
@@ -328,6 +343,22 @@ pub struct Runtime {
     /// For `docker`: install cri-dockerd (required from Kubernetes v1.24, where dockershim is gone).
     #[serde(default)]
     pub cri_dockerd: Option<bool>,
+    /// containerd settings (only with `type: containerd`).
+    #[serde(default)]
+    pub containerd: ContainerdOptions,
+}
+
+/// `spec.runtime.containerd`: settings of containerd's CRI plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ContainerdOptions {
+    /// The CRI plugin's `restrict_oom_score_adj`: containers get an `oom_score_adj` no lower
+    /// than containerd's own instead of the negative values the kubelet asks for. Needed where
+    /// containerd runs without `CAP_SYS_RESOURCE` (rootless, or inside a container or a
+    /// systemd-nspawn machine), where every pod would otherwise fail to start; leave it off on
+    /// ordinary hosts (critical pods then lose their OOM protection).
+    #[serde(default)]
+    pub restrict_oom_score_adj: bool,
 }
 
 /// CNI plugin.
@@ -753,10 +784,17 @@ pub struct System {
     /// source. Empty: nodes install OS packages from their own sources.
     #[serde(default)]
     pub os_releases: Vec<String>,
-    /// Scripts (paths on the control host) run on every node before installing.
+    /// Shell scripts run on every node before node preparation: paths on the build host
+    /// (relative to cluster.yaml's directory), bundled by `kubexm-build` with their sha256,
+    /// copied to `/etc/kubexm/scripts/pre_install_<host>.sh` (several: `…_<host>-01.sh`,
+    /// `-02.sh`, … run in that order). A script runs again only when its content changed since it
+    /// last succeeded on the node; its output goes to the node's journal
+    /// (`journalctl -t kubexm-pre-install`); a non-zero exit stops the install.
     #[serde(default)]
     pub pre_install: Vec<String>,
-    /// Scripts run on every node after installing.
+    /// Shell scripts run on every node after the last module (addons), like `preInstall`:
+    /// `/etc/kubexm/scripts/post_install_<host>.sh`, `journalctl -t kubexm-post-install`. E.g.
+    /// the pod network of `network.plugin: none`.
     #[serde(default)]
     pub post_install: Vec<String>,
     /// Preflight thresholds.
@@ -913,4 +951,35 @@ pub struct Addon {
 
 fn default_addon_namespace() -> String {
     "default".to_owned()
+}
+
+impl ClusterFile {
+    /// Removes every inline secret (`spec.hosts[].password`, `spec.registry.auths[].password`,
+    /// `spec.registry.harborConfig.adminPassword`) and returns the field path of each one
+    /// removed. `passwordEnv` and `passwordFile` references stay: they name where the secret is,
+    /// not the secret.
+    pub fn strip_inline_secrets(&mut self) -> Vec<String> {
+        let mut removed = Vec::new();
+        for (i, host) in self.spec.hosts.iter_mut().enumerate() {
+            if host.password.take().is_some() {
+                removed.push(format!("spec.hosts[{i}].password"));
+            }
+        }
+        for (name, auth) in &mut self.spec.registry.auths {
+            if auth.password.take().is_some() {
+                removed.push(format!("spec.registry.auths[\"{name}\"].password"));
+            }
+        }
+        if self
+            .spec
+            .registry
+            .harbor_config
+            .admin_password
+            .take()
+            .is_some()
+        {
+            removed.push("spec.registry.harborConfig.adminPassword".to_owned());
+        }
+        removed
+    }
 }

@@ -16,6 +16,8 @@ use crate::model::{
 
 /// Bundle directory of the addons' sources: `files/addons/<addon>/<file>`.
 pub const ADDONS_DIR: &str = "files/addons";
+/// Bundle directory of the custom scripts: `files/scripts/<phase>/<NN>-<file name>`.
+pub const SCRIPTS_DIR: &str = "files/scripts";
 use crate::validate::{Problem, ValidCluster};
 use crate::zone::Zone;
 
@@ -78,6 +80,60 @@ pub struct BinaryEntry {
     /// `plan` list it, `kubexm-build bundle` refuses it until it is pinned with `--catalog`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unpinned: bool,
+}
+
+/// When a custom script runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScriptPhase {
+    /// `spec.system.preInstall`: before node preparation.
+    PreInstall,
+    /// `spec.system.postInstall`: after the last module.
+    PostInstall,
+}
+
+impl ScriptPhase {
+    /// `pre-install` / `post-install` (bundle directory, journal tag suffix).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScriptPhase::PreInstall => "pre-install",
+            ScriptPhase::PostInstall => "post-install",
+        }
+    }
+
+    /// `preInstall` / `postInstall` (the cluster.yaml field under `spec.system`).
+    pub fn field(self) -> &'static str {
+        match self {
+            ScriptPhase::PreInstall => "preInstall",
+            ScriptPhase::PostInstall => "postInstall",
+        }
+    }
+
+    /// The `bundle.json` record name of the phase's scripts: `script/pre-install`.
+    pub fn record_name(self) -> String {
+        format!("script/{}", self.as_str())
+    }
+}
+
+/// One custom script to bundle (`spec.system.preInstall` / `postInstall`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptEntry {
+    /// When it runs.
+    pub phase: ScriptPhase,
+    /// Its place in the list, from 1 (the record's version, two digits: `01`).
+    pub position: usize,
+    /// The path as written in cluster.yaml (relative to cluster.yaml's directory).
+    pub source: String,
+    /// Path inside the bundle: `files/scripts/<phase>/<NN>-<file name>`.
+    pub path: String,
+}
+
+impl ScriptEntry {
+    /// The record's version: the two-digit position (`01`), so records sort in run order.
+    pub fn version(&self) -> String {
+        format!("{:02}", self.position)
+    }
 }
 
 /// Where one addon's source comes from (bundled under [`ADDONS_DIR`]`/<addon>/`).
@@ -161,6 +217,9 @@ pub struct Resolution {
     /// Addon sources, in `spec.addons` order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub addons: Vec<AddonEntry>,
+    /// Custom scripts (`spec.system.preInstall`, then `postInstall`), in list order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scripts: Vec<ScriptEntry>,
 }
 
 struct Resolver<'a> {
@@ -392,6 +451,36 @@ pub fn resolve(
         }
     }
 
+    let mut scripts = Vec::new();
+    for (phase, list) in [
+        (ScriptPhase::PreInstall, &spec.system.pre_install),
+        (ScriptPhase::PostInstall, &spec.system.post_install),
+    ] {
+        for (i, source) in list.iter().enumerate() {
+            // The file name, reduced to characters safe in a bundle path.
+            let name: String = source
+                .rsplit('/')
+                .next()
+                .filter(|n| !n.is_empty() && *n != "." && *n != "..")
+                .unwrap_or("script")
+                .chars()
+                .map(|ch| {
+                    if ch.is_ascii_alphanumeric() || "._-".contains(ch) {
+                        ch
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            scripts.push(ScriptEntry {
+                phase,
+                position: i + 1,
+                source: source.clone(),
+                path: format!("{SCRIPTS_DIR}/{}/{:02}-{name}", phase.as_str(), i + 1),
+            });
+        }
+    }
+
     if !r.problems.is_empty() {
         return Err(r.problems);
     }
@@ -405,6 +494,7 @@ pub fn resolve(
         binaries: r.binaries.into_values().collect(),
         images: r.images.into_values().collect(),
         addons,
+        scripts,
     })
 }
 

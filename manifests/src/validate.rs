@@ -9,12 +9,14 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::catalog::Catalog;
+use crate::display::UntrustedMax;
 use crate::image_ref::ImageRef;
 use crate::kube_version::{DualStack, ProxyModeStatus, NEWEST_SUPPORTED_MINOR, OLDEST_SUPPORTED};
 use crate::model::{
     AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
     Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
 };
+use crate::name::{check_component, is_dns_label, is_dns_subdomain};
 use crate::ranges;
 use crate::version::KubeVersion;
 
@@ -29,11 +31,26 @@ pub struct Problem {
     pub hint: String,
 }
 
+/// Characters of a problem's message shown: messages quote values from the file, which may be
+/// of any length and hold anything.
+const MAX_MESSAGE_SHOWN: usize = 400;
+/// Hints are ours, but may list many catalog versions.
+const MAX_HINT_SHOWN: usize = 2000;
+
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)?;
+        write!(
+            f,
+            "{}: {}",
+            UntrustedMax(&self.path, MAX_MESSAGE_SHOWN),
+            UntrustedMax(&self.message, MAX_MESSAGE_SHOWN)
+        )?;
         if !self.hint.is_empty() {
-            write!(f, "\n    hint: {}", self.hint)?;
+            write!(
+                f,
+                "\n    hint: {}",
+                UntrustedMax(&self.hint, MAX_HINT_SHOWN)
+            )?;
         }
         Ok(())
     }
@@ -727,6 +744,13 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
             }
         }
     }
+    if r.containerd.restrict_oom_score_adj && r.kind != RuntimeType::Containerd {
+        c.add(
+            "spec.runtime.containerd.restrictOomScoreAdj",
+            "applies only to runtime.type containerd",
+            "remove runtime.containerd, or set runtime.type: containerd",
+        );
+    }
     if f.spec.kubernetes.kind == KubernetesType::Kubexm && r.kind == RuntimeType::Isulad {
         c.add(
             "spec.runtime.type",
@@ -964,8 +988,52 @@ fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     }
 }
 
+/// The most scripts one of `system.preInstall` / `postInstall` may list (their copies on the
+/// nodes are numbered with two digits).
+pub const MAX_SCRIPTS: usize = 99;
+
+fn check_scripts(field: &str, scripts: &[String], c: &mut Checker) {
+    if scripts.len() > MAX_SCRIPTS {
+        c.add(
+            format!("spec.system.{field}"),
+            format!("lists {} scripts, more than {MAX_SCRIPTS}", scripts.len()),
+            "merge scripts: one script may call others it ships itself",
+        );
+    }
+    let mut seen = BTreeMap::new();
+    for (i, s) in scripts.iter().enumerate() {
+        let at = format!("spec.system.{field}[{i}]");
+        if s.trim().is_empty() || s.ends_with('/') {
+            c.add(
+                at,
+                "is not a file path",
+                "give the path of a shell script on the build host (relative to cluster.yaml's directory)",
+            );
+        } else if s.chars().any(char::is_control) {
+            c.add(at, "holds control characters", "give a plain file path");
+        } else if let Some(first) = seen.insert(s.as_str(), i) {
+            c.add(
+                at,
+                format!("`{s}` is listed twice (also at [{first}])"),
+                "list each script once: a re-listed script would run twice",
+            );
+        }
+    }
+}
+
 fn check_system_and_extra(f: &ClusterFile, c: &mut Checker) {
     let s = &f.spec.system;
+    check_scripts("preInstall", &s.pre_install, c);
+    check_scripts("postInstall", &s.post_install, c);
+    if let Some(n) = f.spec.kubernetes.kube_proxy.conntrack_max_per_core {
+        if i32::try_from(n).is_err() {
+            c.add(
+                "spec.kubernetes.kubeProxy.conntrackMaxPerCore",
+                format!("{n} is larger than kube-proxy accepts (a 32-bit signed integer)"),
+                "use 0 (leave the kernel's limit) or a value such as 32768 (kube-proxy's default)",
+            );
+        }
+    }
     let host_names: BTreeSet<&str> = f.spec.hosts.iter().map(|h| h.name.as_str()).collect();
     for (i, ntp) in s.ntp_servers.iter().enumerate() {
         if ntp.parse::<IpAddr>().is_err()
@@ -1094,6 +1162,31 @@ fn check_addons(f: &ClusterFile, c: &mut Checker) {
                 "give every addon its own name",
             );
         }
+        if !is_dns_label(&a.name) {
+            c.add(
+                format!("{at}.name"),
+                format!("`{}` is not a valid addon name", a.name),
+                "use a DNS-1123 label: lowercase letters, digits and `-`, at most 63 (it names files and directories on the nodes)",
+            );
+        }
+        if let Some(chart) = &a.source.chart.name {
+            if !is_chart_name(chart) {
+                c.add(
+                    format!("{at}.source.chart.name"),
+                    format!("`{chart}` is not a valid chart name"),
+                    "use lowercase letters, digits, `-`, `_` and `.`, starting with a letter or digit (Helm's rule)",
+                );
+            }
+        }
+        if let Some(version) = &a.source.chart.version {
+            if check_component(version).is_err() {
+                c.add(
+                    format!("{at}.source.chart.version"),
+                    format!("`{version}` is not a valid chart version"),
+                    "write the exact chart version, e.g. 3.12.1",
+                );
+            }
+        }
         if !is_dns_label(&a.namespace) {
             c.add(
                 format!("{at}.namespace"),
@@ -1141,31 +1234,28 @@ fn check_addons(f: &ClusterFile, c: &mut Checker) {
     }
 }
 
-/// RFC 1123 label.
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain whose last label is not all digits (so `10.0.0.300` is a bad IP, not a name).
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(is_dns_label)
-        && !s
-            .rsplit('.')
-            .next()
-            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
-}
-
+/// An OCI repository path component: lowercase letters and digits, separated by `.`, `_`,
+/// `__` or dashes; never `.` or `..`, never starting or ending with a separator.
 fn is_repo_component(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = s.as_bytes();
     !s.is_empty()
-        && s.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        && s.len() <= 255
+        && bytes
+            .iter()
+            .all(|&b| alnum(b) || matches!(b, b'.' | b'_' | b'-'))
+        && bytes.first().is_some_and(|&b| alnum(b))
+        && bytes.last().is_some_and(|&b| alnum(b))
+        && !s.contains("..")
+}
+
+/// A Helm chart name as Helm accepts it, which also makes it a safe path component.
+fn is_chart_name(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    check_component(s).is_ok()
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.iter().all(|&b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
         })
 }
 

@@ -39,32 +39,35 @@ http: {addr: 127.0.0.1:$reg_port}
 EOF2
   docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
   pids+=($!)
-  # Debian's archive for the OS packages (the lab cluster lists osReleases: [debian-12]).
-  local debmirror deb_port
-  debmirror=$("$HERE/mirror/build-debmirror")
-  deb_port=$(free_port)
-  (cd "$debmirror" && exec python3 -m http.server --bind 127.0.0.1 "$deb_port") >"$work/http-deb.log" 2>&1 &
-  pids+=($!)
+  # Debian's archive for the OS packages, when the cluster lists osReleases: [debian-12].
+  local debmirror deb_port=28081 cluster=${CLUSTER_YAML:-$HERE/cluster.yaml}
+  if grep -q '^    osReleases:' "$cluster"; then
+    debmirror=$("$HERE/mirror/build-debmirror")
+    deb_port=$(free_port)
+    (cd "$debmirror" && exec python3 -m http.server --bind 127.0.0.1 "$deb_port") >"$work/http-deb.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$deb_port/debian/dists/bookworm/InRelease"
+  fi
   wait_http "http://127.0.0.1:$http_port/"
   wait_http "http://127.0.0.1:$reg_port/v2/"
-  wait_http "http://127.0.0.1:$deb_port/debian/dists/bookworm/InRelease"
   sed -e "s/127.0.0.1:28080/127.0.0.1:$http_port/; s/127.0.0.1:28081/127.0.0.1:$deb_port/; s/127.0.0.1:25000/127.0.0.1:$reg_port/" \
     "$HERE/mirror/zone-lab.yaml" >"$work/zone.yaml"
-  local args=(-f "${CLUSTER_YAML:-$HERE/cluster.yaml}" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
+  local args=(-f "$cluster" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
   "$BIN/kubexm-build" resolve "${args[@]}" -o json >"$work/resolve.json"
   "$HERE/mirror/fill-registry" "$work/resolve.json" >/dev/null
   KUBEXM_CACHE_DIR=$work/cache "$BIN/kubexm-build" bundle "${args[@]}" -o "$work/lab.tar.zst" >/dev/null 2>&1 ||
     die "kubexm-build bundle failed"
 }
 
-# lab_start [10.88.X]: a fresh three-node lab NAME (on that subnet, else on one no other lab
-# uses), its variables (LAB_IP_node1, LAB_VIP, LAB_SSH_KEY, ...) and $work/cluster.yaml for it.
+# lab_start [10.88.X] [NODES]: a fresh lab NAME of NODES nodes (3 by default; on that subnet,
+# else on one no other lab uses), its variables (LAB_IP_node1, LAB_VIP, LAB_SSH_KEY, ...) and
+# $work/cluster.yaml for it (the three-node lab cluster).
 lab_start() {
-  local subnet=${1:-}
+  local subnet=${1:-} nodes=${2:-3}
   # Nodes share the host kernel: load the modules Kubernetes needs here (a container cannot).
   modprobe -a br_netfilter overlay ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack 2>/dev/null || true
   "$LAB" down "$NAME" >/dev/null 2>&1 || true
-  "$LAB" up --name "$NAME" --nodes 3 ${subnet:+--subnet "$subnet"} >/dev/null
+  "$LAB" up --name "$NAME" --nodes "$nodes" ${subnet:+--subnet "$subnet"} >/dev/null
   . <("$LAB" env "$NAME")
   "$LAB" cluster-yaml "$NAME" >"$work/cluster.yaml"
 }
@@ -73,6 +76,36 @@ sshx() { # node cmd...
   local ipv=LAB_IP_$1; shift
   "$LAB" exec "$NAME" ssh -i "$LAB_SSH_KEY" -o UserKnownHostsFile="$LAB_KNOWN_HOSTS" \
     -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 "root@${!ipv}" "$@"
+}
+
+# with_os_releases IN OUT: the cluster.yaml IN listing `osReleases: [debian-12]` (the bundle
+# carries the OS packages as a signed repository, the nodes' only package source).
+with_os_releases() {
+  sed 's/^  system:$/  system:\n    osReleases: [debian-12]/' "$1" >"$2"
+  grep -q '^    osReleases: \[debian-12\]$' "$2" || die "could not add osReleases to $1"
+}
+
+# node_state NODE: a fingerprint of what an install changes and a delete must put back (files
+# KubeXM edits, directories it fills, services it enables), compared before and after. The OS
+# packages an install brings from the bundle stay installed after a delete (an air-gapped host may
+# have no way to get them back): when record_packages ran, what belongs to packages that were not
+# there before is left out, unless KubeXM wrote it.
+PKGS_BEFORE=/var/tmp/kubexm-lab-packages-before
+record_packages() { sshx "$1" "dpkg-query -W -f='\${Package}\n' >$PKGS_BEFORE"; }
+node_state() {
+  sshx "$1" 'hostname; cat /etc/hostname
+    new=$( [ -e '"$PKGS_BEFORE"' ] && dpkg-query -W -f="\${Package}\n" | grep -vxFf '"$PKGS_BEFORE"' || true)
+    owned=$(for p in $new; do dpkg -L "$p" 2>/dev/null; done | sort -u)
+    from_new() { [ -n "$owned" ] && printf "%s\n" "$owned" | grep -qxF -- "$1"; }
+    for f in /etc/hosts /etc/resolv.conf /etc/chrony/chrony.conf /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf /etc/fstab; do
+      if from_new "$f" && ! head -n 1 "$f" 2>/dev/null | grep -q "^# Written by KubeXM"; then echo "absent or a new package'"'"'s $f"
+      elif [ -e "$f" ]; then md5sum "$f"; else echo "absent or a new package'"'"'s $f"; fi; done
+    for d in /usr/local/bin /usr/local/sbin /etc/sysctl.d /etc/modules-load.d /opt /var/lib/containerd /var/lib /etc/ssl; do
+      echo "$d: $(ls -A "$d" 2>&1 | while read -r e; do from_new "$d/$e" || echo "$e"; done | tr "\n" " ")"; done
+    for u in haproxy keepalived; do
+      s=$(systemctl is-enabled $u 2>/dev/null) || true
+      case "$s" in ""|disabled) echo "$u not enabled";; *) echo "$u $s";; esac; done
+    echo "sources.list.d: $(ls -A /etc/apt/sources.list.d 2>&1 | tr "\n" " ")"; md5sum /etc/apt/sources.list 2>&1'
 }
 
 install() {
@@ -156,3 +189,43 @@ check_os_packages() {
     echo "   $n: $(wc -w <<<"$installed") OS packages installed from the bundle's signed repository alone (Signed-By its key, gpgv accepts its InRelease); curl/openssl/iptables already there, not reinstalled"
   done
 }
+# --- day-2 (tests/lab/day2) ---
+
+# kubexm ARGS...: kubexm-install ARGS (a verb, e.g. `etcd add-member`, and its flags) in the lab
+# namespace with the lab's work directory, known_hosts and node3's sudo password.
+kubexm() {
+  "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
+    "$BIN/kubexm-install" --work-dir "$work/kubexm" "$@" --known-hosts "$LAB_KNOWN_HOSTS"
+}
+
+# with_hosts IN OUT NODE...: the lab cluster.yaml IN with hosts NODE (root, the lab key) added
+# after the others (their roles are the caller's edits).
+with_hosts() {
+  local in=$1 out=$2 n ipv lines=""
+  shift 2
+  for n in "$@"; do
+    ipv=LAB_IP_$n
+    lines+="    - {name: $n, address: ${!ipv}, user: root, privateKeyPath: $LAB_SSH_KEY}\n"
+  done
+  sed "s|^  roleGroups:$|${lines}  roleGroups:|" "$in" >"$out"
+}
+
+# What the STAND-IN kubeadm/kubelet/kubectl recorded on a node (tests/lab/mirror/standins):
+# standin_calls NODE TOOL prints the calls without their time stamps; standin_stamp NODE TOOL
+# TEXT the time stamp of the first call containing TEXT.
+SI=/var/log/kubexm-standin
+standin_calls() { sshx "$1" "cat $SI/$2.log 2>/dev/null" | cut -d' ' -f2-; }
+standin_stamp() { sshx "$1" "grep -m1 -F -- '$3' $SI/$2.log" | cut -d' ' -f1; }
+before() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$1" "$2"; }
+
+# etcd_outside ARGS...: Debian's etcdctl from the lab namespace (outside every node) with the
+# admin certificate of node1 kept on the control host, against the given members.
+etcd_outside() {
+  local pki=$work/kubexm/pki/$NAME/etcd eps=$1
+  shift
+  "$LAB" exec "$NAME" env ETCDCTL_API=3 etcdctl --endpoints="$eps" --cacert="$pki/etcd-ca.crt" \
+    --cert="$pki/admin-node1.crt" --key="$pki/admin-node1.key" --command-timeout=10s "$@"
+}
+
+# The installed-cluster record (WORK/clusters/NAME/installed.json) as JSON on stdout.
+record_json() { cat "$work/kubexm/clusters/$NAME/installed.json"; }

@@ -1,6 +1,6 @@
 //! `kubexm-build bundle`: resolve, fetch every file and image into the cache, pack one bundle.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ use kubexm_bundles::manifest::{BundleManifest, FileRecord, ImageRecord, CLUSTER_
 use kubexm_bundles::pack::{pack, Entry, PackOptions, Source};
 use kubexm_manifests::resolve::{resolve, Resolution};
 
-use super::{problems_error, Inputs};
+use super::{bundle_extras, problems_error, Inputs};
 use crate::cache::Cache;
 use crate::cli::BundleArgs;
 use crate::credentials::Credentials;
@@ -23,6 +23,18 @@ use crate::progress::Progress;
 /// Runs the whole build.
 pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     let inputs = Inputs::load(&args.source)?;
+    // The key and the site inventory are read first: a bad one stops the build before any
+    // download.
+    let key = args
+        .sign
+        .as_deref()
+        .map(bundle_extras::load_secret_key)
+        .transpose()?;
+    let site = args
+        .have
+        .as_deref()
+        .map(kubexm_bundles::delta::SiteInventory::load)
+        .transpose()?;
     let mut lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
         .map_err(|p| problems_error(&args.source.file, &p))?;
     refuse_unsummed_addons(&lists)?;
@@ -144,14 +156,31 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             .parent()
             .map(PathBuf::from)
             .unwrap_or_default();
-        let addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
+        let mut addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
             .await
             .context("Failed to fetch the addons' sources")?;
+        addon_files.extend(
+            crate::addons::collect_scripts(&lists.scripts, &base_dir, &cache)
+                .context("Failed to read the custom scripts")?,
+        );
         anyhow::Ok((files, images, addon_files, repos))
     })?;
 
-    let cluster_yaml = std::fs::read(&args.source.file)
+    let cluster_yaml = std::fs::read_to_string(&args.source.file)
         .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
+    // A bundle passes through many hands: it never carries an inline secret.
+    let (cluster_yaml, removed) = kubexm_manifests::load::without_inline_secrets(
+        &cluster_yaml,
+        &args.source.file.display().to_string(),
+    )
+    .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
+    for field in &removed {
+        writeln!(
+            out,
+            "warning: {field} is an inline secret: left out of the bundle's cluster.yaml; at install time use passwordEnv/passwordFile or pass the original with -f"
+        )?;
+    }
+    let cluster_yaml = cluster_yaml.into_bytes();
     let mtime = source_date_epoch()?;
     let mut manifest = bundle_manifest(&lists, &files, &images, mtime);
     manifest
@@ -186,13 +215,32 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             lists.cluster, lists.kubernetes_version
         ))
     });
+    let image_blobs: BTreeMap<String, BTreeSet<String>> = lists
+        .images
+        .iter()
+        .zip(&images)
+        .map(|(i, p)| (i.reference.clone(), p.blobs.clone()))
+        .collect();
+    let bom = bundle_extras::add_sbom(&manifest, &mut entries, &image_blobs)
+        .context("Failed to write the SBOM")?;
+    let (pack_manifest, pack_entries, delta) = match &site {
+        Some(site) => {
+            let (m, e, summary) = bundle_extras::make_delta(&manifest, entries, site)
+                .context("Failed to plan the delta bundle")?;
+            (m, e, Some(summary))
+        }
+        None => (manifest.clone(), entries, None),
+    };
     let opts = PackOptions {
         level: args.level,
         threads: 0,
         mtime,
     };
-    let report = pack(&output, &manifest, entries, &opts)
+    let report = pack(&output, &pack_manifest, pack_entries, &opts)
         .with_context(|| format!("Failed to write `{}`", output.display()))?;
+    let sbom_path = bundle_extras::beside(&output, crate::sbom::SBOM_SUFFIX);
+    kubexm_bundles::atomic::write(&sbom_path, &bom, 0o644)
+        .with_context(|| format!("Failed to write `{}`", sbom_path.display()))?;
     for r in &manifest.os_repos {
         writeln!(
             out,
@@ -205,15 +253,30 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     }
     writeln!(
         out,
-        "wrote {} ({} files, {} images, {} entries, {} → {} bytes, sha256 {})",
+        "wrote {} ({} files, {} images, {} entries, {} → {} bytes, sha256 {}); SBOM {}",
         output.display(),
         manifest.files.len(),
         manifest.images.len(),
         report.entries,
         report.bytes_in,
         report.bytes_out,
-        report.sha256
+        report.sha256,
+        sbom_path.display()
     )?;
+    if let Some(d) = &delta {
+        writeln!(
+            out,
+            "delta bundle: carries {} of the target's {} files ({} of {} content bytes); the site holds the rest; target content digest sha256:{}",
+            d.carried, d.entries, d.carried_bytes, d.target_bytes, d.target_digest
+        )?;
+    }
+    bundle_extras::Finish {
+        output: &output,
+        manifest: &manifest,
+        key: key.as_ref(),
+        split: args.split,
+    }
+    .run(out)?;
     Ok(())
 }
 
@@ -368,6 +431,8 @@ fn bundle_manifest(
                 roles: roles(&i.roles),
             })
             .collect(),
+        // Filled by `pack` from the entries it writes.
+        sizes: std::collections::BTreeMap::new(),
     }
 }
 

@@ -1,6 +1,9 @@
 //! One module per subcommand.
 
 pub mod bundle;
+pub mod bundle_extras;
+pub mod import;
+pub mod keygen;
 pub mod resolve;
 pub mod validate;
 pub mod verify;
@@ -30,6 +33,7 @@ impl Inputs {
             .context("Failed to load the catalog")?;
         let zone = Zone::select(args.zone.as_deref(), args.zone_file.as_deref())
             .context("Failed to select the zone")?;
+        refuse_foreign(&args.file)?;
         let cluster = load_cluster(&args.file, &catalog)
             .with_context(|| format!("Failed to load `{}`", args.file.display()))?;
         Ok(Self {
@@ -38,6 +42,33 @@ impl Inputs {
             cluster,
         })
     }
+}
+
+/// A KubeKey file given where a cluster.yaml belongs: say what it is and how to convert it.
+fn refuse_foreign(file: &std::path::Path) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        // The loader reports unreadable files with their own message.
+        return Ok(());
+    };
+    let Some(format) = kubexm_manifests::import::detect(&text) else {
+        return Ok(());
+    };
+    let shown = file.display();
+    let how = match format {
+        kubexm_manifests::import::Format::KubeKeyCluster => {
+            format!("kubexm-build import kubekey -f {shown} -o cluster.yaml")
+        }
+        kubexm_manifests::import::Format::KubeKeyConfig => format!(
+            "kubexm-build import kubekey -f {shown} --inventory INVENTORY.yaml -o cluster.yaml"
+        ),
+        _ => format!(
+            "kubexm-build import kubekey -f CONFIG.yaml --inventory {shown} -o cluster.yaml"
+        ),
+    };
+    anyhow::bail!(
+        "`{shown}` is a {}, not a KubeXM cluster.yaml\nhint: convert it first: {how}",
+        format.describe()
+    )
 }
 
 /// Formats resolver problems as an error.

@@ -66,7 +66,7 @@ impl Lab {
 }
 
 /// Deterministic stand-in content (64 KiB, distinct per name).
-fn stand_in(name: &str) -> Vec<u8> {
+pub(crate) fn stand_in(name: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 * 1024);
     let mut x: u64 = name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)

@@ -112,25 +112,43 @@ fn registry_faults_fail_clearly_or_recover() {
         )),
     );
     lab.open.stop();
-    let child = bundle_cmd(
+    let mut child = bundle_cmd(
         &lab,
         "recover.tar.zst",
         "c-down",
         &["--retries", "8", "--retry-delay-ms", "400"],
     )
-    .stdout(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::piped())
     .spawn()
     .expect("kubexm-build starts");
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Bring the registry back only once the build has seen the outage and says it retries
+    // (no fixed sleep: under load the build may need longer than any guess to get there).
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        let mut told = false;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !told && line.contains("retrying") {
+                told = true;
+                let _ = seen_tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let saw_retry = seen_rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .is_ok();
     lab.open.restart();
-    let restarter = child.wait_with_output().expect("kubexm-build finishes");
-    assert!(restarter.status.success(), "{}", text(&restarter.stderr));
-    assert!(
-        text(&restarter.stderr).contains("retrying"),
-        "the outage was retried: {}",
-        text(&restarter.stderr)
-    );
+    let status = child.wait().expect("kubexm-build finishes");
+    let err = reader.join().expect("stderr reader");
+    assert!(saw_retry, "the outage was retried: {err}");
+    assert!(status.success(), "{err}");
 }
 
 #[test]

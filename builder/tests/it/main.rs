@@ -1,7 +1,10 @@
 //! CLI tests of `kubexm-build` (one test binary).
 
+mod bundle_delta;
 mod bundle_e2e;
 mod bundle_faults;
+mod bundle_trust;
+mod import_cli;
 mod os_repo;
 mod os_rpm;
 mod resolve_cli;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::check::{self, ManifestProblem};
 use crate::hash;
 use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
-use crate::{space, sums};
+use crate::{pins, space, sums};
 
 mod chunks;
 mod error;
@@ -132,17 +132,13 @@ pub fn pack(
     opts: &PackOptions,
 ) -> Result<PackReport, PackError> {
     let (dir, partial) = output_paths(out)?;
-    if manifest.format_version != crate::FORMAT_VERSION {
-        return Err(PackError::Manifest(ManifestProblem::FormatVersion {
-            found: manifest.format_version.to_string(),
-            expected: crate::FORMAT_VERSION,
-        }));
-    }
-    let mut manifest_json = serde_json::to_vec_pretty(manifest).map_err(PackError::Serialize)?;
-    manifest_json.push(b'\n');
-
-    let files = plan::plan(entries)?;
-    let dirs = plan::directories(&files)?;
+    let Layout {
+        manifest,
+        files,
+        dirs,
+        manifest_json,
+    } = layout(manifest, entries)?;
+    let manifest = &manifest;
 
     let sums_len: usize = files
         .iter()
@@ -162,13 +158,7 @@ pub fn pack(
     );
     space::ensure(&dir, needed, space::available(&dir)?)?;
 
-    let mut sums = sums::Sums::new();
-    for file in &files {
-        let sum = plan::first_pass_sum(file)?;
-        sums.insert(file.path.clone(), sum);
-    }
-    check::manifest(manifest, &sums).map_err(PackError::Manifest)?;
-    sums.insert(MANIFEST_PATH.to_owned(), hash::sha256_hex(&manifest_json));
+    let sums = sums_of(manifest, &files, &manifest_json)?;
     let sums_text = sums::render(&sums);
 
     let guard = Partial {
@@ -196,6 +186,118 @@ pub fn pack(
     Ok(PackReport {
         path: out.to_owned(),
         ..written
+    })
+}
+
+/// The files (checked and sorted), the derived directories and `bundle.json`'s bytes: what
+/// [`pack`] writes and [`plan_bundle`] describes.
+struct Layout {
+    /// The manifest with every entry's size pinned (formatVersion 2).
+    manifest: BundleManifest,
+    files: Vec<plan::Planned>,
+    dirs: std::collections::BTreeSet<String>,
+    manifest_json: Vec<u8>,
+}
+
+fn layout(manifest: &BundleManifest, entries: Vec<Entry>) -> Result<Layout, PackError> {
+    if manifest.format_version != crate::FORMAT_VERSION {
+        return Err(PackError::Manifest(ManifestProblem::FormatVersion {
+            found: manifest.format_version.to_string(),
+            expected: crate::FORMAT_VERSION,
+        }));
+    }
+    let files = plan::plan(entries)?;
+    let dirs = plan::directories(&files)?;
+    // formatVersion 2: every entry's size is pinned in bundle.json.
+    let mut manifest = manifest.clone();
+    manifest.sizes = files.iter().map(|f| (f.path.clone(), f.size)).collect();
+    let mut manifest_json = serde_json::to_vec_pretty(&manifest).map_err(PackError::Serialize)?;
+    manifest_json.push(b'\n');
+    Ok(Layout {
+        manifest,
+        files,
+        dirs,
+        manifest_json,
+    })
+}
+
+/// Every file's sum (hashing the sources whose sum is not known), checked against the
+/// manifest, with `bundle.json`'s: the content of `SHA256SUMS`.
+fn sums_of(
+    manifest: &BundleManifest,
+    files: &[plan::Planned],
+    manifest_json: &[u8],
+) -> Result<sums::Sums, PackError> {
+    let mut sums = sums::Sums::new();
+    for file in files {
+        let sum = plan::first_pass_sum(file)?;
+        sums.insert(file.path.clone(), sum);
+    }
+    check::manifest(manifest, &sums).map_err(PackError::Manifest)?;
+    pins::pins(manifest, &sums).map_err(PackError::Manifest)?;
+    sums.insert(MANIFEST_PATH.to_owned(), hash::sha256_hex(manifest_json));
+    Ok(sums)
+}
+
+/// A bundle as [`pack`] would write it for the same inputs, without writing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedBundle {
+    /// `bundle.json`, byte for byte.
+    pub manifest_json: Vec<u8>,
+    /// Every regular file but `SHA256SUMS` (`bundle.json` included), sorted by path.
+    pub files: Vec<PlannedFile>,
+}
+
+/// One regular file of a [`PlannedBundle`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    /// Path in the bundle.
+    pub path: String,
+    /// Its sha256.
+    pub sha256: String,
+    /// Its size.
+    pub size: u64,
+    /// Its mode.
+    pub mode: u32,
+}
+
+/// What [`pack`] would write for `manifest` and `entries` — `bundle.json`'s bytes and every
+/// file's path, sum, size and mode — through the same code path, without writing anything
+/// (what a delta bundle is planned against).
+///
+/// # Errors
+///
+/// As [`pack`], but for the output and free space.
+pub fn plan_bundle(
+    manifest: &BundleManifest,
+    entries: Vec<Entry>,
+) -> Result<PlannedBundle, PackError> {
+    let Layout {
+        manifest,
+        files,
+        manifest_json,
+        ..
+    } = layout(manifest, entries)?;
+    let sums = sums_of(&manifest, &files, &manifest_json)?;
+    let mut planned: Vec<PlannedFile> = files
+        .iter()
+        .map(|f| PlannedFile {
+            path: f.path.clone(),
+            sha256: sums.get(&f.path).cloned().unwrap_or_default(),
+            size: f.size,
+            mode: f.mode,
+        })
+        .collect();
+    planned.push(PlannedFile {
+        path: MANIFEST_PATH.to_owned(),
+        sha256: hash::sha256_hex(&manifest_json),
+        size: manifest_json.len() as u64,
+        mode: FILE_MODE,
+    });
+    planned.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(PlannedBundle {
+        manifest_json,
+        files: planned,
     })
 }
 

@@ -2,9 +2,11 @@
 
 use std::io;
 
+use kubexm_manifests::display::Untrusted;
 use thiserror::Error;
 
 use crate::check::ManifestProblem;
+use crate::layout::LayoutProblem;
 use crate::path::PathProblem;
 use crate::sums::SumsError;
 
@@ -46,7 +48,7 @@ pub enum VerifyError {
         after: Option<String>,
     },
     /// `bundle.json` or `SHA256SUMS` is not where it must be.
-    #[error("Entry {position} is `{found}`; expected `{expected}`")]
+    #[error("Entry {position} is `{}`; expected `{expected}`", Untrusted(.found))]
     Order {
         /// 1-based position in the stream.
         position: usize,
@@ -56,13 +58,13 @@ pub enum VerifyError {
         found: String,
     },
     /// An entry path is not UTF-8.
-    #[error("Entry `{path}` has a path that is not UTF-8")]
+    #[error("Entry `{}` has a path that is not UTF-8", Untrusted(.path))]
     NotUtf8 {
         /// The path, lossily decoded.
         path: String,
     },
     /// An entry path is unsafe.
-    #[error("Entry `{path}` has an unsafe path: it {problem}")]
+    #[error("Entry `{}` has an unsafe path: it {problem}", Untrusted(.path))]
     UnsafePath {
         /// The path.
         path: String,
@@ -70,7 +72,7 @@ pub enum VerifyError {
         problem: PathProblem,
     },
     /// A symbolic or hard link.
-    #[error("Entry `{path}` is a {kind} link to `{target}`; bundles contain no links")]
+    #[error("Entry `{}` is a {kind} link to `{}`; bundles contain no links", Untrusted(.path), Untrusted(.target))]
     Link {
         /// The path.
         path: String,
@@ -80,7 +82,7 @@ pub enum VerifyError {
         target: String,
     },
     /// A device, FIFO or other special file.
-    #[error("Entry `{path}` is a {kind}; bundles contain only files and directories")]
+    #[error("Entry `{}` is a {kind}; bundles contain only files and directories", Untrusted(.path))]
     Special {
         /// The path.
         path: String,
@@ -88,7 +90,7 @@ pub enum VerifyError {
         kind: &'static str,
     },
     /// `bundle.json` or `SHA256SUMS` is too large to be real.
-    #[error("Entry `{path}` is {size} bytes; at most {max} allowed")]
+    #[error("Entry `{}` is {size} bytes; at most {max} allowed", Untrusted(.path))]
     TooLarge {
         /// The path.
         path: String,
@@ -107,19 +109,19 @@ pub enum VerifyError {
     #[error("Failed to parse `SHA256SUMS`")]
     Sums(#[source] SumsError),
     /// An entry that `SHA256SUMS` does not list.
-    #[error("Unlisted entry `{path}`: not in `SHA256SUMS`")]
+    #[error("Unlisted entry `{}`: not in `SHA256SUMS`", Untrusted(.path))]
     Unlisted {
         /// The path.
         path: String,
     },
     /// The same path twice.
-    #[error("Duplicate entry `{path}`")]
+    #[error("Duplicate entry `{}`", Untrusted(.path))]
     Duplicate {
         /// The path.
         path: String,
     },
     /// Content does not match `SHA256SUMS`.
-    #[error("Entry `{path}` was tampered with: sha256 {actual}, expected {expected}")]
+    #[error("Entry `{}` was tampered with: sha256 {actual}, expected {expected}", Untrusted(.path))]
     Tampered {
         /// The path.
         path: String,
@@ -129,19 +131,40 @@ pub enum VerifyError {
         actual: String,
     },
     /// A directory entry where `SHA256SUMS` lists a file.
-    #[error("Entry `{path}` is a directory but `SHA256SUMS` lists it as a file")]
+    #[error("Entry `{}` is a directory but `SHA256SUMS` lists it as a file", Untrusted(.path))]
     NotAFile {
         /// The path.
         path: String,
     },
     /// Listed in `SHA256SUMS` but absent.
-    #[error("Missing entry `{path}`: listed in `SHA256SUMS` but not in the bundle")]
+    #[error("Missing entry `{}`: listed in `SHA256SUMS` but not in the bundle", Untrusted(.path))]
     Missing {
         /// The path.
         path: String,
     },
+    /// A tar header declares another size than the one pinned in `bundle.json`.
+    #[error("Entry `{}` declares {header} bytes, but `bundle.json` pins {pinned}", Untrusted(.path))]
+    SizeMismatch {
+        /// The path.
+        path: String,
+        /// The pinned size.
+        pinned: u64,
+        /// The size in the tar header.
+        header: u64,
+    },
+    /// The bundle needs more space than the limit (the free space where it is unpacked).
+    #[error("The bundle needs {needed} bytes on disk, but only {limit} are available")]
+    NoSpace {
+        /// Bytes needed (pinned total, or the running total of a formatVersion 1 bundle).
+        needed: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The OCI image layout does not close.
+    #[error("The image layout in `images/` does not close")]
+    Layout(#[source] LayoutProblem),
     /// The sink failed.
-    #[error("Failed to extract entry `{path}`")]
+    #[error("Failed to extract entry `{}`", Untrusted(.path))]
     Sink {
         /// The path.
         path: String,

@@ -7,9 +7,12 @@ use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 
 use crate::check;
-use crate::manifest::{BundleManifest, MANIFEST_PATH, SUMS_PATH};
+use crate::layout::{self, MemoryBlobs};
+use crate::manifest::{BundleManifest, IMAGES_DIR, MANIFEST_PATH, SUMS_PATH};
 use crate::path;
+use crate::pins::{self, Pins};
 use crate::sums::{self, Sums};
+use kubexm_manifests::digest::Digest as BlobDigest;
 use sha2::{Digest, Sha256};
 use tar::EntryType;
 
@@ -19,8 +22,17 @@ pub use crate::dirsink::DirSink;
 pub use crate::worker_sink::WorkerSink;
 pub use error::{LinkKind, VerifyError};
 
-/// Largest `bundle.json` or `SHA256SUMS` read into memory.
-pub const MAX_METADATA_SIZE: u64 = 64 << 20;
+/// Largest `bundle.json` or `SHA256SUMS` read into memory. A real bundle's are a few hundred
+/// KiB at most (one line per file and blob); 4 MiB leaves room for tens of thousands of entries.
+pub const MAX_METADATA_SIZE: u64 = 4 << 20;
+/// Largest total of manifests, indexes and configs kept in memory for the layout check.
+pub const MAX_KEPT_MANIFESTS: u64 = 64 << 20;
+/// Most zero bytes read after the tar end marker (tar pads to records of 10 KiB by default).
+const MAX_TRAILING_ZEROS: usize = 1 << 20;
+/// Where blobs live in the bundle.
+const BLOBS_PREFIX: &str = "images/blobs/sha256/";
+/// The layout's index.
+const INDEX_PATH: &str = "images/index.json";
 
 const TAR_BLOCK: usize = 512;
 /// Content is copied through a buffer of this size.
@@ -66,6 +78,16 @@ impl Sink for NullSink {
     }
 }
 
+/// Bounds a reader holds a bundle to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Most content bytes the sink may receive (the free space where it writes). A formatVersion
+    /// 2 bundle whose pinned total is larger is refused before anything is written; for
+    /// formatVersion 1 each entry is refused before it is written once the running total would
+    /// pass it.
+    pub max_bytes: Option<u64>,
+}
+
 /// What a verified bundle holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -73,8 +95,11 @@ pub struct VerifyReport {
     pub manifest: BundleManifest,
     /// Tar entries: `bundle.json`, `SHA256SUMS`, directories and files.
     pub entries: usize,
-    /// Content bytes of all regular files, `bundle.json` and `SHA256SUMS` included.
+    /// Content bytes of all regular files, `bundle.json` and `SHA256SUMS` included: what the
+    /// bundle takes on disk once unpacked.
     pub bytes: u64,
+    /// For formatVersion 2, the same total as pinned up front (before any content was read).
+    pub pinned_bytes: Option<u64>,
     /// The bundle's content digest: sha256 of its `SHA256SUMS`, which lists the sum of
     /// `bundle.json` and of every file, so two bundles with the same content digest verified to
     /// the same bytes (however they were compressed).
@@ -92,6 +117,20 @@ pub fn verify(reader: impl Read, sink: &mut dyn Sink) -> Result<VerifyReport, Ve
     verify_buffered(buffered, sink)
 }
 
+/// [`verify_buffered`] within `limits`.
+///
+/// # Errors
+///
+/// See [`VerifyError`]; [`VerifyError::NoSpace`] when the bundle needs more than
+/// `limits.max_bytes`.
+pub fn verify_limited(
+    reader: impl io::BufRead,
+    sink: &mut dyn Sink,
+    limits: Limits,
+) -> Result<VerifyReport, VerifyError> {
+    run(reader, sink, limits)
+}
+
 /// [`verify`] over a reader that already buffers (e.g. [`crate::prefetch::Prefetch`]): the
 /// decompressor reads its buffer in place.
 ///
@@ -102,17 +141,51 @@ pub fn verify_buffered(
     reader: impl io::BufRead,
     sink: &mut dyn Sink,
 ) -> Result<VerifyReport, VerifyError> {
+    run(reader, sink, Limits::default())
+}
+
+/// [`verify_limited`] over the tar stream itself (not compressed): every rule of a bundle
+/// holds the same, e.g. for a tree rebuilt from a delta bundle and the site
+/// ([`crate::delta::rebuild`]).
+///
+/// # Errors
+///
+/// See [`VerifyError`].
+pub fn verify_tar(
+    reader: impl Read,
+    sink: &mut dyn Sink,
+    limits: Limits,
+) -> Result<VerifyReport, VerifyError> {
+    run_tar(reader, sink, limits)
+}
+
+fn run(
+    reader: impl io::BufRead,
+    sink: &mut dyn Sink,
+    limits: Limits,
+) -> Result<VerifyReport, VerifyError> {
     let decoder = zstd::stream::read::Decoder::with_buffer(reader).map_err(|source| {
         VerifyError::Truncated {
             after: None,
             source,
         }
     })?;
+    run_tar(decoder, sink, limits)
+}
+
+fn run_tar(
+    tar_stream: impl Read,
+    sink: &mut dyn Sink,
+    limits: Limits,
+) -> Result<VerifyReport, VerifyError> {
     let mut stream = EofReader {
-        inner: decoder,
+        inner: tar_stream,
         eof: false,
     };
-    let mut state = State::default();
+    let mut state = State {
+        limits,
+        ..State::default()
+    };
     {
         let mut archive = tar::Archive::new(&mut stream);
         let entries = archive
@@ -164,12 +237,13 @@ fn end_marker<R: Read>(stream: &mut EofReader<R>, state: &State) -> Result<(), V
         if n == 0 {
             break;
         }
-        if buf[..n].iter().any(|&b| b != 0) {
+        rest = rest.saturating_add(n);
+        // GNU tar pads to a 10 KiB record; a stream that goes on with zeros is a bomb.
+        if buf[..n].iter().any(|&b| b != 0) || rest > MAX_TRAILING_ZEROS {
             return Err(VerifyError::TrailingData {
                 after: state.last_good.clone(),
             });
         }
-        rest = rest.saturating_add(n);
     }
     if rest < TAR_BLOCK {
         return Err(early_eof());
@@ -189,6 +263,19 @@ struct State {
     bytes: u64,
     /// Copy buffer, reused for every entry.
     buf: Vec<u8>,
+    limits: Limits,
+    /// Sizes known before content is read.
+    pins: Pins,
+    /// Content bytes declared by the tar headers so far.
+    declared: u64,
+    /// `bundle.json` and its mode, written to the sink once `SHA256SUMS` agrees with it.
+    pending_manifest: Option<(Vec<u8>, u32)>,
+    /// Blobs seen, with the content of those that may be manifests.
+    blobs: MemoryBlobs,
+    /// `images/index.json`.
+    index: Option<Vec<u8>>,
+    /// formatVersion 2: the content bytes of the whole bundle, known from `bundle.json`.
+    pinned: Option<u64>,
 }
 
 impl State {
@@ -234,8 +321,9 @@ impl State {
             let Some(expected) = sums.get(&path).cloned() else {
                 return Err(VerifyError::Unlisted { path });
             };
+            self.admit(&path, entry.size())?;
             let mode = entry_mode(&entry);
-            let actual = self.copy(&mut entry, &path, mode, sink)?;
+            let (actual, kept) = self.copy(&mut entry, &path, mode, sink)?;
             if actual != expected {
                 return Err(VerifyError::Tampered {
                     path,
@@ -243,6 +331,7 @@ impl State {
                     actual,
                 });
             }
+            self.keep(&path, &actual, entry.size(), kept)?;
         }
         self.seen.insert(path.clone());
         self.last_good = Some(path);
@@ -284,16 +373,32 @@ impl State {
             return Err(self.truncated(short_read(size, read as u64)));
         }
         let mode = entry_mode(entry);
-        write_all(sink, &path, mode, &bytes)?;
         if expected == MANIFEST_PATH {
-            let value: serde_json::Value =
+            let version: VersionOnly =
                 serde_json::from_slice(&bytes).map_err(VerifyError::BadManifest)?;
-            check::format_version(&value).map_err(VerifyError::Manifest)?;
-            let manifest = serde_json::from_value(value).map_err(VerifyError::BadManifest)?;
+            check::format_version(version.format_version.as_ref())
+                .map_err(VerifyError::Manifest)?;
+            let manifest = serde_json::from_slice(&bytes).map_err(VerifyError::BadManifest)?;
             self.manifest = Some((manifest, crate::hash::sha256_hex(&bytes)));
+            // Written with `SHA256SUMS`, once the space the bundle takes is known.
+            self.pending_manifest = Some((bytes, mode));
         } else {
             let sums = sums::parse(&bytes).map_err(VerifyError::Sums)?;
             self.check_manifest(&sums)?;
+            let manifest_len = self
+                .pending_manifest
+                .as_ref()
+                .map_or(0, |(b, _)| b.len() as u64);
+            self.declared = manifest_len.saturating_add(size);
+            self.pinned = self
+                .pins
+                .total()
+                .map(|total| self.declared.saturating_add(total));
+            self.fits(self.pinned.unwrap_or(self.declared))?;
+            if let Some((json, json_mode)) = self.pending_manifest.take() {
+                write_all(sink, MANIFEST_PATH, json_mode, &json)?;
+            }
+            write_all(sink, &path, mode, &bytes)?;
             self.sums = Some(sums);
             self.sums_digest = Some(crate::hash::sha256_hex(&bytes));
         }
@@ -304,7 +409,7 @@ impl State {
     }
 
     /// Once `SHA256SUMS` is known: the sum of `bundle.json`, then its contents.
-    fn check_manifest(&self, sums: &Sums) -> Result<(), VerifyError> {
+    fn check_manifest(&mut self, sums: &Sums) -> Result<(), VerifyError> {
         let Some((manifest, actual)) = &self.manifest else {
             return Err(VerifyError::Missing {
                 path: MANIFEST_PATH.to_owned(),
@@ -322,22 +427,106 @@ impl State {
                 actual: actual.clone(),
             });
         }
-        check::manifest(manifest, sums).map_err(VerifyError::Manifest)
+        check::manifest(manifest, sums).map_err(VerifyError::Manifest)?;
+        self.pins = pins::pins(manifest, sums).map_err(VerifyError::Manifest)?;
+        Ok(())
     }
 
-    /// Copies a regular file into the sink, hashing it; returns the hex sha256.
+    /// Fails unless `needed` bytes fit the limit.
+    fn fits(&self, needed: u64) -> Result<(), VerifyError> {
+        match self.limits.max_bytes {
+            Some(limit) if needed > limit => Err(VerifyError::NoSpace { needed, limit }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before a file's content is read: its tar header must declare its pinned size, and it
+    /// must fit what is left of the limit.
+    fn admit(&mut self, path: &str, size: u64) -> Result<(), VerifyError> {
+        if let Some(pinned) = self.pins.size(path) {
+            if pinned != size {
+                return Err(VerifyError::SizeMismatch {
+                    path: path.to_owned(),
+                    pinned,
+                    header: size,
+                });
+            }
+        }
+        if let Some(name) = path.strip_prefix(BLOBS_PREFIX) {
+            if BlobDigest::from_hex(name).is_err() {
+                return Err(VerifyError::Layout(layout::LayoutProblem::BlobName {
+                    path: path.to_owned(),
+                }));
+            }
+        }
+        if path == INDEX_PATH && size > layout::MAX_MANIFEST_SIZE {
+            return Err(VerifyError::TooLarge {
+                path: path.to_owned(),
+                size,
+                max: layout::MAX_MANIFEST_SIZE,
+            });
+        }
+        self.declared = self.declared.saturating_add(size);
+        self.fits(self.declared)
+    }
+
+    /// After a file verified: blobs must hash to their name; manifests and `index.json` are
+    /// kept for the layout check.
+    fn keep(
+        &mut self,
+        path: &str,
+        sha256: &str,
+        size: u64,
+        kept: Option<Vec<u8>>,
+    ) -> Result<(), VerifyError> {
+        if path == INDEX_PATH {
+            self.index = kept;
+            return Ok(());
+        }
+        let Some(name) = path.strip_prefix(BLOBS_PREFIX) else {
+            return Ok(());
+        };
+        if name != sha256 {
+            return Err(VerifyError::Layout(layout::LayoutProblem::BlobContent {
+                path: path.to_owned(),
+                actual: sha256.to_owned(),
+            }));
+        }
+        let digest = BlobDigest::from_hex(name).map_err(|_| {
+            VerifyError::Layout(layout::LayoutProblem::BlobName {
+                path: path.to_owned(),
+            })
+        })?;
+        let kept = kept.filter(|bytes| layout::may_be_manifest(size, bytes));
+        self.blobs.insert(digest, size, kept);
+        let total = self.blobs.kept_bytes() as u64;
+        if total > MAX_KEPT_MANIFESTS {
+            return Err(VerifyError::TooLarge {
+                path: format!("{IMAGES_DIR}/blobs (manifests and configs)"),
+                size: total,
+                max: MAX_KEPT_MANIFESTS,
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies a regular file into the sink, hashing it; returns the hex sha256 and, for small
+    /// layout files that may be manifests, the content.
     fn copy<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
         path: &str,
         mode: u32,
         sink: &mut dyn Sink,
-    ) -> Result<String, VerifyError> {
+    ) -> Result<(String, Option<Vec<u8>>), VerifyError> {
         let sink_err = |source| VerifyError::Sink {
             path: path.to_owned(),
             source,
         };
         let size = entry.size();
+        let layout_file = path == INDEX_PATH || path.starts_with(BLOBS_PREFIX);
+        let mut kept = (layout_file && size <= layout::MAX_MANIFEST_SIZE)
+            .then(|| Vec::with_capacity(usize::try_from(size.min(64 * 1024)).unwrap_or(0)));
         let mut out = sink.file(path, mode).map_err(sink_err)?;
         let mut hasher = Sha256::new();
         // One buffer for the whole stream: small enough to stay in the CPU cache between the
@@ -357,6 +546,13 @@ impl State {
             }
             hasher.update(&buf[..n]);
             out.write_all(&buf[..n]).map_err(sink_err)?;
+            if let Some(k) = kept.as_mut() {
+                if copied == 0 && !layout::may_be_manifest(size, &buf[..n]) && path != INDEX_PATH {
+                    kept = None;
+                } else {
+                    k.extend_from_slice(&buf[..n]);
+                }
+            }
             copied += n as u64;
         }
         out.flush().map_err(sink_err)?;
@@ -364,7 +560,7 @@ impl State {
             return Err(self.truncated(short_read(size, copied)));
         }
         self.bytes += size;
-        Ok(hex::encode(hasher.finalize()))
+        Ok((hex::encode(hasher.finalize()), kept))
     }
 
     fn finish(self, sink: &mut dyn Sink) -> Result<VerifyReport, VerifyError> {
@@ -381,14 +577,26 @@ impl State {
         if let Some(path) = sums.keys().find(|p| !self.seen.contains(*p)) {
             return Err(VerifyError::Missing { path: path.clone() });
         }
+        if let Some(index) = &self.index {
+            layout::check(&manifest.images, index, &self.blobs).map_err(VerifyError::Layout)?;
+        }
         sink.finish().map_err(VerifyError::Finish)?;
         Ok(VerifyReport {
             manifest,
             entries: self.position,
             bytes: self.bytes,
+            pinned_bytes: self.pinned,
             content_digest: self.sums_digest.unwrap_or_default(),
         })
     }
+}
+
+/// Just the version of `bundle.json`, read before the whole document.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VersionOnly {
+    #[serde(default)]
+    format_version: Option<serde_json::Value>,
 }
 
 fn short_read(expected: u64, actual: u64) -> io::Error {

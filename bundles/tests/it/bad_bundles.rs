@@ -282,7 +282,7 @@ fn bundle_json_not_first() {
 #[test]
 fn bad_format_version() {
     let mut value = serde_json::to_value(common::manifest(vec![], vec![])).expect("json");
-    value["formatVersion"] = 2.into();
+    value["formatVersion"] = 3.into();
     value["someFutureField"] = true.into();
     let json = serde_json::to_vec(&value).expect("json");
     let sums = sums_for(&[("bundle.json", &json)]);
@@ -293,7 +293,7 @@ fn bad_format_version() {
     let err = assert_rejects(&bundle, "bundle.json");
     let text = common::chain(&err);
     assert!(
-        text.contains("formatVersion 2; this build supports 1"),
+        text.contains("formatVersion 3; this build reads 1 to 2"),
         "{text}"
     );
 }

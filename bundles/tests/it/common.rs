@@ -43,6 +43,7 @@ pub(crate) fn manifest(files: Vec<FileRecord>, images: Vec<ImageRecord>) -> Bund
         files,
         images,
         os_repos: Vec::new(),
+        sizes: std::collections::BTreeMap::new(),
     }
 }
 
@@ -76,8 +77,9 @@ pub(crate) fn sample(src: &Path) -> Sample {
     let blob = b"{\"schemaVersion\":2}".to_vec();
     let blob_path = format!("images/blobs/sha256/{}", sha256(&blob));
     let index = format!(
-        "{{\"schemaVersion\":2,\"manifests\":[{{\"digest\":\"sha256:{}\",\"annotations\":{{\"org.opencontainers.image.ref.name\":\"registry.k8s.io/pause:3.10\"}}}}]}}",
-        sha256(&blob)
+        "{{\"schemaVersion\":2,\"manifests\":[{{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:{}\",\"size\":{},\"annotations\":{{\"org.opencontainers.image.ref.name\":\"registry.k8s.io/pause:3.10\"}}}}]}}",
+        sha256(&blob),
+        blob.len()
     )
     .into_bytes();
     let layout = b"{\"imageLayoutVersion\":\"1.0.0\"}".to_vec();
@@ -295,7 +297,12 @@ pub(crate) fn sums_for(files: &[(&str, &[u8])]) -> Vec<u8> {
 /// A crafted bundle: valid `bundle.json` (no files, no images) and a `SHA256SUMS` listing
 /// `bundle.json` plus `listed`, followed by `rest`.
 pub(crate) fn crafted(listed: &[(&str, &[u8])], rest: Vec<Raw>) -> Vec<u8> {
-    let json = manifest_json(&manifest(vec![], vec![]));
+    let mut m = manifest(vec![], vec![]);
+    m.sizes = listed
+        .iter()
+        .map(|(p, c)| ((*p).to_owned(), c.len() as u64))
+        .collect();
+    let json = manifest_json(&m);
     let mut all: Vec<(&str, &[u8])> = vec![("bundle.json", &json)];
     all.extend_from_slice(listed);
     let sums = sums_for(&all);

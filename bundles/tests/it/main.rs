@@ -1,5 +1,6 @@
 //! Integration tests of `kubexm-bundles`: one binary, modules by topic.
 
+mod attacks;
 mod bad_bundles;
 mod cli;
 mod common;

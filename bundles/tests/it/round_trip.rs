@@ -19,7 +19,17 @@ fn round_trip_extracts_every_file() {
     let root = tmp.path().join("out");
     let mut sink = DirSink::new(&root).expect("sink");
     let verified = verify(bytes.as_slice(), &mut sink).expect("verify");
-    assert_eq!(verified.manifest, sample.manifest);
+    // formatVersion 2: pack pins the size of every entry in bundle.json.
+    let mut expected_manifest = sample.manifest.clone();
+    expected_manifest.sizes = sample
+        .expected
+        .iter()
+        .map(|(path, content, _)| (path.clone(), content.len() as u64))
+        .collect();
+    assert_eq!(verified.manifest, expected_manifest);
+    let pinned: u64 = expected_manifest.sizes.values().sum();
+    let metadata = verified.bytes - pinned;
+    assert_eq!(verified.pinned_bytes, Some(verified.bytes), "{metadata}");
     assert_eq!(verified.entries, report.entries);
     assert_eq!(verified.bytes, report.bytes_in);
 
@@ -32,7 +42,7 @@ fn round_trip_extracts_every_file() {
     let json = fs_err::read(root.join("bundle.json")).expect("bundle.json");
     let parsed: kubexm_bundles::manifest::BundleManifest =
         serde_json::from_slice(&json).expect("parse");
-    assert_eq!(parsed, sample.manifest);
+    assert_eq!(parsed, expected_manifest);
 
     let tree = common::read_tree(&root);
     let files: Vec<&PathBuf> = tree.iter().filter(|p| root.join(p).is_file()).collect();

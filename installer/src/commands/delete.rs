@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use super::{install_context, run_and_report, run_options};
+use super::{install_context, run_options};
 use crate::cli::DeleteArgs;
 
 /// What `delete` without `--yes` prints: the nodes and, per module, its tasks and hosts.
@@ -63,6 +63,7 @@ pub(crate) fn run(
     args: &DeleteArgs,
     top_bundle: Option<PathBuf>,
     work_dir: &std::path::Path,
+    trust: &kubexm_install::intake::trust::TrustPolicy,
 ) -> Result<()> {
     let bundle = args.bundle.clone().or(top_bundle);
     if bundle.is_none() && args.file.is_none() {
@@ -73,6 +74,7 @@ pub(crate) fn run(
         args.catalog.as_deref(),
         bundle.as_deref(),
         work_dir,
+        trust,
     )?);
     let pipeline = kubexm_install::pipelines::delete_pipeline(&ctx);
     let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())
@@ -85,7 +87,15 @@ pub(crate) fn run(
         anyhow::bail!("{}", delete_summary(&ctx, &plan));
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
-    run_and_report(&ctx, &pipeline, &opts, "Delete failed", "deleted")?;
+    super::run_and_record(
+        &ctx,
+        &pipeline,
+        &opts,
+        args.file.as_deref(),
+        "delete",
+        "Delete failed",
+        "deleted",
+    )?;
     // A later install starts from scratch: `--resume` must not skip what was just removed.
     let install_state = work_dir
         .join("state")

@@ -3,15 +3,16 @@
 
 use anyhow::{Context, Result};
 
-use super::{install_context, run_and_report, run_options};
+use super::{install_context, run_options};
 use crate::cli::InstallArgs;
 
 pub(crate) fn run(
     bundle: &std::path::Path,
     args: &InstallArgs,
     work_dir: &std::path::Path,
+    trust: &kubexm_install::intake::trust::TrustPolicy,
 ) -> Result<()> {
-    let ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir)?;
+    let ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir, trust)?;
     if args.dry_run {
         // Planning: keys and certificates that do not exist yet are made in memory only.
         let ctx = std::sync::Arc::new(ctx);
@@ -25,6 +26,14 @@ pub(crate) fn run(
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;
     let ctx = std::sync::Arc::new(ctx.for_execution());
     let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
-    run_and_report(&ctx, &pipeline, &opts, "Install failed", "installed")?;
-    Ok(())
+    // Recorded for the day-2 commands (add-node, delete-node, etcd).
+    super::run_and_record(
+        &ctx,
+        &pipeline,
+        &opts,
+        args.file.as_deref(),
+        "install",
+        "Install failed",
+        "installed",
+    )
 }

@@ -1,19 +1,122 @@
 //! One file per verb; this file holds what several verbs share: loading the context and
 //! running a pipeline over SSH with a one-line summary.
 
+pub(crate) mod add_node;
+pub(crate) mod certs;
 pub(crate) mod check;
+pub(crate) mod day2;
 pub(crate) mod delete;
+pub(crate) mod delete_node;
+pub(crate) mod etcd;
 pub(crate) mod install;
+pub(crate) mod inventory;
 pub(crate) mod plan;
 pub(crate) mod seed;
 pub(crate) mod unpack;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use kubexm_install::unpack::unpack;
+use std::io::Read;
 
-use crate::cli::ConnectArgs;
+use anyhow::{Context, Result};
+use kubexm_install::intake::trust::TrustPolicy;
+use kubexm_install::intake::{prepare, Prepared};
+use kubexm_install::seed::{RegistryTarget, SeedOptions};
+use kubexm_manifests::model::RewriteMode;
+use kubexm_manifests::secret::Secret;
+
+use crate::cli::{ConnectArgs, RegistryArgs};
+
+/// Takes a bundle in ([`kubexm_install::intake::prepare`]): its signature checked before it is
+/// unpacked (a warning when no key is trusted), a split bundle read from its parts, a delta
+/// completed from the site (registry-only blobs fetched from `registry`).
+pub(crate) fn take_in(
+    bundle: &std::path::Path,
+    work_dir: &std::path::Path,
+    trust: &TrustPolicy,
+    registry: Option<&SeedOptions>,
+) -> Result<Prepared> {
+    if !trust.is_configured() {
+        eprintln!(
+            "warning: no trusted key is configured (--trusted-key or {}): the signature of `{}` is not checked",
+            kubexm_install::intake::trust::TRUSTED_KEYS_ENV,
+            bundle.display()
+        );
+        tracing::warn!(bundle = %bundle.display(), "no trusted key configured; signature not checked");
+    }
+    let prepared = prepare(bundle, work_dir, trust, registry)
+        .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
+    if let Some(v) = &prepared.verified {
+        eprintln!(
+            "{}: signed by trusted key {} ({})",
+            bundle.display(),
+            v.key,
+            v.trusted_comment
+                .chars()
+                .filter(|c| !c.is_control())
+                .collect::<String>()
+        );
+    }
+    if let Some(d) = &prepared.delta_of {
+        eprintln!(
+            "{}: delta bundle {} completed from the site into {}",
+            bundle.display(),
+            d.digest,
+            prepared.unpacked.dir.display()
+        );
+    }
+    Ok(prepared)
+}
+
+/// The registry named by `args` and how to reach it (`None` without `--registry`); the
+/// password is read from standard input when asked.
+pub(crate) fn registry_options(
+    args: &RegistryArgs,
+    jobs: usize,
+    retries: u32,
+    retry_delay: std::time::Duration,
+) -> Result<Option<SeedOptions>> {
+    let Some(host) = &args.registry else {
+        return Ok(None);
+    };
+    let password = if args.password_stdin {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("Failed to read the password from standard input")?;
+        Some(Secret::new(s.trim_end_matches(['\n', '\r'])))
+    } else {
+        None
+    };
+    let ca_pem = match &args.ca_file {
+        Some(f) => Some(
+            std::fs::read(f)
+                .with_context(|| format!("Failed to read --ca-file `{}`", f.display()))?,
+        ),
+        None => None,
+    };
+    Ok(Some(SeedOptions {
+        target: RegistryTarget {
+            host: host.clone(),
+            plain_http: args.plain_http,
+            ca_pem,
+            username: args.username.clone(),
+            password,
+        },
+        project: args.project.clone(),
+        rewrite: if args.flatten {
+            RewriteMode::Flatten
+        } else {
+            RewriteMode::KeepPath
+        },
+        harbor: None,
+        harbor_projects: Vec::new(),
+        jobs: jobs.max(1),
+        attempts: retries.max(1),
+        retry_delay,
+        chunk_size: kubexm_install::seed::CHUNK,
+    }))
+}
 
 /// Loads the install context: cluster.yaml and catalog override from `-f`/`--catalog` when
 /// given, else the bundle's own; the bundle (when given) is verified and unpacked first.
@@ -22,11 +125,10 @@ pub(crate) fn install_context(
     catalog: Option<&std::path::Path>,
     bundle: Option<&std::path::Path>,
     work_dir: &std::path::Path,
+    trust: &TrustPolicy,
 ) -> Result<kubexm_install::context::InstallContext> {
     let unpacked = match bundle {
-        Some(b) => Some(
-            unpack(b, work_dir).with_context(|| format!("Failed to unpack `{}`", b.display()))?,
-        ),
+        Some(b) => Some(take_in(b, work_dir, trust, None)?.unpacked),
         None => None,
     };
     let bundled_catalog = unpacked
@@ -113,4 +215,100 @@ pub(crate) fn run_options(
         concurrency: connect.concurrency,
         connect_timeout: std::time::Duration::from_secs(15),
     })
+}
+
+/// [`run_and_report`] for an install or delete of the whole cluster, recorded in the work
+/// directory ([`record_whole`]) whether it succeeded or not.
+pub(crate) fn run_and_record(
+    ctx: &kubexm_install::context::InstallContext,
+    pipeline: &kubexm_install::pipeline::Pipeline,
+    opts: &kubexm_install::run::RunOptions,
+    file: Option<&std::path::Path>,
+    operation: &str,
+    failed: &'static str,
+    done: &str,
+) -> Result<()> {
+    let started_at = kubexm_install::record::now();
+    let started = std::time::Instant::now();
+    let result = run_and_report(ctx, pipeline, opts, failed, done);
+    record_whole(
+        ctx,
+        file,
+        opts,
+        operation,
+        started_at,
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| format!("{e:#}")),
+    );
+    result
+}
+
+/// Records an install or delete of the whole cluster in `WORK/clusters/<cluster>/` (see
+/// [`kubexm_install::record`]): on success the cluster.yaml text and bundle applied, and the
+/// nodes (none after a delete); a failure only in the history. A record that cannot be written
+/// is a warning: the operation itself is done.
+fn record_whole(
+    ctx: &kubexm_install::context::InstallContext,
+    file: Option<&std::path::Path>,
+    opts: &kubexm_install::run::RunOptions,
+    operation: &str,
+    started_at: String,
+    seconds: f64,
+    error: Option<String>,
+) {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let path = match (file, &ctx.bundle) {
+        (Some(f), _) => f.to_path_buf(),
+        (None, Some(b)) => b.dir.join(kubexm_bundles::manifest::CLUSTER_PATH),
+        (None, None) => return,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "warning: the cluster record was not written: cannot read {}: {e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    let base_dir = std::fs::canonicalize(&opts.base_dir).unwrap_or_else(|_| opts.base_dir.clone());
+    let digest = ctx
+        .bundle
+        .as_ref()
+        .and_then(|b| b.dir.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|d| kubexm_manifests::catalog::is_sha256_hex(d));
+    let ok = error.is_none();
+    let op = Operation {
+        operation: operation.to_string(),
+        nodes: ctx.all(),
+        started_at,
+        finished_at: record::now(),
+        seconds: (seconds * 10.0).round() / 10.0,
+        result: if ok {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed
+        },
+        error,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(text.as_bytes()),
+        bundle_digest: digest.clone(),
+    };
+    let present = operation != "delete";
+    let applied = ok.then(|| Applied {
+        cluster_yaml: &text,
+        base_dir: &base_dir,
+        bundle_digest: digest.as_deref(),
+        nodes: if present {
+            record::membership(&ctx.cluster)
+        } else {
+            Default::default()
+        },
+        present,
+    });
+    if let Err(e) = Records::new(&opts.work_dir).finish(ctx.cluster.cluster_name(), op, applied) {
+        eprintln!("warning: the cluster record was not written: {e}");
+    }
 }

@@ -5,12 +5,17 @@ use anyhow::{Context, Result};
 use super::install_context;
 use crate::cli::{PlanArgs, PlanFormat};
 
-pub(crate) fn run(args: &PlanArgs, work_dir: &std::path::Path) -> Result<()> {
+pub(crate) fn run(
+    args: &PlanArgs,
+    work_dir: &std::path::Path,
+    trust: &kubexm_install::intake::trust::TrustPolicy,
+) -> Result<()> {
     let ctx = std::sync::Arc::new(install_context(
         args.file.as_deref(),
         args.catalog.as_deref(),
         args.bundle.as_deref(),
         work_dir,
+        trust,
     )?);
     let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
     let plan =

@@ -120,7 +120,10 @@ impl YamlAddon {
         let mut out = Vec::new();
         for (path, rec) in files {
             let file = rec.path.rsplit('/').next().unwrap_or(&rec.path).to_string();
-            let dest = format!("{MANIFESTS_DIR}/addons/{}/{file}", a.name);
+            let dest = crate::modules::remote_path::remote_path(
+                MANIFESTS_DIR,
+                &["addons", &a.name, &file],
+            )?;
             let upload = if a.values.is_empty() || !path.exists() {
                 bundle_upload(path, &rec, dest)
             } else {
@@ -225,7 +228,7 @@ fn helm_addon(a: &Addon, files: Vec<(PathBuf, FileRecord)>) -> Result<HelmReleas
         chart: bundle_upload(
             path,
             &rec,
-            format!("{MANIFESTS_DIR}/addons/{}/{chart}", a.name),
+            crate::modules::remote_path::remote_path(MANIFESTS_DIR, &["addons", &a.name, &chart])?,
         ),
         values: values_file(
             "addons/values.yaml.tera",

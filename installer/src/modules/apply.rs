@@ -86,7 +86,7 @@ impl Step for ApplyManifest {
         let (d, m) = (shell::quote(dest), shell::quote(&marker));
         ops.push(Op::Run(
             RunCommand::new(format!(
-                "{k}{ns} apply --server-side --force-conflicts --field-manager=kubexm -f {d} >/dev/null\nsha256sum {d} > {m}"
+                "set -e\n{k}{ns} apply --server-side --force-conflicts --field-manager=kubexm -f {d} >/dev/null\nsha256sum {d} > {m}"
             ))
             .unless(applied(&marker))
             .undo(format!(
@@ -144,7 +144,7 @@ impl Step for HelmRelease {
             Op::Upload(self.values.clone()),
             Op::Run(
                 RunCommand::new(format!(
-                    "{HELM} upgrade --install {r} {c} {common} --create-namespace -f {v} >/dev/null\nsha256sum {c} {v} > {m}"
+                    "set -e\n{HELM} upgrade --install {r} {c} {common} --create-namespace -f {v} >/dev/null\nsha256sum {c} {v} > {m}"
                 ))
                 .unless(applied(&marker))
                 .undo(format!(
@@ -177,8 +177,8 @@ impl Step for HelmBinary {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let (path, rec) = bundle_file(&self.ctx, "helm", node)?;
-        let (up, archive) = upload(path, &rec, 0o644);
-        let (ex, dir) = extract(&archive, &rec);
+        let (up, archive) = upload(path, &rec, 0o644)?;
+        let (ex, dir) = extract(&archive, &rec)?;
         Ok(vec![
             up,
             ex,

@@ -90,6 +90,9 @@ pub struct EtcdLayout {
     pub peer_port: u16,
     /// Metrics port.
     pub metrics_port: u16,
+    /// Members joining a running cluster (`etcd add-member`, `add-node`): their configuration
+    /// says `initial-cluster-state: existing` (the others `new`).
+    pub joining: std::collections::BTreeSet<String>,
 }
 
 /// `https://ADDR:PORT`, bracketing IPv6 addresses.
@@ -120,6 +123,7 @@ impl EtcdLayout {
             client_port: CLIENT_PORT,
             peer_port: PEER_PORT,
             metrics_port: METRICS_PORT,
+            joining: std::collections::BTreeSet::new(),
         }
     }
 
@@ -148,10 +152,17 @@ impl EtcdLayout {
 
     /// Every member's client URL.
     pub fn client_endpoints(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|m| url("https", &m.address, self.client_port))
-            .collect()
+        self.members.iter().map(|m| self.client_url(m)).collect()
+    }
+
+    /// `member`'s client URL.
+    pub fn client_url(&self, member: &Member) -> String {
+        url("https", &member.address, self.client_port)
+    }
+
+    /// `member`'s peer URL.
+    pub fn peer_url(&self, member: &Member) -> String {
+        url("https", &member.address, self.peer_port)
     }
 
     /// `name=https://addr:peer,...`.
@@ -193,7 +204,14 @@ impl EtcdLayout {
         c.insert("metrics_url", &url("http", metrics_host, self.metrics_port));
         c.insert("initial_cluster", &self.initial_cluster());
         c.insert("token", &format!("kubexm-{}-etcd", self.cluster));
-        c.insert("state", "new");
+        c.insert(
+            "state",
+            if self.joining.contains(&m.name) {
+                "existing"
+            } else {
+                "new"
+            },
+        );
         Ok(c)
     }
 
@@ -389,8 +407,10 @@ impl Module for EtcdModule {
 
 /// The certificate files of a node, uploaded to the certificate directory (0700).
 pub struct EtcdCertificates {
-    layout: Arc<EtcdLayout>,
-    files: BTreeMap<String, Vec<CertFile>>,
+    /// Where they go.
+    pub layout: Arc<EtcdLayout>,
+    /// Each node's files ([`certificates`]).
+    pub files: BTreeMap<String, Vec<CertFile>>,
 }
 
 impl Step for EtcdCertificates {
@@ -423,8 +443,10 @@ impl Step for EtcdCertificates {
 
 /// `etcd` and `etcdctl` from the bundle's release tarball into the binary directory.
 pub struct EtcdBinaries {
-    ctx: Arc<InstallContext>,
-    layout: Arc<EtcdLayout>,
+    /// The bundle's files.
+    pub ctx: Arc<InstallContext>,
+    /// Where they go.
+    pub layout: Arc<EtcdLayout>,
 }
 
 impl Step for EtcdBinaries {
@@ -502,7 +524,8 @@ impl Step for EtcdBinaries {
 
 /// Data directory, etcd.conf.yml and the unit; a running member is restarted when they change.
 pub struct EtcdConfig {
-    layout: Arc<EtcdLayout>,
+    /// The members and paths.
+    pub layout: Arc<EtcdLayout>,
 }
 
 impl Step for EtcdConfig {
@@ -562,7 +585,8 @@ impl Step for StartEtcd {
 
 /// Waits until every member reports healthy.
 pub struct EtcdHealth {
-    layout: Arc<EtcdLayout>,
+    /// The members expected healthy.
+    pub layout: Arc<EtcdLayout>,
 }
 
 impl Step for EtcdHealth {
@@ -620,7 +644,9 @@ impl Module for EtcdDeleteModule {
     }
 }
 
-/// Stops etcd and removes everything the install put on the node.
+/// Stops etcd and removes everything the install put on the node, and makes systemd forget the
+/// unit (`reset-failed`: a member stopped after losing quorum exits failed, and systemd would
+/// list the removed unit as `failed` — found on real v1.20.2 nodes after delete).
 pub struct RemoveEtcd {
     layout: Arc<EtcdLayout>,
 }
@@ -650,7 +676,7 @@ impl Step for RemoveEtcd {
             Op::Systemd(Systemd::new(SystemdAction::DisableNow(UNIT.to_string()))),
             Op::Run(
                 RunCommand::new(format!(
-                    "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd {parent} 2>/dev/null || true\nsystemctl daemon-reload",
+                    "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd {parent} 2>/dev/null || true\nsystemctl daemon-reload\nsystemctl reset-failed {UNIT} 2>/dev/null || true",
                     files = rm_files.join(" "),
                     dirs = rm_dirs.join(" "),
                     // The default certificate directory's parent (`/etc/ssl/etcd`) is KubeXM's too.

@@ -28,6 +28,7 @@ use crate::context::InstallContext;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;
+use kubexm_manifests::model::{InternalLbType, LbMode};
 
 /// Static pod manifests directory.
 pub const MANIFESTS: &str = "/etc/kubernetes/manifests";
@@ -40,6 +41,26 @@ pub const PROXY_DIR: &str = "/etc/kubexm/kube-lb";
 /// Where the local proxy listens.
 pub const LOCAL_API: &str = "https://127.0.0.1:6443";
 
+/// Whether every node reaches the API on `127.0.0.1:6443` (`loadBalancer.mode: internal` with
+/// haproxy or nginx): a master's own API server, a worker's local proxy to every master.
+pub fn local_api_on_every_node(ctx: &InstallContext) -> bool {
+    let lb = &ctx.cluster.file.spec.load_balancer;
+    lb.mode == LbMode::Internal && lb.internal.kind != InternalLbType::KubeVip
+}
+
+/// Where host-network clients on any node (the kubelet, kube-proxy, cilium's agent) reach the
+/// API so that losing any one master does not cut them off: `127.0.0.1:6443` with the internal
+/// haproxy/nginx ([`local_api_on_every_node`]; the control-plane endpoint's name resolves to the
+/// first master there), else the control-plane endpoint (a VIP, held by keepalived or kube-vip,
+/// or the first master when `loadBalancer.mode` is none).
+pub fn api_for_host_network(ctx: &InstallContext) -> Result<(String, u16), StepError> {
+    if local_api_on_every_node(ctx) {
+        return Ok(("127.0.0.1".to_string(), APISERVER_PORT));
+    }
+    let e = ctx.control_plane_endpoint()?;
+    Ok((e.domain, e.port))
+}
+
 /// Which local proxy runs on the workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LocalProxyKind {
@@ -49,6 +70,21 @@ pub enum LocalProxyKind {
     Nginx,
 }
 
+/// The local API proxy workers run: `loadBalancer.mode: internal` with type haproxy or nginx
+/// (kube-vip holds a VIP on the masters instead; other modes run none).
+pub fn local_proxy_kind(ctx: &InstallContext) -> Option<LocalProxyKind> {
+    use kubexm_manifests::model::{InternalLbType, LbMode};
+    let lb = &ctx.cluster.file.spec.load_balancer;
+    if lb.mode != LbMode::Internal {
+        return None;
+    }
+    match lb.internal.kind {
+        InternalLbType::Haproxy => Some(LocalProxyKind::Haproxy),
+        InternalLbType::Nginx => Some(LocalProxyKind::Nginx),
+        InternalLbType::KubeVip => None,
+    }
+}
+
 /// kube-vip's static pod with the given kubeconfig.
 pub struct KubeVip {
     cluster: String,
@@ -56,7 +92,13 @@ pub struct KubeVip {
     vip: String,
     interface: String,
     kubeconfig: &'static str,
+    /// Only while the cluster is not initialised: the manifest is staged and copied into place
+    /// only when `admin.conf` does not exist yet.
+    before_init: bool,
 }
+
+/// Where the pre-init kube-vip manifest is staged (root only).
+pub const KUBE_VIP_BOOTSTRAP: &str = "/etc/kubernetes/kubexm/kube-vip-bootstrap.yaml";
 
 impl KubeVip {
     /// kube-vip for the cluster, using `kubeconfig` on the node.
@@ -76,7 +118,17 @@ impl KubeVip {
             vip,
             interface,
             kubeconfig,
+            before_init: false,
         })
+    }
+
+    /// kube-vip for the first master before `kubeadm init` (v1.29+: with `super-admin.conf`):
+    /// put in place only while `/etc/kubernetes/admin.conf` does not exist, so a re-run does
+    /// not swap the running kube-vip's kubeconfig back and forth (two restarts, a VIP gap).
+    pub fn before_init(ctx: &InstallContext, kubeconfig: &'static str) -> Result<Self, StepError> {
+        let mut k = Self::new(ctx, kubeconfig)?;
+        k.before_init = true;
+        Ok(k)
     }
 
     /// The rendered static pod.
@@ -103,13 +155,34 @@ impl Step for KubeVip {
         "kube-vip"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        Ok(vec![
-            Op::Mkdir(CreateDir {
-                path: MANIFESTS.into(),
-                mode: 0o755,
-            }),
-            Op::Template(self.render()?),
-        ])
+        let mut ops = vec![Op::Mkdir(CreateDir {
+            path: MANIFESTS.into(),
+            mode: 0o755,
+        })];
+        if !self.before_init {
+            ops.push(Op::Template(self.render()?));
+            return Ok(ops);
+        }
+        let mut staged = self.render()?;
+        staged.file.dest = KUBE_VIP_BOOTSTRAP.to_string();
+        ops.push(Op::Mkdir(CreateDir {
+            path: super::kubeadm::config::STATE_DIR.into(),
+            mode: 0o700,
+        }));
+        ops.push(Op::Template(staged));
+        let admin = super::kubeadm::init::ADMIN_CONF;
+        ops.push(Op::Run(
+            RunCommand::new(format!(
+                "install -m 0600 {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
+            ))
+            .unless(format!(
+                "[ -s {admin} ] || cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
+            ))
+            .undo(format!(
+                "if cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}; then rm -f {KUBE_VIP_MANIFEST}; fi"
+            )),
+        ));
+        Ok(ops)
     }
 }
 
@@ -191,8 +264,10 @@ impl Step for LocalProxy {
     }
 }
 
-/// The node's kubelet talks to the API through the local proxy (its kubeconfig's server), and
-/// is restarted when that changed.
+/// The node's kubelet talks to the API on `127.0.0.1:6443` (its kubeconfig's server): through
+/// the local proxy on a worker, to its own API server on a master (so no master's kubelet
+/// depends on the first master, to which the endpoint's name resolves); restarted when that
+/// changed.
 pub struct KubeletViaLocalProxy;
 
 impl Step for KubeletViaLocalProxy {

@@ -357,10 +357,11 @@ impl Step for ProxyConfig {
         ops.push(Op::Systemd(Systemd::new(SystemdAction::EnableNow(
             unit.to_string(),
         ))));
-        ops.push(Op::Systemd(Systemd::new(SystemdAction::Restart {
-            unit: unit.to_string(),
-            always: false,
-        })));
+        // A reload, not a restart: a changed backend list (add-node, delete-node) reaches a
+        // running proxy without dropping its connections.
+        ops.push(Op::Systemd(Systemd::new(SystemdAction::ReloadWhenChanged(
+            unit.to_string(),
+        ))));
         ops.push(Op::Wait(WaitFor {
             what: format!("{unit} health endpoint"),
             check: format!("curl -fsS -o /dev/null http://127.0.0.1:{HEALTH_PORT}/healthz"),
@@ -433,10 +434,11 @@ impl Step for KeepalivedConfig {
             Op::Systemd(Systemd::new(SystemdAction::EnableNow(
                 "keepalived".to_string(),
             ))),
-            Op::Systemd(Systemd::new(SystemdAction::Restart {
-                unit: "keepalived".to_string(),
-                always: false,
-            })),
+            // keepalived re-reads its configuration on reload (SIGHUP) keeping the VIP where
+            // it is while the instance is unchanged.
+            Op::Systemd(Systemd::new(SystemdAction::ReloadWhenChanged(
+                "keepalived".to_string(),
+            ))),
         ])
     }
 }

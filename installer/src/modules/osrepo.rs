@@ -47,9 +47,9 @@ pub const RPM_REPO_FILE: &str = "/etc/yum.repos.d/kubexm.repo";
 /// The dnf/yum repository id.
 pub const RPM_REPO_ID: &str = "kubexm-bundle";
 
-/// Fact key of the release a node's repository is for.
-fn fact_key(node: &str) -> String {
-    format!("osrelease.{node}")
+/// Fact keys of a node's `/etc/os-release` `ID` and `VERSION_ID`.
+fn fact_keys(node: &str) -> (String, String) {
+    (format!("os.{node}.id"), format!("os.{node}.version"))
 }
 
 /// A repository as the install sees it: from `bundle.json`, or (planning without a bundle)
@@ -193,56 +193,56 @@ impl Module for OsRepoModule {
         let repos = Arc::new(repos(&self.0));
         let cluster = self.0.cluster.cluster_name().to_string();
         Ok(vec![
-            Task::new("detect-os-release", self.0.all()).step(DetectOsRelease {
-                repos: repos.clone(),
-            }),
+            Task::new("detect-os-release", self.0.all()).step(DetectOsRelease),
             Task::new("install-os-repository", self.0.all()).step(InstallOsRepo { repos, cluster }),
         ])
     }
 }
 
-/// Learns which of the bundle's repositories the node's `/etc/os-release` asks for.
-struct DetectOsRelease {
-    repos: Arc<Vec<Repo>>,
-}
+/// Learns the node's `/etc/os-release` `ID` and `VERSION_ID` (the next step picks the
+/// repository and refuses a release the bundle has none for).
+struct DetectOsRelease;
 
-/// `osrelease.<node>=<release>` lines into facts.
+/// Longest `ID` / `VERSION_ID` accepted from a node.
+const MAX_OS_FIELD: usize = 64;
+
+/// `os.<node>.id=<ID>` / `os.<node>.version=<VERSION_ID>` lines into facts. The node's output is
+/// untrusted: only those two keys, each value short and of `[A-Za-z0-9._-]` (what os-release(5)
+/// allows), else the node is refused without quoting what it printed.
 fn parse_release(out: &str) -> Result<Vec<(String, String)>, String> {
-    let found: Vec<(String, String)> = out
-        .lines()
-        .filter_map(|l| l.trim().split_once('='))
-        .filter(|(k, _)| k.starts_with("osrelease."))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    if found.is_empty() {
-        Err("no OS release was reported".to_string())
-    } else {
+    let mut found = Vec::new();
+    for (k, v) in out.lines().filter_map(|l| l.trim().split_once('=')) {
+        if !(k.starts_with("os.") && (k.ends_with(".id") || k.ends_with(".version"))) {
+            continue;
+        }
+        if v.is_empty()
+            || v.len() > MAX_OS_FIELD
+            || !v
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(format!(
+                "/etc/os-release has an ID or VERSION_ID that is empty, longer than {MAX_OS_FIELD} characters or not made of [A-Za-z0-9._-]"
+            ));
+        }
+        found.push((k.to_string(), v.to_string()));
+    }
+    if found.len() == 2 {
         Ok(found)
+    } else {
+        Err("/etc/os-release did not give both ID and VERSION_ID".to_string())
     }
 }
 
 impl DetectOsRelease {
-    fn script(&self, node: &Node) -> String {
-        let mut cases = String::new();
-        let mut offered = Vec::new();
-        for r in self.repos.iter() {
-            let (id, v, rel) = (
-                shell::quote(&r.os_id),
-                shell::quote(&r.version_id),
-                shell::quote(&r.release),
-            );
-            cases.push_str(&format!(
-                "if [ \"$ID\" = {id} ] && {{ [ \"$VERSION_ID\" = {v} ] || case \"$VERSION_ID\" in {v}.*) true;; *) false;; esac; }}; then r={rel}; fi\n"
-            ));
-            offered.push(format!("{} ({} {})", r.release, r.os_id, r.version_id));
-        }
+    fn script(node: &Node) -> String {
+        let (id, version) = fact_keys(&node.name);
         format!(
             "[ -r /etc/os-release ] || {{ echo '/etc/os-release is missing: cannot tell which OS package repository this node needs' >&2; exit 1; }}\n\
-             . /etc/os-release\nr=''\n{cases}\
-             if [ -z \"$r\" ]; then echo \"this node runs $ID $VERSION_ID, and the bundle carries OS packages only for: {offered}; add the node's release to spec.system.osReleases and rebuild the bundle\" >&2; exit 1; fi\n\
-             echo {key}=\"$r\"",
-            offered = offered.join(", ").replace(['"', '`', '$', '\\'], ""),
-            key = shell::quote(&fact_key(&node.name)),
+             . /etc/os-release\n\
+             printf '%s=%s\\n' {} \"${{ID:-}}\" {} \"${{VERSION_ID:-}}\"",
+            shell::quote(&id),
+            shell::quote(&version),
         )
     }
 }
@@ -253,13 +253,38 @@ impl Step for DetectOsRelease {
     }
     fn ops(&self, node: &Node, facts: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Learn(LearnFacts {
-            what: "OS release".into(),
-            script: self.script(node),
+            what: "OS release (/etc/os-release)".into(),
+            script: Self::script(node),
             parse: parse_release,
             facts: facts.clone(),
             timeout: Duration::from_secs(30),
         })])
     }
+}
+
+/// The repository of the bundle for a node running `id` `version` (`VERSION_ID` equal to the
+/// release's, or a point release of it: `12.4` for `12`).
+fn repo_matching<'a>(repos: &'a [Repo], id: &str, version: &str) -> Option<&'a Repo> {
+    repos.iter().find(|r| {
+        r.os_id == id
+            && (r.version_id == version
+                || version
+                    .strip_prefix(r.version_id.as_str())
+                    .is_some_and(|rest| rest.starts_with('.')))
+    })
+}
+
+/// The error for a node whose release the bundle has no repository for.
+fn no_repository(node: &str, id: &str, version: &str, repos: &[Repo]) -> StepError {
+    let offered: Vec<String> = repos
+        .iter()
+        .map(|r| format!("{} ({} {})", r.release, r.os_id, r.version_id))
+        .collect();
+    StepError::Invalid(format!(
+        "node {node} runs {id} {version}, and the bundle carries OS packages only for {}: add the node's release (the catalog's osReleases name for {id} {version}, e.g. `{id}-{major}`) to spec.system.osReleases in cluster.yaml and build the bundle again with `kubexm-build bundle`",
+        if offered.is_empty() { "no release".to_string() } else { offered.join(", ") },
+        major = version.split('.').next().unwrap_or(version),
+    ))
 }
 
 /// Uploads the node's repository and key and writes the source naming them.
@@ -269,23 +294,16 @@ struct InstallOsRepo {
 }
 
 impl InstallOsRepo {
-    /// The node's repository: the learned release, else (planning) the only one.
+    /// The node's repository: by its learned release, else (planning) the only one.
     fn repo_for(&self, node: &Node, facts: &Facts) -> Result<Option<&Repo>, StepError> {
-        match facts.get(&fact_key(&node.name)) {
-            Some(name) => self
-                .repos
-                .iter()
-                .find(|r| r.release == name)
+        let (id_key, version_key) = fact_keys(&node.name);
+        match (facts.get(&id_key), facts.get(&version_key)) {
+            (Some(id), Some(version)) => repo_matching(&self.repos, &id, &version)
                 .map(Some)
-                .ok_or_else(|| {
-                    StepError::Invalid(format!(
-                        "{}: the bundle has no repository for {name}",
-                        node.name
-                    ))
-                }),
-            None if facts.is_planning() && self.repos.len() == 1 => Ok(self.repos.first()),
-            None if facts.is_planning() => Ok(None),
-            None => Err(StepError::Invalid(format!(
+                .ok_or_else(|| no_repository(&node.name, &id, &version, &self.repos)),
+            _ if facts.is_planning() && self.repos.len() == 1 => Ok(self.repos.first()),
+            _ if facts.is_planning() => Ok(None),
+            _ => Err(StepError::Invalid(format!(
                 "{}: its OS release was not detected (the detect-os-release task must run first)",
                 node.name
             ))),
@@ -375,10 +393,7 @@ impl Module for OsRepoDeleteModule {
             Ops {
                 name: "remove-os-repository",
                 ops: vec![Op::Run(
-                    RunCommand::new(format!(
-                    "rm -rf -- {}\nrm -f -- {APT_SOURCES}.kubexm-orig {RPM_REPO_FILE}.kubexm-orig",
-                    quoted.join(" ")
-                ))
+                    RunCommand::new(format!("rm -rf -- {}", quoted.join(" ")))
                     .unless(exists.join(" && ")),
                 )],
             },
@@ -388,7 +403,8 @@ impl Module for OsRepoDeleteModule {
 
 #[cfg(test)]
 mod tests {
-    use super::{apt_sources, parse_release, rpm_repo};
+    use super::{apt_sources, no_repository, parse_release, repo_matching, rpm_repo, Repo};
+    use kubexm_manifests::osrelease::Family;
 
     #[test]
     fn sources_name_the_key_and_never_trust_blindly() {
@@ -404,11 +420,43 @@ mod tests {
     }
 
     #[test]
-    fn releases_are_learned_per_node() {
+    fn releases_are_learned_per_node_and_hostile_output_is_refused() {
         assert_eq!(
-            parse_release("osrelease.node1=debian-12\n").expect("parsed"),
-            [("osrelease.node1".to_string(), "debian-12".to_string())]
+            parse_release("noise\nos.node1.id=debian\nos.node1.version=12\n").expect("parsed"),
+            [
+                ("os.node1.id".to_string(), "debian".to_string()),
+                ("os.node1.version".to_string(), "12".to_string())
+            ]
         );
         assert!(parse_release("nothing\n").is_err());
+        assert!(parse_release("os.node1.id=debian\n").is_err());
+        let hostile = parse_release("os.node1.id=deb\u{1b}[2Jian\nos.node1.version=12\n")
+            .expect_err("refused");
+        assert!(!hostile.contains('\u{1b}'), "{hostile}");
+        assert!(parse_release(&format!("os.n.id=debian\nos.n.version={}\n", "1".repeat(65))).is_err());
+    }
+
+    #[test]
+    fn a_release_matches_its_point_releases_only() {
+        let repo = |release: &str, id: &str, v: &str| Repo {
+            release: release.into(),
+            family: Family::Deb,
+            os_id: id.into(),
+            version_id: v.into(),
+            files: Vec::new(),
+            key_asc: None,
+            key_gpg: None,
+        };
+        let repos = [repo("debian-12", "debian", "12"), repo("ubuntu-22.04", "ubuntu", "22.04")];
+        let name = |id, v| repo_matching(&repos, id, v).map(|r| r.release.as_str());
+        assert_eq!(name("debian", "12"), Some("debian-12"));
+        assert_eq!(name("debian", "12.4"), Some("debian-12"));
+        assert_eq!(name("debian", "120"), None);
+        assert_eq!(name("debian", "11"), None);
+        assert_eq!(name("ubuntu", "22.04"), Some("ubuntu-22.04"));
+        let err = no_repository("node3", "debian", "11", &repos).to_string();
+        for want in ["node3", "debian 11", "debian-12 (debian 12)", "spec.system.osReleases", "kubexm-build bundle", "`debian-11`"] {
+            assert!(err.contains(want), "{want}: {err}");
+        }
     }
 }

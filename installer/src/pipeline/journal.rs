@@ -110,7 +110,11 @@ impl Journal {
     pub fn create(work_dir: &Path, pipeline: &str, secrets: Vec<String>) -> std::io::Result<Self> {
         let pipeline_id = new_pipeline_id();
         let dir = work_dir.join("runs").join(&pipeline_id);
-        std::fs::create_dir_all(&dir)?;
+        if !work_dir.exists() {
+            crate::private_dir::ensure_private_dir(work_dir)?;
+        }
+        crate::private_dir::ensure_private_dir(&work_dir.join("runs"))?;
+        crate::private_dir::ensure_private_dir(&dir)?;
         let paths = JournalPaths {
             log: dir.join("log.jsonl"),
             events: dir.join("events.jsonl"),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::context::InstallContext;
 use crate::modules::{
     addons, dns, etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
-    runtime,
+    runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -17,6 +17,7 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         modules: vec![
             Box::new(preflight::PreflightModule(ctx.clone())),
             Box::new(osrepo::OsRepoModule(ctx.clone())),
+            Box::new(scripts::PreInstallModule(ctx.clone())),
             Box::new(os::NodePrepModule(ctx.clone())),
             Box::new(etcd::EtcdModule(ctx.clone())),
             Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
@@ -30,6 +31,7 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(network::NetworkModule(ctx.clone())),
             Box::new(dns::NodeLocalDnsModule(ctx.clone())),
             Box::new(addons::AddonsModule(ctx.clone())),
+            Box::new(scripts::PostInstallModule(ctx.clone())),
         ],
     }
 }

@@ -42,8 +42,15 @@
 //! [`scoped`]: crate::context::scoped
 //! [`InstallContext::scope`]: crate::context::InstallContext::scope
 
+pub mod add_node;
 pub mod create;
 pub mod delete;
+pub mod delete_node;
+pub mod etcd_member;
+pub mod phase;
 
+pub use add_node::add_node_pipeline;
 pub use create::install_pipeline;
 pub use delete::delete_pipeline;
+pub use delete_node::delete_node_pipeline;
+pub use etcd_member::{add_member_pipeline, remove_member_pipeline};

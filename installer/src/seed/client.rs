@@ -2,11 +2,23 @@
 //! monolithic and chunked uploads streamed from disk, manifest HEAD/PUT. Basic auth and the
 //! bearer-token flow (`WWW-Authenticate: Bearer realm=…`) are handled; every request is retried
 //! with backoff on 5xx and connection errors.
+//!
+//! The registry is not trusted:
+//! - credentials go to the registry itself and to a token realm only over https, or over plain
+//!   http to the very origin the user named with `--plain-http` ([`realm_allowed`]); a realm
+//!   on another host is logged;
+//! - every request has a stall timeout (no byte for [`Deadlines::stall`]), a total deadline
+//!   scaled by its size, and all tries of one request share [`Deadlines::retry_budget`]; when
+//!   they run out the error names the registry, the repository and the blob or manifest;
+//! - whatever the registry sends back is shown through [`Untrusted`] (escaped and cut).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use kubexm_manifests::digest::Digest;
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 
 use reqwest::header::{
     HeaderMap, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LOCATION,
@@ -17,8 +29,64 @@ use tokio::io::AsyncReadExt;
 
 use super::{RegistryTarget, SeedError};
 
+/// The `repo` argument for registry-wide requests (`/v2/_catalog`): its token scope is
+/// `registry:catalog:*`. Not a valid repository name, so it never names one.
+pub const CATALOG: &str = "<catalog>";
+
 /// Default: blobs up to this size go up in one PUT; larger ones in chunks of this size.
 pub const CHUNK: u64 = 8 << 20;
+/// Characters of a registry's error body kept in an error.
+const MAX_BODY_SHOWN: usize = 400;
+
+/// How long the registry may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// No byte received for this long fails the request.
+    pub stall: Duration,
+    /// Every request may take this long, plus its body at [`Deadlines::min_rate`].
+    pub base: Duration,
+    /// Slowest transfer accepted, in bytes per second.
+    pub min_rate: u64,
+    /// All tries of one request together (retries and back-off included) stop after this.
+    pub retry_budget: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            stall: Duration::from_secs(30),
+            base: Duration::from_secs(60),
+            min_rate: 512 * 1024,
+            retry_budget: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Deadlines {
+    /// The total deadline of one request moving `bytes` bytes.
+    pub fn for_size(&self, bytes: u64) -> Duration {
+        let transfer = Duration::from_secs(bytes / self.min_rate.max(1));
+        self.base.saturating_add(transfer)
+    }
+}
+
+/// Whether credentials may be sent to the token `realm` of a registry at `base`
+/// (`https://host:port` or, with `--plain-http`, `http://host:port`): an https realm anywhere,
+/// or the plain-http registry's own origin.
+pub fn realm_allowed(base: &str, realm: &str) -> bool {
+    let (Ok(base), Ok(realm)) = (reqwest::Url::parse(base), reqwest::Url::parse(realm)) else {
+        return false;
+    };
+    match realm.scheme() {
+        "https" => true,
+        "http" => {
+            base.scheme() == "http"
+                && realm.host_str() == base.host_str()
+                && realm.port_or_known_default() == base.port_or_known_default()
+        }
+        _ => false,
+    }
+}
 
 /// Outcome of making sure a blob is in a repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +111,7 @@ pub struct PushClient {
     attempts: u32,
     delay: Duration,
     chunk: u64,
+    deadlines: Deadlines,
 }
 
 enum Body {
@@ -58,9 +127,20 @@ impl PushClient {
         delay: Duration,
         chunk: u64,
     ) -> Result<Self, SeedError> {
+        Self::with_deadlines(target, attempts, delay, chunk, Deadlines::default())
+    }
+
+    /// A client for `target` held to `deadlines`.
+    pub fn with_deadlines(
+        target: &RegistryTarget,
+        attempts: u32,
+        delay: Duration,
+        chunk: u64,
+        deadlines: Deadlines,
+    ) -> Result<Self, SeedError> {
         let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(20))
-            .read_timeout(Duration::from_secs(300))
+            .connect_timeout(deadlines.stall.min(Duration::from_secs(20)))
+            .read_timeout(deadlines.stall)
             .user_agent(concat!("kubexm-install/", env!("CARGO_PKG_VERSION")))
             .redirect(reqwest::redirect::Policy::limited(5));
         if let Some(pem) = &target.ca_pem {
@@ -85,6 +165,7 @@ impl PushClient {
             attempts: attempts.max(1),
             delay,
             chunk: chunk.max(1),
+            deadlines,
         })
     }
 
@@ -102,28 +183,49 @@ impl PushClient {
     pub async fn ensure_blob(
         &self,
         repo: &str,
-        digest: &str,
+        digest: &Digest,
         path: &Path,
         size: u64,
         from: Option<&str>,
     ) -> Result<BlobOutcome, SeedError> {
+        let object = format!("blob {digest}");
+        let op = Op {
+            repo,
+            object: &object,
+            bytes: 0,
+        };
         let head = self
             .send(
-                repo,
+                &op,
                 Method::HEAD,
                 &format!("/v2/{repo}/blobs/{digest}"),
                 &HeaderMap::new(),
                 Body::Empty,
             )
-            .await?;
-        if head.status().is_success() {
-            return Ok(BlobOutcome::Present);
+            .await;
+        match head {
+            Ok(resp) if resp.status().is_success() => return Ok(BlobOutcome::Present),
+            Ok(_) => {}
+            // The HEAD only decides whether to skip: a registry that cannot answer it (a
+            // registry killed while writing a blob's repository link leaves a link it cannot
+            // read, and answers 500 for that blob until the link is written again) gets the
+            // blob again; the upload's completion rewrites the link. A registry that is down
+            // fails the upload with its own error.
+            Err(SeedError::Exhausted {
+                last_status: Some(status),
+                last,
+                ..
+            }) if status.is_server_error() => {
+                tracing::warn!(registry = %self.host, repo, object = %object, error = %last,
+                    "the registry cannot say whether it holds this blob: uploading it again");
+            }
+            Err(e) => return Err(e),
         }
         let mut location = None;
         if let Some(from) = from {
             let resp = self
                 .send(
-                    repo,
+                    &op,
                     Method::POST,
                     &format!("/v2/{repo}/blobs/uploads/?mount={digest}&from={from}"),
                     &HeaderMap::new(),
@@ -133,7 +235,7 @@ impl PushClient {
             match resp.status() {
                 StatusCode::CREATED => return Ok(BlobOutcome::Mounted),
                 StatusCode::ACCEPTED => location = Some(self.location(&resp, repo)?),
-                s => return Err(self.status_error(repo, "mount blob", s, resp).await),
+                s => return Err(self.status_error(&op, "mount", s, resp).await),
             }
         }
         let location = match location {
@@ -141,7 +243,7 @@ impl PushClient {
             None => {
                 let resp = self
                     .send(
-                        repo,
+                        &op,
                         Method::POST,
                         &format!("/v2/{repo}/blobs/uploads/"),
                         &HeaderMap::new(),
@@ -150,23 +252,24 @@ impl PushClient {
                     .await?;
                 if resp.status() != StatusCode::ACCEPTED {
                     let s = resp.status();
-                    return Err(self.status_error(repo, "start upload", s, resp).await);
+                    return Err(self.status_error(&op, "start upload of", s, resp).await);
                 }
                 self.location(&resp, repo)?
             }
         };
-        self.upload(repo, digest, path, size, location).await?;
+        self.upload(&op, digest, path, size, location).await?;
         Ok(BlobOutcome::Uploaded)
     }
 
     async fn upload(
         &self,
-        repo: &str,
-        digest: &str,
+        op: &Op<'_>,
+        digest: &Digest,
         path: &Path,
         size: u64,
         mut location: String,
     ) -> Result<(), SeedError> {
+        let repo = op.repo;
         let io = |source| SeedError::Read {
             path: path.to_owned(),
             source,
@@ -190,9 +293,13 @@ impl PushClient {
                 let mut h = HeaderMap::new();
                 h.insert(CONTENT_TYPE, header_value("application/octet-stream")?);
                 h.insert(CONTENT_RANGE, header_value(&format!("{offset}-{end}"))?);
+                let chunk_op = Op {
+                    bytes: buf.len() as u64,
+                    ..*op
+                };
                 let resp = self
                     .send(
-                        repo,
+                        &chunk_op,
                         Method::PATCH,
                         &location,
                         &h,
@@ -201,7 +308,7 @@ impl PushClient {
                     .await?;
                 if resp.status() != StatusCode::ACCEPTED {
                     let s = resp.status();
-                    return Err(self.status_error(repo, "upload chunk", s, resp).await);
+                    return Err(self.status_error(op, "upload a chunk of", s, resp).await);
                 }
                 location = self.location(&resp, repo)?;
                 offset = end + 1;
@@ -214,9 +321,13 @@ impl PushClient {
         let url = format!("{location}{sep}digest={digest}");
         let mut h = HeaderMap::new();
         h.insert(CONTENT_TYPE, header_value("application/octet-stream")?);
+        let put_op = Op {
+            bytes: buf.len() as u64,
+            ..*op
+        };
         let resp = self
             .send(
-                repo,
+                &put_op,
                 Method::PUT,
                 &url,
                 &h,
@@ -225,7 +336,7 @@ impl PushClient {
             .await?;
         if resp.status() != StatusCode::CREATED {
             let s = resp.status();
-            return Err(self.status_error(repo, "finish upload", s, resp).await);
+            return Err(self.status_error(op, "finish upload of", s, resp).await);
         }
         Ok(())
     }
@@ -239,18 +350,18 @@ impl PushClient {
     ) -> Result<Option<String>, SeedError> {
         let mut h = HeaderMap::new();
         h.insert(reqwest::header::ACCEPT, header_value(accept)?);
-        let resp = self
-            .send(
-                repo,
-                Method::HEAD,
-                &format!("/v2/{repo}/manifests/{reference}"),
-                &h,
-                Body::Empty,
-            )
-            .await?;
-        if !resp.status().is_success() {
+        let object = format!("manifest {}", Untrusted(reference));
+        let op = Op {
+            repo,
+            object: &object,
+            bytes: 0,
+        };
+        let Some(resp) = self
+            .head(&op, &format!("/v2/{repo}/manifests/{reference}"), &h)
+            .await?
+        else {
             return Ok(None);
-        }
+        };
         Ok(resp
             .headers()
             .get("docker-content-digest")
@@ -268,9 +379,15 @@ impl PushClient {
     ) -> Result<(), SeedError> {
         let mut h = HeaderMap::new();
         h.insert(CONTENT_TYPE, header_value(media_type)?);
+        let object = format!("manifest {}", Untrusted(reference));
+        let op = Op {
+            repo,
+            object: &object,
+            bytes: bytes.len() as u64,
+        };
         let resp = self
             .send(
-                repo,
+                &op,
                 Method::PUT,
                 &format!("/v2/{repo}/manifests/{reference}"),
                 &h,
@@ -279,7 +396,146 @@ impl PushClient {
             .await?;
         if resp.status() != StatusCode::CREATED {
             let s = resp.status();
-            return Err(self.status_error(repo, "put manifest", s, resp).await);
+            return Err(self.status_error(&op, "put", s, resp).await);
+        }
+        Ok(())
+    }
+
+    /// The size of blob `digest` in `repo`, or `None` when the repository does not serve it.
+    pub async fn blob_size(&self, repo: &str, digest: &str) -> Result<Option<u64>, SeedError> {
+        let object = format!("blob {}", Untrusted(digest));
+        let op = Op {
+            repo,
+            object: &object,
+            bytes: 0,
+        };
+        let resp = self
+            .head(
+                &op,
+                &format!("/v2/{repo}/blobs/{digest}"),
+                &HeaderMap::new(),
+            )
+            .await?;
+        Ok(resp.map(|r| r.content_length().unwrap_or(0)))
+    }
+
+    /// HEADs `path`: the answer when the registry serves it, `None` otherwise.
+    async fn head(
+        &self,
+        op: &Op<'_>,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Result<Option<reqwest::Response>, SeedError> {
+        let resp = self
+            .send(op, Method::HEAD, path, headers, Body::Empty)
+            .await?;
+        Ok(resp.status().is_success().then_some(resp))
+    }
+
+    /// GETs a `/v2/…` path of `repo` (or of the catalog when `repo` is [`CATALOG`]) into memory,
+    /// at most `max` bytes; `None` on 404.
+    pub async fn get_small(
+        &self,
+        repo: &str,
+        path: &str,
+        accept: Option<&str>,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, SeedError> {
+        let mut h = HeaderMap::new();
+        if let Some(a) = accept {
+            h.insert(reqwest::header::ACCEPT, header_value(a)?);
+        }
+        let object = format!("GET {}", Untrusted(path));
+        // The request's deadline allows for `max` bytes at the slowest accepted rate.
+        let op = Op {
+            repo,
+            object: &object,
+            bytes: max,
+        };
+        let mut resp = self.send(&op, Method::GET, path, &h, Body::Empty).await?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !resp.status().is_success() {
+            let s = resp.status();
+            return Err(self.status_error(&op, "get", s, resp).await);
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| SeedError::Protocol {
+            registry: self.host.clone(),
+            detail: format!("GET {path}: {}", chain(&e)),
+        })? {
+            if out.len() as u64 + chunk.len() as u64 > max {
+                return Err(SeedError::Protocol {
+                    registry: self.host.clone(),
+                    detail: format!("GET {path}: the answer is larger than {max} bytes"),
+                });
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some(out))
+    }
+
+    /// Downloads blob `digest` of `repo` into `dest` (created), checking its sha256 and `size`.
+    pub async fn download_blob(
+        &self,
+        repo: &str,
+        digest: &str,
+        size: u64,
+        dest: &Path,
+    ) -> Result<(), SeedError> {
+        use sha2::Digest as _;
+        use tokio::io::AsyncWriteExt;
+        let object = format!("blob {}", Untrusted(digest));
+        // The request's deadline allows for `size` bytes at the slowest accepted rate.
+        let op = Op {
+            repo,
+            object: &object,
+            bytes: size,
+        };
+        let mut resp = self
+            .send(
+                &op,
+                Method::GET,
+                &format!("/v2/{repo}/blobs/{digest}"),
+                &HeaderMap::new(),
+                Body::Empty,
+            )
+            .await?;
+        if !resp.status().is_success() {
+            let s = resp.status();
+            return Err(self.status_error(&op, "get", s, resp).await);
+        }
+        let write_err = |source| SeedError::Read {
+            path: dest.to_owned(),
+            source,
+        };
+        let mut file = tokio::fs::File::create(dest).await.map_err(write_err)?;
+        let mut hasher = sha2::Sha256::new();
+        let mut got = 0u64;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| SeedError::Protocol {
+            registry: self.host.clone(),
+            detail: format!("get blob {digest} from {repo}: {}", chain(&e)),
+        })? {
+            got += chunk.len() as u64;
+            if got > size {
+                return Err(SeedError::Protocol {
+                    registry: self.host.clone(),
+                    detail: format!("blob {digest} in {repo} is larger than its {size} bytes"),
+                });
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(write_err)?;
+        }
+        file.sync_all().await.map_err(write_err)?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest || got != size {
+            return Err(SeedError::Protocol {
+                registry: self.host.clone(),
+                detail: format!(
+                    "blob {digest} in {repo} arrived as {actual} ({got} bytes, expected {size})"
+                ),
+            });
         }
         Ok(())
     }
@@ -304,46 +560,63 @@ impl PushClient {
 
     async fn status_error(
         &self,
-        repo: &str,
+        op: &Op<'_>,
         what: &str,
         status: StatusCode,
         resp: reqwest::Response,
     ) -> SeedError {
-        let body = resp.text().await.unwrap_or_default();
+        let body = read_capped(resp, self.deadlines.stall).await;
         SeedError::Registry {
             registry: self.host.clone(),
-            repo: repo.to_owned(),
-            what: what.to_owned(),
+            repo: op.repo.to_owned(),
+            what: format!("{what} {}", op.object),
             status: status.as_u16(),
-            body: body.chars().take(400).collect(),
+            body: UntrustedMax(String::from_utf8_lossy(&body), MAX_BODY_SHOWN).to_string(),
         }
     }
 
-    /// Sends with auth and retries. `path_or_url` is a `/v2/…` path or an absolute URL.
+    /// Sends with auth and retries, within the deadlines. `path_or_url` is a `/v2/…` path or an
+    /// absolute URL.
     async fn send(
         &self,
-        repo: &str,
+        op: &Op<'_>,
         method: Method,
         path_or_url: &str,
         headers: &HeaderMap,
         body: Body,
     ) -> Result<reqwest::Response, SeedError> {
+        let repo = op.repo;
         let url = if path_or_url.starts_with("http") {
             path_or_url.to_owned()
         } else {
             format!("{}{path_or_url}", self.base)
         };
+        let started = Instant::now();
+        let budget = self.deadlines.retry_budget;
+        let per_request = self.deadlines.for_size(op.bytes);
         let mut last = String::new();
+        let mut last_status = None;
         let mut reauthed = false;
         let mut attempt = 0;
         while attempt < self.attempts {
             attempt += 1;
             if attempt > 1 {
-                tokio::time::sleep(self.delay * 2u32.saturating_pow(attempt - 2).min(64)).await;
+                let pause = self.delay * 2u32.saturating_pow(attempt - 2).min(64);
+                if started.elapsed().saturating_add(pause) >= budget {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
             }
+            let Some(left) = budget
+                .checked_sub(started.elapsed())
+                .filter(|d| !d.is_zero())
+            else {
+                break;
+            };
             let mut req = self
                 .http
                 .request(method.clone(), &url)
+                .timeout(per_request.min(left))
                 .headers(headers.clone());
             req = match &body {
                 Body::Empty => req.header(CONTENT_LENGTH, 0),
@@ -364,27 +637,42 @@ impl PushClient {
                 {
                     return Err(SeedError::Unauthorized {
                         registry: self.host.clone(),
-                        detail: format!("{method} {url} answered {}", resp.status()),
+                        detail: format!("{method} {} answered {}", Untrusted(&url), resp.status()),
                     });
                 }
                 Ok(resp)
                     if resp.status().is_server_error()
                         || resp.status() == StatusCode::TOO_MANY_REQUESTS =>
                 {
-                    last = format!("{method} {url} answered {}", resp.status());
-                    tracing::warn!(registry = %self.host, attempt, error = %last, "retrying");
+                    last = format!("{method} {} answered {}", Untrusted(&url), resp.status());
+                    last_status = Some(resp.status());
+                    tracing::warn!(registry = %self.host, repo, object = op.object, attempt, error = %last, "retrying");
                 }
                 Ok(resp) => return Ok(resp),
                 Err(e) => {
-                    last = format!("{method} {url}: {}", chain(&e));
-                    tracing::warn!(registry = %self.host, attempt, error = %last, "retrying");
+                    let why = if e.is_timeout() {
+                        format!(
+                            "no answer in time (stall timeout {:?}, deadline {:?})",
+                            self.deadlines.stall,
+                            per_request.min(left)
+                        )
+                    } else {
+                        chain(&e)
+                    };
+                    last = format!("{method} {}: {}", Untrusted(&url), Untrusted(&why));
+                    last_status = None;
+                    tracing::warn!(registry = %self.host, repo, object = op.object, attempt, error = %last, "retrying");
                 }
             }
         }
         Err(SeedError::Exhausted {
             registry: self.host.clone(),
-            attempts: self.attempts,
+            repo: repo.to_owned(),
+            object: op.object.to_owned(),
+            attempts: attempt,
+            elapsed: started.elapsed(),
             last,
+            last_status,
         })
     }
 
@@ -422,33 +710,67 @@ impl PushClient {
             let params = parse_challenge(&challenge);
             let realm = params.get("realm").ok_or_else(|| SeedError::Protocol {
                 registry: self.host.clone(),
-                detail: format!("bearer challenge without realm: {challenge}"),
+                detail: format!("bearer challenge without realm: {}", Untrusted(&challenge)),
             })?;
+            let scope = if repo == CATALOG {
+                "registry:catalog:*".to_owned()
+            } else {
+                format!("repository:{repo}:pull,push")
+            };
+            let credentials = self.basic();
+            if credentials.is_some() {
+                if !realm_allowed(&self.base, realm) {
+                    return Err(SeedError::Realm {
+                        registry: self.host.clone(),
+                        realm: realm.clone(),
+                    });
+                }
+                let realm_host = reqwest::Url::parse(realm)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_owned));
+                let base_host = reqwest::Url::parse(&self.base)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_owned));
+                if realm_host != base_host {
+                    tracing::warn!(
+                        registry = %self.host,
+                        realm = %Untrusted(realm),
+                        "the registry sends its credentials to a token service on another host"
+                    );
+                }
+            }
             let mut req = self
                 .http
                 .get(realm)
-                .query(&[("scope", format!("repository:{repo}:pull,push"))]);
+                .timeout(self.deadlines.base)
+                .query(&[("scope", scope)]);
             if let Some(service) = params.get("service") {
                 req = req.query(&[("service", service)]);
             }
-            if let Some(b) = self.basic() {
+            if let Some(b) = credentials {
                 req = req.header(AUTHORIZATION, b);
             }
             let token_resp = req.send().await.map_err(|e| SeedError::Unauthorized {
                 registry: self.host.clone(),
-                detail: format!("token request to {realm} failed: {e}"),
+                detail: format!(
+                    "token request to {} failed: {}",
+                    Untrusted(realm),
+                    Untrusted(chain(&e))
+                ),
             })?;
             if !token_resp.status().is_success() {
                 return Err(SeedError::Unauthorized {
                     registry: self.host.clone(),
                     detail: format!(
-                        "token service {realm} answered {}; check the credentials",
+                        "token service {} answered {}; check the credentials",
+                        Untrusted(realm),
                         token_resp.status()
                     ),
                 });
             }
+            let body = read_capped(token_resp, self.deadlines.stall).await;
             let v: serde_json::Value =
-                token_resp.json().await.map_err(|e| SeedError::Protocol {
+                serde_json::from_slice(&body).map_err(|e| SeedError::Protocol {
                     registry: self.host.clone(),
                     detail: format!("token response is not JSON: {e}"),
                 })?;
@@ -475,11 +797,41 @@ impl PushClient {
     }
 }
 
+/// One request's subject: its repository, what it concerns (`blob sha256:…`, `manifest v1`)
+/// and the bytes it sends (its deadline scales with them).
+#[derive(Clone, Copy)]
+struct Op<'a> {
+    repo: &'a str,
+    object: &'a str,
+    bytes: u64,
+}
+
+/// Largest response body read for an error message or a token.
+const MAX_BODY_READ: usize = 64 * 1024;
+
+/// At most [`MAX_BODY_READ`] bytes of a response body, within `stall` per chunk.
+async fn read_capped(mut resp: reqwest::Response, stall: Duration) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < MAX_BODY_READ {
+        match tokio::time::timeout(stall, resp.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                let room = MAX_BODY_READ - out.len();
+                out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
 /// A header value, or a setup error naming it.
 fn header_value(value: &str) -> Result<reqwest::header::HeaderValue, SeedError> {
-    value
-        .parse()
-        .map_err(|_| SeedError::Setup(format!("`{value}` is not a valid HTTP header value")))
+    value.parse().map_err(|_| {
+        SeedError::Setup(format!(
+            "`{}` is not a valid HTTP header value",
+            Untrusted(value)
+        ))
+    })
 }
 
 /// An error with its causes, `a: b: c`.
@@ -540,6 +892,32 @@ fn parse_challenge(header: &str) -> HashMap<String, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn credentials_only_to_https_or_the_named_origin() {
+        use super::realm_allowed;
+        let tls = "https://reg.example:5000";
+        assert!(realm_allowed(tls, "https://auth.example/token"));
+        assert!(!realm_allowed(tls, "http://127.0.0.1:8080/token"));
+        assert!(!realm_allowed(tls, "http://reg.example:5000/token"));
+        let plain = "http://127.0.0.1:5000";
+        assert!(realm_allowed(plain, "http://127.0.0.1:5000/token"));
+        assert!(!realm_allowed(plain, "http://127.0.0.1:5001/token"));
+        assert!(!realm_allowed(plain, "http://localhost:5000/token"));
+        assert!(realm_allowed(plain, "https://auth.example/token"));
+        assert!(!realm_allowed(tls, "ftp://x/token"));
+        assert!(!realm_allowed(tls, "not a url"));
+    }
+
+    #[test]
+    fn deadlines_scale_with_size() {
+        let d = super::Deadlines::default();
+        assert_eq!(d.for_size(0), d.base);
+        assert_eq!(
+            d.for_size(d.min_rate * 100),
+            d.base + std::time::Duration::from_secs(100)
+        );
+    }
+
     #[test]
     fn parses_bearer_challenges() {
         let p = super::parse_challenge(

@@ -4,6 +4,10 @@
 //! manifests by digest, then each image's top manifest or index under its tag. Everything the
 //! registry already has is skipped, so a re-run after a failure resumes and a re-seed uploads
 //! nothing. Digests are preserved byte for byte.
+//!
+//! Every digest read from the bundle (`bundle.json`, `index.json`, manifests) is parsed into a
+//! [`Digest`] before a blob path is built from it; the bundle's layout was already checked to
+//! close when it was unpacked.
 
 mod client;
 pub mod harbor;
@@ -14,12 +18,14 @@ use std::time::Duration;
 
 use futures_util::{stream, StreamExt, TryStreamExt};
 use kubexm_bundles::manifest::{BundleManifest, ImageRecord};
+use kubexm_manifests::digest::Digest;
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 use kubexm_manifests::image_ref::ImageRef;
 use kubexm_manifests::model::RewriteMode;
 use kubexm_manifests::secret::Secret;
 use serde::Deserialize;
 
-pub use client::{BlobOutcome, PushClient, CHUNK};
+pub use client::{realm_allowed, BlobOutcome, Deadlines, PushClient, CATALOG, CHUNK};
 
 /// The registry to seed.
 #[derive(Debug, Clone)]
@@ -95,18 +101,29 @@ pub enum SeedError {
         source: std::io::Error,
     },
     /// The layout does not hold what bundle.json promises.
-    #[error("the bundle's image layout is inconsistent: {0}")]
+    #[error("the bundle's image layout is inconsistent: {}", UntrustedMax(.0, 2000))]
     Layout(String),
     /// Credentials missing or refused.
-    #[error("registry {registry} refused access: {detail}")]
+    #[error("registry {registry} refused access: {}", UntrustedMax(.detail, 1000))]
     Unauthorized {
         /// Registry.
         registry: String,
         /// Detail.
         detail: String,
     },
+    /// Credentials would go to a token service the user did not choose.
+    #[error(
+        "registry {registry}: refusing to send the credentials to token service `{}`: it is neither https nor the plain-http registry itself",
+        Untrusted(.realm)
+    )]
+    Realm {
+        /// Registry.
+        registry: String,
+        /// The realm of the Bearer challenge.
+        realm: String,
+    },
     /// Unexpected status.
-    #[error("registry {registry}: {what} in {repo} answered {status}: {body}")]
+    #[error("registry {registry}: {what} in {} answered {status}: {}", Untrusted(.repo), Untrusted(.body))]
     Registry {
         /// Registry.
         registry: String,
@@ -120,25 +137,38 @@ pub enum SeedError {
         body: String,
     },
     /// Protocol violation.
-    #[error("registry {registry}: {detail}")]
+    #[error("registry {registry}: {}", UntrustedMax(.detail, 1000))]
     Protocol {
         /// Registry.
         registry: String,
         /// Detail.
         detail: String,
     },
-    /// Retries exhausted.
-    #[error("registry {registry}: giving up after {attempts} tries: {last}")]
+    /// Retries or time exhausted.
+    #[error(
+        "registry {registry}: {} in repository {}: giving up after {attempts} tries in {:.1}s: {last}",
+        Untrusted(.object),
+        Untrusted(.repo),
+        .elapsed.as_secs_f64()
+    )]
     Exhausted {
         /// Registry.
         registry: String,
-        /// Tries.
+        /// Repository.
+        repo: String,
+        /// The blob or manifest (`blob sha256:…`).
+        object: String,
+        /// Tries made.
         attempts: u32,
-        /// Last error.
+        /// Time spent on them.
+        elapsed: Duration,
+        /// Last error (already escaped).
         last: String,
+        /// The HTTP status of the last answer, when the last try got one.
+        last_status: Option<reqwest::StatusCode>,
     },
     /// Harbor API error.
-    #[error("Harbor at {registry}: {detail}")]
+    #[error("Harbor at {registry}: {}", UntrustedMax(.detail, 1000))]
     Harbor {
         /// Registry.
         registry: String,
@@ -163,7 +193,8 @@ struct Doc {
 struct Desc {
     #[serde(default)]
     media_type: Option<String>,
-    digest: String,
+    /// Validated when parsed: a bad digest fails the whole manifest.
+    digest: Digest,
     #[serde(default)]
     size: u64,
 }
@@ -172,12 +203,12 @@ struct Desc {
 struct Plan {
     repo: String,
     tag: String,
-    top_digest: String,
+    top_digest: Digest,
     top_media_type: String,
     /// (digest, media type) of child manifests, pushed by digest before the top.
-    children: Vec<(String, String)>,
+    children: Vec<(Digest, String)>,
     /// Blob digests with sizes.
-    blobs: BTreeMap<String, u64>,
+    blobs: BTreeMap<Digest, u64>,
 }
 
 /// The target reference of a bundle image.
@@ -189,23 +220,57 @@ pub fn target_reference(record: &ImageRecord, opts: &SeedOptions) -> Result<Imag
     Ok(src.in_private_registry(&opts.target.host, opts.project.as_deref(), opts.rewrite))
 }
 
-/// Seeds every image of the bundle unpacked at `dir`.
+/// A repository and the blobs (`sha256:…` → size) an image puts there.
+pub type RepositoryBlobs = (String, BTreeMap<Digest, u64>);
+
+/// For each image of the bundle unpacked at `dir`: the repository it is seeded to and the
+/// configs and layers it is made of (`sha256:…` → size): what a registry serves under
+/// `/blobs/`. Manifests and indexes are not listed: registries serve them under `/manifests/`.
+///
+/// # Errors
+///
+/// [`SeedError::Layout`] or [`SeedError::Read`] when the layout does not hold what it promises.
+pub fn image_blobs(
+    dir: &Path,
+    manifest: &BundleManifest,
+    opts: &SeedOptions,
+) -> Result<Vec<RepositoryBlobs>, SeedError> {
+    let blobs_dir = dir.join("images/blobs");
+    manifest
+        .images
+        .iter()
+        .map(|r| plan(&blobs_dir, r, opts).map(|p| (p.repo, p.blobs)))
+        .collect()
+}
+
+/// Seeds every image of the bundle unpacked at `dir`, with the default [`Deadlines`].
 pub async fn seed(
     dir: &Path,
     manifest: &BundleManifest,
     opts: &SeedOptions,
 ) -> Result<SeedReport, SeedError> {
-    let blobs_dir = dir.join("images/blobs/sha256");
+    seed_with(dir, manifest, opts, Deadlines::default()).await
+}
+
+/// [`seed`] held to `deadlines`.
+pub async fn seed_with(
+    dir: &Path,
+    manifest: &BundleManifest,
+    opts: &SeedOptions,
+    deadlines: Deadlines,
+) -> Result<SeedReport, SeedError> {
+    let blobs_dir = dir.join("images/blobs");
     let plans = manifest
         .images
         .iter()
         .map(|r| plan(&blobs_dir, r, opts))
         .collect::<Result<Vec<_>, _>>()?;
-    let client = PushClient::new(
+    let client = PushClient::with_deadlines(
         &opts.target,
         opts.attempts,
         opts.retry_delay,
         opts.chunk_size,
+        deadlines,
     )?;
     let mut report = SeedReport {
         images: plans.len(),
@@ -249,7 +314,7 @@ pub async fn seed(
                 let have = client
                     .manifest_digest(&p.repo, &p.tag, &p.top_media_type)
                     .await?;
-                Ok::<bool, SeedError>(have.as_deref() == Some(p.top_digest.as_str()))
+                Ok::<bool, SeedError>(have == Some(p.top_digest.to_string()))
             }
         })
         .buffered(opts.jobs)
@@ -264,11 +329,11 @@ pub async fn seed(
         .collect();
 
     // Each distinct blob goes up once to the first repository that needs it…
-    let mut primary: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
-    let mut others: Vec<(&str, &str, u64)> = Vec::new();
+    let mut primary: BTreeMap<&Digest, (&str, u64)> = BTreeMap::new();
+    let mut others: Vec<(&str, &Digest, u64)> = Vec::new();
     for p in &plans {
         for (digest, size) in &p.blobs {
-            match primary.get(digest.as_str()) {
+            match primary.get(digest) {
                 None => {
                     primary.insert(digest, (&p.repo, *size));
                 }
@@ -277,7 +342,7 @@ pub async fn seed(
             }
         }
     }
-    let path_of = |digest: &str| blobs_dir.join(digest.trim_start_matches("sha256:"));
+    let path_of = |digest: &Digest| digest.blob_path(&blobs_dir);
     let bar = progress_bar((primary.len() + others.len()) as u64);
     let first: Vec<BlobOutcome> = stream::iter(primary.iter())
         .map(|(digest, (repo, size))| {
@@ -350,16 +415,16 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
 fn blob_done(
     bar: &Option<indicatif::ProgressBar>,
     repo: &str,
-    digest: &str,
+    digest: &Digest,
     size: u64,
     outcome: Option<&BlobOutcome>,
 ) {
     if let Some(b) = bar {
         b.inc(1);
-        b.set_message(repo.to_owned());
+        b.set_message(Untrusted(repo).to_string());
     }
     if let Some(o) = outcome {
-        tracing::info!(repo, digest, size, outcome = ?o, "blob");
+        tracing::info!(repo = %Untrusted(repo), %digest, size, outcome = ?o, "blob");
     }
 }
 
@@ -370,15 +435,15 @@ async fn push_manifests(
 ) -> Result<usize, SeedError> {
     let mut pushed = 0;
     for (digest, media_type) in &p.children {
+        let reference = digest.to_string();
         if client
-            .manifest_digest(&p.repo, digest, media_type)
+            .manifest_digest(&p.repo, &reference, media_type)
             .await?
-            .as_deref()
-            != Some(digest.as_str())
+            != Some(reference.clone())
         {
             let bytes = read_blob(blobs_dir, digest)?;
             client
-                .put_manifest(&p.repo, digest, media_type, &bytes)
+                .put_manifest(&p.repo, &reference, media_type, &bytes)
                 .await?;
             pushed += 1;
         }
@@ -386,8 +451,7 @@ async fn push_manifests(
     if client
         .manifest_digest(&p.repo, &p.tag, &p.top_media_type)
         .await?
-        .as_deref()
-        != Some(p.top_digest.as_str())
+        != Some(p.top_digest.to_string())
     {
         let bytes = read_blob(blobs_dir, &p.top_digest)?;
         client
@@ -398,14 +462,46 @@ async fn push_manifests(
     Ok(pushed)
 }
 
-fn read_blob(blobs_dir: &Path, digest: &str) -> Result<Vec<u8>, SeedError> {
-    let path = blobs_dir.join(digest.trim_start_matches("sha256:"));
-    std::fs::read(&path).map_err(|source| SeedError::Read { path, source })
+/// Largest manifest read from the layout (as the layout check allows).
+const MAX_MANIFEST: u64 = kubexm_bundles::layout::MAX_MANIFEST_SIZE;
+
+fn read_blob(blobs_dir: &Path, digest: &Digest) -> Result<Vec<u8>, SeedError> {
+    use std::io::Read;
+    let path = digest.blob_path(blobs_dir);
+    let read_err = |source| SeedError::Read {
+        path: path.clone(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .map_err(read_err)?
+        .take(MAX_MANIFEST + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_MANIFEST {
+        return Err(SeedError::Layout(format!(
+            "manifest {digest} is larger than {MAX_MANIFEST} bytes"
+        )));
+    }
+    Ok(bytes)
 }
 
-fn parse_doc(bytes: &[u8], digest: &str) -> Result<Doc, SeedError> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| SeedError::Layout(format!("manifest {digest} is not JSON: {e}")))
+fn parse_doc(bytes: &[u8], digest: &Digest) -> Result<Doc, SeedError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        SeedError::Layout(format!(
+            "manifest {digest} is not a manifest with valid digests: {e}"
+        ))
+    })
+}
+
+/// A digest from `bundle.json`, validated.
+fn record_digest(record: &ImageRecord) -> Result<Digest, SeedError> {
+    Digest::parse(&record.digest).map_err(|e| {
+        SeedError::Layout(format!(
+            "`bundle.json` image {}: {e}",
+            Untrusted(&record.reference)
+        ))
+    })
 }
 
 fn plan(blobs_dir: &Path, record: &ImageRecord, opts: &SeedOptions) -> Result<Plan, SeedError> {
@@ -417,22 +513,21 @@ fn plan(blobs_dir: &Path, record: &ImageRecord, opts: &SeedOptions) -> Result<Pl
         .ok_or_else(|| {
             SeedError::Layout(format!("{} has neither tag nor digest", record.reference))
         })?;
-    let top = parse_doc(&read_blob(blobs_dir, &record.digest)?, &record.digest)?;
+    let top_digest = record_digest(record)?;
+    let top = parse_doc(&read_blob(blobs_dir, &top_digest)?, &top_digest)?;
     let mut children = Vec::new();
     let mut blobs = BTreeMap::new();
-    let mut add_image = |doc: &Doc, digest: &str| -> Result<(), SeedError> {
+    let mut add_image = |doc: &Doc, digest: &Digest| -> Result<(), SeedError> {
         let config = doc
             .config
             .as_ref()
             .ok_or_else(|| SeedError::Layout(format!("manifest {digest} has no config")))?;
         for d in std::iter::once(config).chain(&doc.layers) {
-            if !blobs_dir
-                .join(d.digest.trim_start_matches("sha256:"))
-                .is_file()
-            {
+            if !d.digest.blob_path(blobs_dir).is_file() {
                 return Err(SeedError::Layout(format!(
                     "{}: blob {} is missing",
-                    record.reference, d.digest
+                    Untrusted(&record.reference),
+                    d.digest
                 )));
             }
             blobs.insert(d.digest.clone(), d.size);
@@ -451,12 +546,12 @@ fn plan(blobs_dir: &Path, record: &ImageRecord, opts: &SeedOptions) -> Result<Pl
                 children.push((child.digest.clone(), mt));
             }
         }
-        None => add_image(&top, &record.digest)?,
+        None => add_image(&top, &top_digest)?,
     }
     Ok(Plan {
         repo: target.repository.clone(),
         tag,
-        top_digest: record.digest.clone(),
+        top_digest,
         top_media_type: record.media_type.clone(),
         children,
         blobs,

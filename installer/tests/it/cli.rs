@@ -15,6 +15,8 @@ use sha2::{Digest, Sha256};
 
 use crate::plan_cli::{files_under, without_generated_keys};
 
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
 fn lab(file: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/lab")
@@ -60,6 +62,16 @@ fn lab_bundle(dir: &Path) -> PathBuf {
             roles: f.roles.iter().map(|r| r.as_str().to_string()).collect(),
         })
         .collect();
+    // One stand-in image manifest (a config, no layers) behind every image: the layout closes,
+    // as verify requires, and the plan never reads it.
+    let image_config = br#"{"architecture":"amd64","os":"linux"}"#.to_vec();
+    let config_digest = hex::encode(Sha256::digest(&image_config));
+    let image_manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:{config_digest}","size":{}}},"layers":[]}}"#,
+        image_config.len()
+    )
+    .into_bytes();
+    let manifest_digest = hex::encode(Sha256::digest(&image_manifest));
     let manifest = BundleManifest {
         format_version: kubexm_bundles::FORMAT_VERSION,
         tool_version: "0.1.0".into(),
@@ -75,16 +87,17 @@ fn lab_bundle(dir: &Path) -> PathBuf {
             .map(|i| ImageRecord {
                 reference: i.reference.clone(),
                 source: i.source.clone(),
-                digest: format!("sha256:{sha256}"),
+                digest: format!("sha256:{}", hex::encode(Sha256::digest(&image_manifest))),
                 source_digest: None,
                 layout_digest: None,
-                media_type: "application/vnd.oci.image.index.v1+json".into(),
-                size: 0,
+                media_type: OCI_MANIFEST.into(),
+                size: image_manifest.len() as u64,
                 platforms: i.platforms.clone(),
                 roles: i.roles.iter().map(|r| r.as_str().to_string()).collect(),
             })
             .collect(),
         os_repos: Vec::new(),
+        sizes: Default::default(),
     };
     let entry = |path: &str, bytes: Vec<u8>| Entry {
         path: path.into(),
@@ -110,9 +123,30 @@ fn lab_bundle(dir: &Path) -> PathBuf {
         "images/oci-layout",
         br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
     ));
+    let descriptors: Vec<serde_json::Value> = manifest
+        .images
+        .iter()
+        .map(|i| {
+            serde_json::json!({
+                "mediaType": OCI_MANIFEST,
+                "digest": i.digest,
+                "size": i.size,
+                "annotations": {"org.opencontainers.image.ref.name": i.reference},
+            })
+        })
+        .collect();
     entries.push(entry(
         "images/index.json",
-        br#"{"schemaVersion":2,"manifests":[]}"#.to_vec(),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": descriptors}))
+            .expect("index.json"),
+    ));
+    entries.push(entry(
+        &format!("images/blobs/sha256/{manifest_digest}"),
+        image_manifest,
+    ));
+    entries.push(entry(
+        &format!("images/blobs/sha256/{config_digest}"),
+        image_config,
     ));
     let opts = PackOptions {
         level: 1,

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
-use kubexm_install::modules::kubeadm::config::{ApiVersion, KubeadmSettings};
+use kubexm_install::modules::kubeadm::config::KubeadmSettings;
 use kubexm_install::modules::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
 use kubexm_install::modules::kubeadm::join::{parse, JoinCredentials, JoinParseError};
 use kubexm_install::modules::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{plan, Facts, Module};
 use kubexm_install::pipelines::install_pipeline;
+use kubexm_manifests::kube_version::KubeadmApi;
 use kubexm_manifests::version::KubeVersion;
 
 use crate::lb::{check_with, file_of, lab_context, rendered, repo};
@@ -79,7 +80,7 @@ fn join_text(ctx: &InstallContext, s: &KubeadmSettings, node: &str, cp: bool) ->
 fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
     let ctx = lab_context(|t| t);
     let s = KubeadmSettings::new(&ctx).expect("settings");
-    assert_eq!(s.api, ApiVersion::V1beta4);
+    assert_eq!(s.api, KubeadmApi::V1beta4);
     let init = init_text(&ctx, &s, "node1", false);
     assert!(init.starts_with("# Written by KubeXM"), "{init}");
     let docs = yaml_docs(&init);
@@ -164,10 +165,14 @@ fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
     let n = s.node(ctx.node("node1").expect("node1"), true, false);
     let files = s.control_plane_files(&n).expect("files");
     let plan: Vec<String> = files.iter().map(|o| o.generic().plan().detail).collect();
-    assert!(plan.contains(
-        &"/etc/ssl/etcd/ssl/node-node1-key.pem -> /etc/kubernetes/pki/apiserver-etcd-client.key (600)"
-            .to_string()
-    ), "{plan:?}");
+    // kubeadm v1.20's --upload-certs reads the etcd client key as SEC1 ("EC PRIVATE KEY"):
+    // the node's PKCS#8 key is converted, not copied.
+    assert!(
+        plan.iter().any(|d| d.contains(
+            "openssl ec -in /etc/ssl/etcd/ssl/node-node1-key.pem -out /etc/kubernetes/pki/apiserver-etcd-client.key.kubexm-part"
+        ) && d.contains("mv -f /etc/kubernetes/pki/apiserver-etcd-client.key.kubexm-part /etc/kubernetes/pki/apiserver-etcd-client.key")),
+        "{plan:?}"
+    );
     let patch = files
         .iter()
         .find_map(|o| match o {
@@ -196,7 +201,7 @@ fn stacked_etcd_no_lb_and_component_settings_on_v1_31() {
             .replace("    mode: internal\n    internal:\n      type: haproxy\n", "    mode: none\n")
     });
     let s = KubeadmSettings::new(&ctx).expect("settings");
-    assert_eq!(s.api, ApiVersion::V1beta4);
+    assert_eq!(s.api, KubeadmApi::V1beta4);
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
     let cc = &docs[1];
@@ -260,11 +265,7 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
             )
     });
     let v130: KubeVersion = "v1.30.14".parse().expect("version");
-    assert_eq!(
-        ApiVersion::for_version(v130).expect("api"),
-        ApiVersion::V1beta3
-    );
-    assert!(ApiVersion::for_version("v1.21.14".parse().expect("v")).is_err());
+    assert_eq!(v130.kubeadm_api(), KubeadmApi::V1beta3);
     let s = KubeadmSettings::for_version(&ctx, v130).expect("settings");
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
@@ -388,15 +389,37 @@ fn task_order_per_load_balancer_mode() {
             "fetch-admin-kubeconfig",
             "join-credentials",
             "join-control-plane",
+            "kube-proxy-after-control-plane-joins",
             "join-workers",
             "kube-proxy-via-local-proxy",
+            "kubeadm-reconfigure",
             "node-roles"
         ]
     );
+    // Each control-plane node settles before the next joins; its kubelet then talks to its
+    // own API server (127.0.0.1:6443), not to the first master the endpoint's name resolves to.
     assert_eq!(tasks[4].1, v(&["master2", "master3"]));
-    assert_eq!(tasks[5].1, v(&["node1", "node2"]));
     assert_eq!(
-        tasks[5].2,
+        tasks[4].2,
+        v(&[
+            "kubeadm-join-control-plane",
+            "control-plane-settled",
+            "kubelet-via-local-proxy"
+        ])
+    );
+    assert_eq!(
+        tasks[1].2,
+        v(&[
+            "kubeadm-init",
+            "control-plane-settled",
+            "kubelet-via-local-proxy"
+        ])
+    );
+    // kube-proxy is restarted once, on the first master, after every control-plane join.
+    assert_eq!(tasks[5].1, v(&["master1"]));
+    assert_eq!(tasks[6].1, v(&["node1", "node2"]));
+    assert_eq!(
+        tasks[6].2,
         v(&["kubeadm-join", "local-api-proxy", "kubelet-via-local-proxy"])
     );
     let m = KubeadmModule(ctx.clone()).tasks().expect("tasks");
@@ -417,12 +440,24 @@ fn task_order_per_load_balancer_mode() {
             "fetch-admin-kubeconfig",
             "join-credentials",
             "join-control-plane",
+            "kube-proxy-after-control-plane-joins",
             "join-workers",
+            "kubeadm-reconfigure",
             "node-roles"
         ]
     );
-    assert_eq!(tasks[2].2, v(&["kubeadm-init", "kube-vip"]));
-    assert_eq!(tasks[5].2, v(&["kubeadm-join-control-plane", "kube-vip"]));
+    assert_eq!(
+        tasks[2].2,
+        v(&["kubeadm-init", "kube-vip", "control-plane-settled"])
+    );
+    assert_eq!(
+        tasks[5].2,
+        v(&[
+            "kubeadm-join-control-plane",
+            "control-plane-settled",
+            "kube-vip"
+        ])
+    );
     // kubeadm accepts the manifest placed before init.
     let s = KubeadmSettings::new(&ctx).expect("settings");
     let init = init_text(&ctx, &s, "master1", true);
@@ -447,6 +482,7 @@ fn task_order_per_load_balancer_mode() {
             "kubernetes-binaries",
             "kubeadm-init",
             "fetch-admin-kubeconfig",
+            "kubeadm-reconfigure",
             "node-roles"
         ])
     );
@@ -727,6 +763,39 @@ fn malformed_outputs_are_named_without_quoting_the_token() {
     assert!(parse(&no_port).is_err());
 }
 
+/// Found by the `kubeadm_join` fuzz target: an endpoint holding control characters
+/// (`lb.kubexm\u{1}\0\0\0.internal:6443`) was accepted and would have been rendered into every
+/// node's join configuration.
+#[test]
+fn join_endpoint_with_control_characters_is_refused() {
+    let with = |endpoint: &str| {
+        format!(
+            "kubeadm join {endpoint} --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash {HASH}\n"
+        )
+    };
+    for bad in [
+        "lb.kubexm\u{1}\0\0\0.internal:6443",
+        "\u{1b}[32mlb:6443",
+        "lb.kubexm.internal:+6443",
+        "lb.kubexm.internal:0",
+        "lb.kubexm.internal:65536",
+        "\"lb\":6443",
+        "LB.example:6443",
+        "[not-v6]:6443",
+        ":6443",
+    ] {
+        let err = parse(&with(bad)).expect_err(bad).to_string();
+        assert!(err.contains("HOST:PORT"), "{bad:?}: {err}");
+    }
+    for good in [
+        "10.0.0.10:6443",
+        "lb.kubexm.internal:6443",
+        "[fd00::10]:6443",
+    ] {
+        assert_eq!(parse(&with(good)).expect(good).endpoint, good);
+    }
+}
+
 #[test]
 fn learned_credentials_round_trip_through_facts() {
     let facts = Facts::default();
@@ -797,6 +866,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
         [
             "preflight",
             "os-repository",
+            "pre-install",
             "node-prep",
             "etcd",
             "loadbalancer",
@@ -809,7 +879,8 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
             "kubeadm",
             "network",
             "nodelocaldns",
-            "addons"
+            "addons",
+            "post-install"
         ]
     );
     let text = p.to_text();

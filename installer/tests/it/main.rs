@@ -1,9 +1,14 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod attacks;
+mod certs;
 mod cli;
+mod day2;
 mod delete;
 mod etcd;
 mod harbor;
+mod intake;
+mod intake_cli;
 mod kubeadm;
 mod kubexm;
 mod lb;
@@ -13,6 +18,8 @@ mod pipeline;
 mod plan_cli;
 mod runtime;
 mod scope;
+mod scripts;
 mod seed;
 mod ssh;
 mod unpack;
+mod versions;

@@ -153,7 +153,10 @@ fn cilium_chart_values() {
     });
     let values = values_of(&ctx, "cilium-values.yaml");
     let v = &yaml_docs(&values)[0];
-    assert_eq!(v["k8sServiceHost"], "lb.kubexm.internal");
+    // The agents run on the host network: with the internal haproxy the endpoint's name
+    // resolves to the first master only, so they use 127.0.0.1:6443 (a master's own API server,
+    // a worker's local proxy), which survives the loss of any one master (issue 13 item 6).
+    assert_eq!(v["k8sServiceHost"], "127.0.0.1");
     assert_eq!(v["k8sServicePort"], 6443);
     assert_eq!(
         v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"],
@@ -280,6 +283,7 @@ fn with_bundle(
         files: records,
         images,
         os_repos: Vec::new(),
+        sizes: Default::default(),
     };
     let ctx = Arc::new(
         load_context(
@@ -436,6 +440,39 @@ fn addons_yaml_rendered_with_values_and_charts_with_nested_values() {
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }
+    // A failed apply (kubectl or helm exits non-zero) fails the step and leaves no `.applied`
+    // record, so the next run applies again: each command run with `sh` against a scratch
+    // directory, kubectl and helm replaced by `false`.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path().to_str().expect("utf-8");
+    let mut applies = 0;
+    for step in &tasks[0].steps {
+        for op in step.ops(&first, &Facts::default()).expect("ops") {
+            let Op::Run(r) = op else { continue };
+            if !(r.command.contains(" apply --server-side")
+                || r.command.contains(" upgrade --install"))
+            {
+                continue;
+            }
+            applies += 1;
+            let cmd = r
+                .command
+                .replace("/usr/local/bin/kubectl", "false")
+                .replace("/usr/local/bin/helm", "false")
+                .replace("/etc/kubernetes/kubexm/manifests", dir);
+            let status = std::process::Command::new("sh")
+                .args(["-c", &cmd])
+                .status()
+                .expect("sh");
+            assert!(!status.success(), "a failed apply succeeded: {cmd}");
+            let records: Vec<_> = walk(scratch.path())
+                .into_iter()
+                .filter(|p| p.ends_with(".applied"))
+                .collect();
+            assert!(records.is_empty(), "a failed apply left {records:?}: {cmd}");
+        }
+    }
+    assert_eq!(applies, 3, "a.yaml, b.yaml and the dash chart");
     // Without addons the module is skipped.
     assert_eq!(
         AddonsModule(lab_context(|t| t)).skip().as_deref(),
@@ -454,4 +491,18 @@ fn dotted_value_keys_nest() {
         nested_values(&v),
         serde_json::json!({"a": {"b": {"c": "1", "d": "2"}, "e": "3"}, "f": "4"})
     );
+}
+
+/// Every file under `dir` (recursively), as strings.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
 }

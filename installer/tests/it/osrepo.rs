@@ -19,8 +19,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The lab cluster (`osReleases: [debian-12]`) with `lb` as the external load balancer type;
-/// with `lb` empty, without `osReleases`.
+/// The lab cluster with `osReleases: [debian-12]` and `lb` as the external load balancer type;
+/// with `lb` empty, as it is (without `osReleases`).
 fn lab_with_os_release(
     lb: &str,
 ) -> (
@@ -28,15 +28,15 @@ fn lab_with_os_release(
     Arc<kubexm_install::context::InstallContext>,
 ) {
     let lab = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab cluster");
-    assert!(
-        lab.contains("    osReleases: [debian-12]\n"),
-        "the lab cluster lists its OS release"
-    );
-    let text = if lb.is_empty() {
-        lab.replace("    osReleases: [debian-12]\n", "")
+    assert!(lab.contains("\n  system:\n"), "the lab cluster has a system section");
+    let lab = if lb.is_empty() {
+        lab
     } else {
-        lab.replace("type: kubexm-kh", &format!("type: {lb}"))
+        // As tests/lab/lib.sh's with_os_releases writes it for the e2e scripts.
+        lab.replace("\n  system:\n", "\n  system:\n    osReleases: [debian-12]\n")
+            .replace("type: kubexm-kh", &format!("type: {lb}"))
     };
+    let text = lab;
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("cluster.yaml");
     std::fs::write(&file, text).expect("write");
@@ -60,15 +60,16 @@ fn the_plan_sets_up_the_bundle_repository_first_and_installs_only_from_it() {
     )
     .expect("plan");
     let modules: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(modules[..3], ["preflight", "os-repository", "node-prep"]);
-    let text = p.to_text();
-    // The release is detected on the node, from the bundle's list.
-    assert!(
-        text.contains("if [ \"$ID\" = debian ] && { [ \"$VERSION_ID\" = 12 ]"),
-        "{text}"
+    assert_eq!(
+        modules[..4],
+        ["preflight", "os-repository", "pre-install", "node-prep"]
     );
+    let text = p.to_text();
+    // The release is read from the node's /etc/os-release (matched against the bundle's
+    // repositories on the control host).
     assert!(
-        text.contains("add the node's release to spec.system.osReleases and rebuild the bundle")
+        text.contains(". /etc/os-release\nprintf '%s=%s\\n' os.node1.id \"${ID:-}\" os.node1.version \"${VERSION_ID:-}\""),
+        "{text}"
     );
     // The repository, its key and a source naming the key.
     for want in [
@@ -92,7 +93,7 @@ fn the_plan_sets_up_the_bundle_repository_first_and_installs_only_from_it() {
     let section: String = text
         .lines()
         .skip_while(|l| !l.contains("module os-repository"))
-        .take_while(|l| !l.contains("module node-prep"))
+        .take_while(|l| !l.contains("module pre-install"))
         .map(|l| format!("{l}\n"))
         .collect();
     insta::assert_snapshot!("os-repository-plan", section);

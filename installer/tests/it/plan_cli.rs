@@ -96,7 +96,7 @@ fn plan_as_json_lists_modules_tasks_steps_and_ops() {
         .iter()
         .map(|m| m["name"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(modules[..3], ["preflight", "os-repository", "node-prep"]);
+    assert_eq!(modules[..4], ["preflight", "os-repository", "pre-install", "node-prep"]);
     assert_eq!(
         v["modules"][1]["skipped"]
             .as_str()

@@ -72,7 +72,10 @@ fn lab_containerd_config_parses_in_containerd() {
 }
 
 #[test]
-fn registry_auth_goes_into_the_config_and_a_root_only_file_for_the_pull() {
+fn attack_registry_credentials_in_argv_on_the_nodes_containerd() {
+    // The pull ran `ctr ... --user "$(cat /etc/containerd/kubexm-pull.auth)"`: the password in
+    // the process list of every node. Now containerd's CRI pulls with the credentials of its
+    // root-only config.toml.
     let ctx = lab_context(|t| {
         t.replace(
             "    type: registry\n",
@@ -101,15 +104,19 @@ fn registry_auth_goes_into_the_config_and_a_root_only_file_for_the_pull() {
     assert!(hosts.contains("skip_verify = true"), "{hosts}");
     let plan = plan_lines(&module, &ctx).join("\n");
     assert!(
-        plan.contains("-> /etc/containerd/kubexm-pull.auth (600)"),
-        "{plan}"
+        plan.contains("-> /etc/containerd/config.toml (600)"),
+        "the config holding the password is root-only: {plan}"
     );
     assert!(
         !plan.contains("pa\"ss"),
         "the password is not in the plan: {plan}"
     );
     assert!(
-        plan.contains("--user \"$(cat /etc/containerd/kubexm-pull.auth)\""),
+        !plan.contains("$(cat") && !plan.contains("--user") && !plan.contains("kubexm-pull.auth"),
+        "no credentials on any command line: {plan}"
+    );
+    assert!(
+        plan.contains("/usr/local/bin/crictl pull 10.88.10.11:5000/pause:3.10"),
         "{plan}"
     );
 }
@@ -125,7 +132,7 @@ fn binaries_are_uploaded_extracted_and_copied_into_place() {
         "copy /var/lib/kubexm/artifacts/runc/v1.1.5/runc.amd64 -> /usr/local/sbin/runc (755)",
         "copy /var/lib/kubexm/extract/crictl-v1.33.0/crictl -> /usr/local/bin/crictl (755)",
         "mkdir -p /opt/cni/bin",
-        "ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d 10.88.10.11:5000/pause:3.10",
+        "/usr/local/bin/crictl pull 10.88.10.11:5000/pause:3.10",
         "systemctl restart containerd (when changed)",
     ] {
         assert!(plan.contains(expected), "missing `{expected}` in:\n{plan}");
@@ -166,8 +173,9 @@ fn plain_http_registry_gets_an_http_host_and_a_plain_http_pull() {
     );
     assert!(!hosts.contains("ca = "), "{hosts}");
     let plan = plan_lines(&module, &ctx).join("\n");
+    // Through CRI, which reads the http server from hosts.toml.
     assert!(
-        plan.contains("images pull --hosts-dir /etc/containerd/certs.d --plain-http 10.88.10.11:5000/pause:3.10"),
+        plan.contains("/usr/local/bin/crictl pull 10.88.10.11:5000/pause:3.10"),
         "{plan}"
     );
 }
@@ -214,6 +222,7 @@ fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
             roles: Default::default(),
         }],
         os_repos: Vec::new(),
+        sizes: Default::default(),
     };
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = std::sync::Arc::new(
@@ -453,10 +462,14 @@ fn cri_o_registry_credentials_go_to_a_root_only_auth_file() {
 
 /// The lab catalog plus an operator's pin of iSulad (there is no public one).
 fn isulad_context() -> Arc<InstallContext> {
+    isulad_context_with(|t| t)
+}
+
+fn isulad_context_with(edit: impl FnOnce(String) -> String) -> Arc<InstallContext> {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
     let file = dir.path().join("cluster.yaml");
-    std::fs::write(&file, with_runtime("isulad", Some("2.1.5"))(text)).expect("write");
+    std::fs::write(&file, edit(with_runtime("isulad", Some("2.1.5"))(text))).expect("write");
     let catalog = std::fs::read_to_string(repo().join("tests/lab/mirror/catalog-lab.yaml"))
         .expect("lab catalog")
         .replace(
@@ -470,6 +483,35 @@ fn isulad_context() -> Arc<InstallContext> {
     std::fs::write(&catalog_file, catalog).expect("write catalog");
     let work = dir.path().join("work");
     Arc::new(load_context(&file, Some(&catalog_file), None, &work).expect("loads"))
+}
+
+#[test]
+fn attack_registry_credentials_in_argv_on_the_nodes_isulad() {
+    // The pull ran `crictl pull --auth "$(cat /etc/isulad/kubexm-pull.auth)"`. Now `isula login`
+    // reads the password on standard input from the root-only file.
+    let ctx = isulad_context_with(|t| {
+        t.replace(
+            "    type: registry\n",
+            "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: s3cret-pw}\n",
+        )
+    });
+    let plan = module_plan(&ctx, Box::new(RuntimeModule(ctx.clone())), "install");
+    assert!(
+        !plan.contains("s3cret-pw"),
+        "the password is not in the plan: {plan}"
+    );
+    assert!(
+        !plan.contains("--auth") && !plan.contains("$(cat"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("-> /etc/isulad/kubexm-pull.auth (600)"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("/usr/local/bin/isula login -u puller --password-stdin 10.88.10.11:5000 </etc/isulad/kubexm-pull.auth >/dev/null && /usr/local/bin/isula pull 10.88.10.11:5000/pause:3.10"),
+        "{plan}"
+    );
 }
 
 #[test]
@@ -502,7 +544,7 @@ fn isulad_files_and_plan() {
     for line in [
         "/var/lib/kubexm/extract/isulad-2.1.5/bin/isulad -> /usr/local/bin/isulad (755)",
         "/var/lib/kubexm/artifacts/runc/v1.1.5/runc.amd64 -> /usr/local/sbin/runc (755)",
-        "/usr/local/bin/crictl pull 10.88.10.11:5000/pause:3.10",
+        "/usr/local/bin/isula pull 10.88.10.11:5000/pause:3.10",
     ] {
         assert!(plan.contains(line), "{line} missing:\n{plan}");
     }

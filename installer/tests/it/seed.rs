@@ -23,10 +23,10 @@ const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// An unpacked bundle tree (`bundle.json` + `images/`) built from real umoci images.
-struct Tree {
+pub(crate) struct Tree {
     _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    manifest: BundleManifest,
+    pub(crate) dir: PathBuf,
+    pub(crate) manifest: BundleManifest,
 }
 
 fn copy_blobs(layout: &Path, blobs: &Path) {
@@ -54,7 +54,7 @@ fn record(reference: &str, digest: &str, media_type: &str, size: u64) -> ImageRe
 }
 
 /// `extra` more single-platform images, each with its own variant (distinct blobs).
-fn tree(source: &Registry, extra: usize) -> Tree {
+pub(crate) fn tree(source: &Registry, extra: usize) -> Tree {
     let tmp = tempfile::tempdir().expect("tmp");
     let work = tmp.path().join("work");
     let dir = tmp.path().join("bundle");
@@ -119,6 +119,7 @@ fn tree(source: &Registry, extra: usize) -> Tree {
         files: Vec::new(),
         images: records,
         os_repos: Vec::new(),
+        sizes: Default::default(),
     };
     Tree {
         _tmp: tmp,
@@ -127,7 +128,11 @@ fn tree(source: &Registry, extra: usize) -> Tree {
     }
 }
 
-fn options(reg: &Registry, creds: Option<(&str, &str)>, ca: Option<Vec<u8>>) -> SeedOptions {
+pub(crate) fn options(
+    reg: &Registry,
+    creds: Option<(&str, &str)>,
+    ca: Option<Vec<u8>>,
+) -> SeedOptions {
     SeedOptions {
         target: RegistryTarget {
             host: reg.host(),
@@ -287,7 +292,11 @@ fn has_layer_link(dir: &Path) -> bool {
         if p.is_dir() {
             has_layer_link(&p)
         } else {
-            p.file_name().is_some_and(|n| n == "link") && p.to_string_lossy().contains("/_layers/")
+            // A link whose write has completed (`sha256:` + 64 hex digits): the kill may land
+            // inside the write of the next one (the broken-link test below covers that).
+            p.file_name().is_some_and(|n| n == "link")
+                && p.to_string_lossy().contains("/_layers/")
+                && std::fs::read(&p).is_ok_and(|c| c.len() == 71 && c.starts_with(b"sha256:"))
         }
     })
 }
@@ -305,7 +314,7 @@ fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
         let h = s.spawn(|| run(&tree, &opts));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         // Kill the registry as soon as its first blob is linked into a repository (the
-        // registry's `_layers/sha256/<hex>/link`: what makes a HEAD answer 200).
+        // registry's `_layers/sha256/<hex>/link`, written in full: what makes a HEAD answer 200).
         while std::time::Instant::now() < deadline && !has_layer_link(&data) {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -323,6 +332,76 @@ fn a_registry_killed_mid_seed_is_resumed_by_a_rerun() {
         second.blobs_present > 0,
         "what the first run pushed is skipped: {second:?}"
     );
+    assert_seeded(&tree, &opts, None, false);
+}
+
+fn first_layer_link(dir: &Path) -> Option<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    entries.into_iter().find_map(|p| {
+        if p.is_dir() {
+            first_layer_link(&p)
+        } else {
+            (p.file_name().is_some_and(|n| n == "link")
+                && p.to_string_lossy().contains("/_layers/"))
+            .then_some(p)
+        }
+    })
+}
+
+/// What a registry killed while writing a repository's blob link leaves behind (the registry's
+/// filesystem driver writes the link in place): an empty link, for which it answers HEAD with
+/// 500 until the link is written again, in an image whose manifest was not pushed yet. The
+/// re-run uploads that blob again and completes (found as a flake of the test above, when the
+/// kill landed inside the link's write).
+#[test]
+fn a_broken_blob_link_left_by_a_killed_registry_is_repaired_by_a_rerun() {
+    let source = Registry::start(RegistryOptions::default());
+    let mut target = Registry::start(RegistryOptions::default());
+    let tree = tree(&source, 2);
+    let opts = options(&target, None, None);
+    run(&tree, &opts).expect("first seed");
+    target.stop();
+    let data = target.storage_dir().join("docker/registry/v2/repositories");
+    let link = first_layer_link(&data).expect("a layer link in the registry's storage");
+    std::fs::write(&link, b"").expect("empty the link");
+    // .../repositories/<repo...>/_layers/sha256/<hex>/link
+    let rel = link.strip_prefix(&data).expect("under repositories");
+    let parts: Vec<_> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().into_owned())
+        .collect();
+    let at = parts.iter().position(|c| c == "_layers").expect("_layers");
+    let (repo, hex) = (parts[..at].join("/"), &parts[at + 2]);
+    // The image was not complete yet: its tags are not there.
+    std::fs::remove_dir_all(data.join(&repo).join("_manifests/tags")).expect("drop the tags");
+    target.restart();
+    let url = format!(
+        "http://127.0.0.1:{}/v2/{repo}/blobs/sha256:{hex}",
+        target.port()
+    );
+    let status = |url: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-I", url])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(
+        status(&url),
+        "500",
+        "the broken link makes the registry answer 500"
+    );
+    let second = run(&tree, &opts).expect("the re-run completes despite the broken link");
+    assert!(
+        second.blobs_present > 0,
+        "the other blobs are skipped: {second:?}"
+    );
+    assert_eq!(status(&url), "200", "the re-run rewrote the link");
     assert_seeded(&tree, &opts, None, false);
 }
 

@@ -67,6 +67,7 @@ fn manifest(files: Vec<FileRecord>) -> BundleManifest {
         files,
         images: Vec::new(),
         os_repos: Vec::new(),
+        sizes: Default::default(),
     }
 }
 
@@ -129,6 +130,12 @@ fn build(dir: &Path, name: &str, files: &[(&str, Vec<u8>)]) -> Built {
     }
     let manifest = manifest(records);
     let report = pack(&dir.join(name), &manifest, entries, &options()).expect("pack");
+    // formatVersion 2: pack pins every entry's size in the bundle.json it writes.
+    let mut manifest = manifest;
+    manifest.sizes = expected
+        .iter()
+        .map(|(p, c)| (p.clone(), c.len() as u64))
+        .collect();
     Built {
         digest: content_digest(&report.path),
         path: report.path,
@@ -200,7 +207,7 @@ fn names(dir: &Path) -> BTreeSet<String> {
 }
 
 /// The error and all its causes, `: `-joined.
-fn chain(err: &dyn Error) -> String {
+pub(crate) fn chain(err: &dyn Error) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -1,5 +1,8 @@
 //! Integration tests of kubexm-manifests (one test binary).
 
+mod attacks;
 mod common;
+mod import;
+mod props;
 mod resolve;
 mod validation;

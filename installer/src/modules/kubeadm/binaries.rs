@@ -6,6 +6,7 @@ use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use crate::context::InstallContext;
+use crate::modules::runtime::cri::Cri;
 use crate::modules::runtime::{bundle_file, copy, upload, BIN_DIR};
 use crate::pipeline::ops::{Op, RenderTemplate, RunCommand};
 use crate::pipeline::{Facts, Node, Step, StepError};
@@ -39,7 +40,7 @@ impl Step for KubeBinaries {
         let mut ops = Vec::new();
         for name in names {
             let (path, rec) = bundle_file(&self.ctx, name, node)?;
-            let (op, staged) = upload(path, &rec, 0o755);
+            let (op, staged) = upload(path, &rec, 0o755)?;
             ops.push(op);
             ops.push(copy(staged, format!("{BIN_DIR}/{name}")));
         }
@@ -47,10 +48,13 @@ impl Step for KubeBinaries {
     }
 }
 
-/// The kubelet unit and drop-in, systemd reloaded when they changed, the unit enabled.
+/// The kubelet unit and drop-in, systemd reloaded when they changed, the unit enabled. The unit
+/// starts after (and wants) the runtime's services ([`Cri::kubelet_after`]).
 pub struct KubeletService {
     /// Cluster name (file headers).
     pub cluster: String,
+    /// How the kubelet reaches the runtime.
+    pub cri: Cri,
 }
 
 impl Step for KubeletService {
@@ -62,6 +66,7 @@ impl Step for KubeletService {
         c.insert("cluster", &self.cluster);
         c.insert("bin_dir", BIN_DIR);
         c.insert("dropin", KUBELET_DROPIN);
+        c.insert("runtime_units", self.cri.kubelet_after());
         Ok(vec![
             Op::Template(RenderTemplate::new(
                 "kubeadm/kubelet.service.tera",

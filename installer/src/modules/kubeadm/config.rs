@@ -1,11 +1,20 @@
 //! The kubeadm configuration files: `kubeadm init --config` on the first master and
 //! `kubeadm join --config` on every other node.
 //!
-//! **API version**: `kubeadm.k8s.io/v1beta4` from Kubernetes v1.31 (the release that introduced
-//! it and deprecated v1beta3), `v1beta3` for v1.22–v1.30 (the built-in catalog starts at v1.31;
-//! older releases come from a catalog override). The two differ here only in how extra
-//! arguments are written: v1beta4 takes a list of `{name, value}` (so a flag may repeat),
-//! v1beta3 a map.
+//! **API version** ([`KubeVersion::kubeadm_api`]): `kubeadm.k8s.io/v1beta4` from Kubernetes
+//! v1.31 (the release that introduced it and deprecated v1beta3), `v1beta3` for v1.22–v1.30,
+//! `v1beta2` for v1.20–v1.21. They differ here in how extra arguments are written (v1beta4 takes
+//! a list of `{name, value}`, so a flag may repeat; v1beta2/v1beta3 a map), and v1beta2 has
+//! neither `patches` (the `--experimental-patches` flag of `kubeadm init`/`join` takes the
+//! directory instead) nor `nodeRegistration.imagePullPolicy`.
+//!
+//! **Per version** besides: `nodeRegistration.criSocket` is the runtime's socket
+//! ([`Cri::kubeadm_cri_socket`]: a bare path before v1.24, a `unix://` URL after; dockershim's
+//! exact path for docker before v1.24, from which kubeadm itself gives the kubelet
+//! `--network-plugin=cni`, and `--container-runtime=remote` with the endpoint for the others);
+//! the kubelet's `containerRuntimeEndpoint` only from v1.27 (before, kubeadm passes the socket
+//! as a flag); the images under the version's registry (`k8s.gcr.io` before v1.25, CoreDNS
+//! without the `coredns/` path before v1.21: the catalog's per-version image list).
 //!
 //! What goes in:
 //! * `controlPlaneEndpoint`: `loadBalancer.domain:port`; the domain resolves through the managed
@@ -17,8 +26,10 @@
 //!   own etcd (endpoints of the etcd hosts, the etcd module's client certificate of each
 //!   master copied to kubeadm's conventional paths) or with the user's etcd (their CA, client
 //!   certificate and key uploaded from the control host to the same paths).
-//! * kubelet: `cgroupDriver: systemd`, containerd's socket, cluster DNS = the NodeLocal DNSCache
-//!   address, `maxPods`, feature gates. kube-proxy: the proxy mode, the pod CIDR, feature gates.
+//! * kubelet: `cgroupDriver: systemd`, the runtime's socket (v1.27+), cluster DNS = the
+//!   NodeLocal DNSCache address, `maxPods`, feature gates. kube-proxy: the proxy mode, the pod
+//!   CIDR, `conntrack.maxPerCore` when `kubernetes.kubeProxy.conntrackMaxPerCore` is set, feature
+//!   gates.
 //! * `spec.kubernetes.featureGates` go to every component (`--feature-gates` of the API server,
 //!   controller manager and scheduler; `featureGates` of the kubelet and kube-proxy), not to
 //!   kubeadm's own `featureGates` (kubeadm rejects gates it does not know).
@@ -34,6 +45,7 @@ use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kubexm_manifests::kube_version::KubeadmApi;
 use kubexm_manifests::model::{EtcdType, LbMode, ProxyMode};
 use kubexm_manifests::version::KubeVersion;
 use serde::Serialize;
@@ -42,8 +54,9 @@ use super::join::JoinCredentials;
 use crate::context::InstallContext;
 use crate::modules::etcd::EtcdLayout;
 use crate::modules::images::{node_image, ImageParts};
+use crate::modules::runtime::cri::Cri;
 use crate::modules::{dns, loadbalancer};
-use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, UploadFile};
+use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Node, StepError};
 
 /// `kubeadm init --config` file on the first master.
@@ -54,10 +67,6 @@ pub const STATE_DIR: &str = "/etc/kubernetes/kubexm";
 pub const JOIN_CONFIG: &str = "/etc/kubernetes/kubexm/kubeadm-join.yaml";
 /// kubeadm patches (the API server's bind address).
 pub const PATCHES_DIR: &str = "/etc/kubernetes/kubexm/patches";
-/// containerd's CRI socket.
-// issue 13: kubeadm's criSocket is containerd's for every runtime; it should be
-// `runtime::Runtime::of(ctx).cri_socket()` (the rendered output is kept as is in this change).
-pub const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// External etcd: the CA kubeadm's components trust.
 pub const ETCD_CA: &str = "/etc/kubernetes/pki/etcd/ca.crt";
 /// External etcd: the API server's client certificate.
@@ -66,40 +75,6 @@ pub const ETCD_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
 pub const ETCD_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
 /// Stacked etcd's data directory (kubeadm's default).
 pub const STACKED_ETCD_DATA: &str = "/var/lib/etcd";
-
-/// The kubeadm configuration API a Kubernetes version takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ApiVersion {
-    /// `kubeadm.k8s.io/v1beta3` (v1.22–v1.30).
-    #[serde(rename = "v1beta3")]
-    V1beta3,
-    /// `kubeadm.k8s.io/v1beta4` (v1.31+).
-    #[serde(rename = "v1beta4")]
-    V1beta4,
-}
-
-impl ApiVersion {
-    /// The API for `version`.
-    pub fn for_version(version: KubeVersion) -> Result<Self, StepError> {
-        if version.at_least(1, 31) {
-            Ok(ApiVersion::V1beta4)
-        } else if version.at_least(1, 22) {
-            Ok(ApiVersion::V1beta3)
-        } else {
-            Err(StepError::Invalid(format!(
-                "Kubernetes {version} is older than v1.22, the first kubeadm with the v1beta3 configuration API KubeXM writes: use v1.22 or later"
-            )))
-        }
-    }
-
-    /// `v1beta3` / `v1beta4`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiVersion::V1beta3 => "v1beta3",
-            ApiVersion::V1beta4 => "v1beta4",
-        }
-    }
-}
 
 /// A component flag (`--name=value`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -173,7 +148,16 @@ enum EtcdClientFiles {
 #[derive(Debug, Clone, Serialize)]
 pub struct KubeadmSettings {
     /// Configuration API.
-    pub api: ApiVersion,
+    #[serde(skip)]
+    pub api: KubeadmApi,
+    /// Its `apiVersion` (`kubeadm.k8s.io/v1beta4`).
+    pub api_version: &'static str,
+    /// `extraArgs` are `{name, value}` lists (v1beta4), not maps.
+    pub extra_args_list: bool,
+    /// The configuration has `patches` (v1beta3+).
+    pub has_patches_field: bool,
+    /// `nodeRegistration.imagePullPolicy` exists (v1beta3+).
+    pub has_image_pull_policy: bool,
     /// KubeXM's cluster name (comments).
     pub cluster: String,
     /// `clusterName`.
@@ -214,8 +198,12 @@ pub struct KubeadmSettings {
     pub max_pods: u32,
     /// kube-proxy mode.
     pub proxy_mode: &'static str,
-    /// CRI socket.
-    pub cri_socket: &'static str,
+    /// kube-proxy `conntrack.maxPerCore`.
+    pub conntrack_max_per_core: Option<u32>,
+    /// `nodeRegistration.criSocket`.
+    pub cri_socket: String,
+    /// The kubelet's `containerRuntimeEndpoint` (v1.27+).
+    pub kubelet_runtime_endpoint: Option<String>,
     #[serde(skip)]
     etcd_files: EtcdClientFiles,
     #[serde(skip)]
@@ -251,13 +239,13 @@ impl KubeadmSettings {
     pub fn for_version(ctx: &InstallContext, version: KubeVersion) -> Result<Self, StepError> {
         let spec = &ctx.cluster.file.spec;
         let k8s = &spec.kubernetes;
-        let api = ApiVersion::for_version(version)?;
+        let api = version.kubeadm_api();
         let v = version.to_string();
         let endpoint = ctx.control_plane_endpoint()?;
-        let apiserver = ImageParts::of(&node_image(
-            ctx,
-            &format!("registry.k8s.io/kube-apiserver:{}", ctx.cluster.version),
-        )?)?;
+        // kubeadm pulls every control-plane image (and pause) from one repository: the one
+        // holding the version's kube-apiserver image, as the private registry serves it.
+        let apiserver = ImageParts::of(&node_image(ctx, &image_named(ctx, "kube-apiserver")?)?)?;
+        let cri = Cri::of(ctx);
         let coredns = ImageParts::of(&node_image(ctx, &coredns_reference(ctx)?)?)?;
         let (etcd, etcd_files) = etcd_settings(ctx)?;
         let gates = feature_gates(&k8s.feature_gates);
@@ -292,6 +280,10 @@ impl KubeadmSettings {
             .collect();
         Ok(Self {
             api,
+            api_version: api.api_version(),
+            extra_args_list: api.extra_args_are_lists(),
+            has_patches_field: api.has_patches_field(),
+            has_image_pull_policy: api.has_image_pull_policy(),
             cluster: ctx.cluster.file.metadata.name.clone(),
             cluster_name: ctx.cluster.cluster_name().to_string(),
             version: v,
@@ -323,7 +315,9 @@ impl KubeadmSettings {
                 ProxyMode::Iptables => "iptables",
                 ProxyMode::Nftables => "nftables",
             },
-            cri_socket: CRI_SOCKET,
+            conntrack_max_per_core: k8s.kube_proxy.conntrack_max_per_core,
+            cri_socket: cri.kubeadm_cri_socket(version),
+            kubelet_runtime_endpoint: cri.kubelet_config_endpoint(version),
             etcd_files,
             bind_patch_nodes,
             user_kubelet_args: k8s.kubelet_args.clone(),
@@ -342,6 +336,14 @@ impl KubeadmSettings {
         if manifests_prefilled {
             ignore.push("DirAvailable--etc-kubernetes-manifests".to_string());
         }
+        let bind_patch = self.bind_patch_nodes.contains(&node.name);
+        if control_plane && bind_patch {
+            // KubeXM's load balancer on this node already listens on the VIP's 6443 (haproxy /
+            // nginx bind it on every load-balancer node); kubeadm's preflight tries to listen
+            // on *:6443 and fails, though the API server (patched to bind the node's own
+            // address) will not conflict. Measured with real kubeadm v1.20.2 in the lab.
+            ignore.push("Port-6443".to_string());
+        }
         NodeSettings {
             name: node.name.clone(),
             address: node.internal_address.clone(),
@@ -351,10 +353,7 @@ impl KubeadmSettings {
                 &self.user_kubelet_args,
             ),
             ignore_preflight: ignore,
-            patches: self
-                .bind_patch_nodes
-                .contains(&node.name)
-                .then_some(PATCHES_DIR),
+            patches: bind_patch.then_some(PATCHES_DIR),
         }
     }
 
@@ -365,6 +364,59 @@ impl KubeadmSettings {
         })?;
         c.insert("node", node);
         Ok(c)
+    }
+
+    /// The canonical settings a re-run compares with what kubeadm applied
+    /// ([`super::reconfigure`]): the API server's SANs, the control-plane flags, and the rest
+    /// of the cluster-wide configuration.
+    pub fn drift_files(&self) -> Result<super::reconfigure::DriftFiles, StepError> {
+        let json = |v: serde_json::Value| {
+            serde_json::to_string_pretty(&v)
+                .map(|s| s + "\n")
+                .map_err(|e| StepError::Invalid(format!("kubeadm settings: {e}")))
+        };
+        let mut sans = self.cert_sans.clone();
+        sans.sort();
+        Ok(super::reconfigure::DriftFiles {
+            cert_sans: sans.iter().map(|s| format!("{s}\n")).collect(),
+            control_plane: json(serde_json::json!({
+                "apiServer": self.apiserver_args,
+                "controllerManager": self.controller_manager_args,
+                "scheduler": self.scheduler_args,
+            }))?,
+            cluster: json(serde_json::json!({
+                "kubernetesVersion": self.version,
+                "clusterName": self.cluster_name,
+                "controlPlaneEndpoint": self.endpoint,
+                "imageRepository": self.image_repository,
+                "dns": [self.dns_image_repository, self.dns_image_tag],
+                "etcd": self.etcd,
+                "podSubnet": self.pod_subnet,
+                "serviceSubnet": self.service_subnet,
+                "dnsDomain": self.dns_domain,
+                "featureGates": self.feature_gates,
+                "kubelet": {
+                    "clusterDNS": self.cluster_dns,
+                    "maxPods": self.max_pods,
+                    "criSocket": self.cri_socket,
+                    "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
+                },
+                "kubeProxy": {
+                    "mode": self.proxy_mode,
+                    "conntrackMaxPerCore": self.conntrack_max_per_core,
+                },
+            }))?,
+        })
+    }
+
+    /// What `kubeadm init`/`join` add to their command line for `node`: the patch directory as
+    /// `--experimental-patches DIR` where the configuration API has no `patches` field
+    /// (v1beta2, kubeadm v1.20–v1.21); nothing otherwise.
+    pub fn patches_flag(&self, node: &NodeSettings) -> String {
+        match node.patches {
+            Some(dir) if !self.has_patches_field => format!(" --experimental-patches {dir}"),
+            _ => String::new(),
+        }
     }
 
     /// `kubeadm init --config` for the first master.
@@ -403,25 +455,20 @@ impl KubeadmSettings {
                     path: "/etc/kubernetes/pki/etcd".into(),
                     mode: 0o755,
                 }));
-                for (src, dest, mode) in [
-                    (format!("{cert_dir}/ca.pem"), ETCD_CA, 0o644),
-                    (
-                        format!("{cert_dir}/node-{}.pem", node.name),
-                        ETCD_CERT,
-                        0o644,
-                    ),
-                    (
-                        format!("{cert_dir}/node-{}-key.pem", node.name),
-                        ETCD_KEY,
-                        0o600,
-                    ),
+                for (src, dest) in [
+                    (format!("{cert_dir}/ca.pem"), ETCD_CA),
+                    (format!("{cert_dir}/node-{}.pem", node.name), ETCD_CERT),
                 ] {
                     ops.push(Op::Copy(CopyFile {
                         src,
                         dest: dest.to_string(),
-                        mode,
+                        mode: 0o644,
                     }));
                 }
+                ops.push(ec_key_in_sec1(
+                    &format!("{cert_dir}/node-{}-key.pem", node.name),
+                    ETCD_KEY,
+                ));
             }
             EtcdClientFiles::User { ca, cert, key } => {
                 ops.push(Op::Mkdir(CreateDir {
@@ -454,6 +501,28 @@ impl KubeadmSettings {
         }
         Ok(ops)
     }
+}
+
+/// KubeXM's ECDSA key `src` (PKCS#8, `BEGIN PRIVATE KEY`) written to `dest` as SEC1 (`BEGIN EC
+/// PRIVATE KEY`, root only). kubeadm's `--upload-certs` carries the external etcd client key to
+/// the other control-plane nodes, and kubeadm v1.20's `join` refuses an ECDSA key in PKCS#8 when
+/// it writes it back ("error downloading certs: unknown data found in Secret entry":
+/// client-go's keyutil before PKCS#8 EC support; measured with real kubeadm v1.20.2 in the
+/// lab). SEC1 is read by every version.
+fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
+    let (s, d) = (
+        crate::runner::shell::quote(src),
+        crate::runner::shell::quote(dest),
+    );
+    Op::Run(
+        RunCommand::new(format!(
+            "set -e\numask 077\nopenssl ec -in {s} -out {d}.kubexm-part 2>/dev/null\nmv -f {d}.kubexm-part {d}"
+        ))
+        .unless(format!(
+            "head -n 1 {d} 2>/dev/null | grep -qx -- '-----BEGIN EC PRIVATE KEY-----' && [ \"$(openssl ec -in {s} -pubout 2>/dev/null)\" = \"$(openssl ec -in {d} -pubout 2>/dev/null)\" ]"
+        ))
+        .undo(format!("rm -f {d}")),
+    )
 }
 
 /// `A=true,B=false`, or `None` without gates.

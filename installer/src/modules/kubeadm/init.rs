@@ -53,9 +53,12 @@ impl Step for InitControlPlane {
         })];
         ops.extend(self.settings.control_plane_files(&n)?);
         ops.push(Op::Template(self.settings.render_init(&n)?));
+        ops.extend(self.settings.drift_files()?.upload_wanted());
+        let patches = self.settings.patches_flag(&n);
         ops.push(Op::Run(
             RunCommand::new(format!(
-                "set -e\numask 077\nif ! {KUBEADM} init --config {INIT_CONFIG} --upload-certs >{INIT_LOG} 2>&1; then\n  echo \"kubeadm init failed; the last lines of {INIT_LOG}:\" >&2\n  tail -n 25 {INIT_LOG} >&2\n  exit 1\nfi"
+                "set -e\numask 077\nif ! {KUBEADM} init --config {INIT_CONFIG} --upload-certs{patches} >{INIT_LOG} 2>&1; then\n  echo \"kubeadm init failed; the last lines of {INIT_LOG}:\" >&2\n  tail -n 25 {INIT_LOG} >&2\n  exit 1\nfi\n{}",
+                super::reconfigure::record_applied()
             ))
             .unless(format!("[ -s {ADMIN_CONF} ]"))
             .verify(format!("[ -s {ADMIN_CONF} ]"))
@@ -86,6 +89,8 @@ impl Step for InitControlPlane {
 
 /// The admin kubeconfig copied to the control host (root only there too).
 pub struct FetchAdminKubeconfig {
+    /// The admin kubeconfig on the first master.
+    pub src: String,
     /// Where it goes on the control host.
     pub dest: PathBuf,
 }
@@ -96,7 +101,7 @@ impl Step for FetchAdminKubeconfig {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Fetch(FetchFile {
-            src: ADMIN_CONF.to_string(),
+            src: self.src.clone(),
             dest: self.dest.clone(),
             mode: 0o600,
         })])

@@ -194,6 +194,27 @@ fn is_token(t: &str) -> bool {
     matches!(t.split_once('.'), Some((id, secret)) if ok(id, 6) && ok(secret, 16))
 }
 
+/// `HOST:PORT` as kubeadm prints it: a DNS-1123 name, an IPv4 address or a bracketed IPv6
+/// address, and a port of 1 to 65535 in decimal digits. The endpoint is rendered into the join
+/// configuration of every node, so nothing else (control characters, quotes, YAML syntax) passes.
+fn is_endpoint(endpoint: &str) -> bool {
+    let Some((host, port)) = endpoint.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = !port.is_empty()
+        && port.len() <= 5
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            host.parse::<std::net::Ipv4Addr>().is_ok()
+                || kubexm_manifests::name::is_dns_subdomain(host)
+        }
+    };
+    port_ok && host_ok
+}
+
 fn is_hex64(s: &str) -> bool {
     kubexm_manifests::catalog::is_sha256_hex(s)
 }
@@ -235,11 +256,10 @@ pub fn parse(output: &str) -> Result<JoinCredentials, JoinParseError> {
     }
     let endpoint = c
         .endpoint
-        .filter(|e| {
-            e.rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
-        })
-        .ok_or(JoinParseError::Malformed("no HOST:PORT endpoint"))?;
+        .filter(|e| is_endpoint(e))
+        .ok_or(JoinParseError::Malformed(
+            "no HOST:PORT endpoint (a DNS name, an IPv4 address or a [IPv6] address, and a port)",
+        ))?;
     if c.hashes.is_empty() {
         return Err(JoinParseError::Malformed(
             "no --discovery-token-ca-cert-hash",

@@ -56,15 +56,29 @@ impl Step for JoinNode {
             ops.extend(self.settings.control_plane_files(&n)?);
         }
         ops.push(Op::Template(self.settings.render_join(&n, &creds)?));
+        // What a control-plane join applies is recorded for later re-runs to compare.
+        let record = if self.control_plane {
+            ops.extend(self.settings.drift_files()?.upload_wanted());
+            format!("\n{}", super::reconfigure::record_applied())
+        } else {
+            String::new()
+        };
+        let patches = self.settings.patches_flag(&n);
         ops.push(Op::Run(
             RunCommand::new(format!(
-                "set -e\numask 077\nif ! {KUBEADM} join --config {JOIN_CONFIG} >{JOIN_LOG} 2>&1; then\n  if grep -qiE 'token id .*invalid|has expired|could not find a JWS signature|Unauthorized' {JOIN_LOG}; then\n    echo 'the bootstrap token was rejected (expired or revoked): run the install again; before joining, the first master checks the token and issues a fresh one' >&2\n  fi\n  echo \"kubeadm join failed; the last lines of {JOIN_LOG}:\" >&2\n  tail -n 25 {JOIN_LOG} >&2\n  exit 1\nfi"
+                "set -e\numask 077\nif ! {KUBEADM} join --config {JOIN_CONFIG}{patches} >{JOIN_LOG} 2>&1; then\n  if grep -qiE 'token id .*invalid|has expired|could not find a JWS signature|Unauthorized' {JOIN_LOG}; then\n    echo 'the bootstrap token was rejected (expired or revoked): run the install again; before joining, the first master checks the token and issues a fresh one' >&2\n  fi\n  echo \"kubeadm join failed; the last lines of {JOIN_LOG}:\" >&2\n  tail -n 25 {JOIN_LOG} >&2\n  exit 1\nfi{record}"
             ))
             .unless(format!("[ -s {KUBELET_CONF} ]"))
             .verify(format!("[ -s {KUBELET_CONF} ]"))
             .undo(format!("{KUBEADM} reset -f >/dev/null 2>&1 || true"))
             .timeout(Duration::from_secs(900)),
         ));
+        if self.control_plane {
+            // kubeadm's download-certs replaced the etcd client pair with the first master's;
+            // the node's own pair is put back (both are valid: the API server reads them at its
+            // next start), so a re-run finds nothing to change.
+            ops.extend(self.settings.control_plane_files(&n)?);
+        }
         ops.push(Op::Systemd(Systemd::new(SystemdAction::IsActive(
             "kubelet".into(),
         ))));

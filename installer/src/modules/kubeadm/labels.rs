@@ -2,8 +2,10 @@
 //! is checked first):
 //!
 //! * workers are labelled `node-role.kubernetes.io/worker=`;
-//! * masters that are also workers lose the `node-role.kubernetes.io/control-plane:NoSchedule`
-//!   taint (pods may run there); master-only nodes keep it;
+//! * masters that are also workers lose the control-plane taints kubeadm of the version set
+//!   (`node-role.kubernetes.io/master:NoSchedule` up to v1.23, both it and
+//!   `node-role.kubernetes.io/control-plane:NoSchedule` in v1.24, the latter only from v1.25),
+//!   so pods may run there; master-only nodes keep them;
 //! * `spec.hosts[].labels` are set on their node.
 
 use kubexm_manifests::resolve::Role;
@@ -16,8 +18,6 @@ use crate::pipeline::ops::{Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;
 
-/// The taint kubeadm puts on control-plane nodes.
-pub const CONTROL_PLANE_TAINT: &str = "node-role.kubernetes.io/control-plane:NoSchedule";
 /// The label of worker nodes.
 pub const WORKER_LABEL: &str = "node-role.kubernetes.io/worker";
 
@@ -38,6 +38,8 @@ struct Wanted {
 /// Labels and taints of every master and worker.
 pub struct NodeRoles {
     nodes: Vec<Wanted>,
+    /// The control-plane taints (`key:effect`) kubeadm of the cluster's version sets.
+    taints: Vec<String>,
 }
 
 impl NodeRoles {
@@ -67,7 +69,14 @@ impl NodeRoles {
                 }
             })
             .collect();
-        Self { nodes }
+        let taints = ctx
+            .cluster
+            .version
+            .control_plane_taints()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        Self { nodes, taints }
     }
 }
 
@@ -116,18 +125,19 @@ impl Step for NodeRoles {
                     )),
                 ));
             }
-            if w.untaint {
+            if !w.untaint {
+                continue;
+            }
+            for taint in &self.taints {
                 ops.push(Op::Run(
-                    RunCommand::new(format!(
-                        "{k} taint node {n} {CONTROL_PLANE_TAINT}- >/dev/null"
-                    ))
-                    .unless(format!(
-                        "t=$({k} get node {n} -o {}) && ! printf '%s\\n' \"$t\" | grep -qxF {CONTROL_PLANE_TAINT}",
-                        shell::quote(TAINTS)
-                    ))
-                    .undo(format!(
-                        "{k} taint node {n} {CONTROL_PLANE_TAINT} --overwrite >/dev/null 2>&1 || true"
-                    )),
+                    RunCommand::new(format!("{k} taint node {n} {taint}- >/dev/null"))
+                        .unless(format!(
+                            "t=$({k} get node {n} -o {}) && ! printf '%s\\n' \"$t\" | grep -qxF {taint}",
+                            shell::quote(TAINTS)
+                        ))
+                        .undo(format!(
+                            "{k} taint node {n} {taint} --overwrite >/dev/null 2>&1 || true"
+                        )),
                 ));
             }
         }

@@ -6,19 +6,29 @@
 //! 2. `kube-vip-first-master` (kube-vip only): the VIP holder's static pod before init
 //!    ([`crate::modules::internal_lb`]).
 //! 3. `kubeadm-init` (first master): the configuration ([`config`]) and `kubeadm init
-//!    --upload-certs`, its whole output kept; the API server must answer.
+//!    --upload-certs`, its whole output kept; the API server must answer, then its
+//!    controller-manager and scheduler ([`settle`]).
 //! 4. `fetch-admin-kubeconfig`: `/etc/kubernetes/admin.conf` copied to the control host
 //!    (`WORK/pki/<cluster>/admin.conf`, 0600).
 //! 5. `join-credentials` (first master): token, CA hash and certificate key parsed from kubeadm's
 //!    output ([`join`]), fresh ones issued when the token is near its end or the uploaded
 //!    certificates are gone. Never skipped by `--resume` (they live in the run's memory).
 //! 6. `join-control-plane` (the other masters, one at a time: stacked etcd adds one member per
-//!    join), then `join-workers` (the workers that are not masters, in parallel); the local API
-//!    proxy of the internal load balancer on those workers after they joined.
-//! 7. `node-roles` (first master): labels and taints per role ([`labels`]).
+//!    join; each node's control plane must settle before the next joins), then
+//!    `kube-proxy-after-control-plane-joins` (kube-proxy restarted once: [`settle`]), then
+//!    `join-workers` (the workers that are not masters, in parallel); the local API proxy of
+//!    the internal load balancer on those workers after they joined.
+//! 7. With the internal haproxy/nginx: every kubelet and kube-proxy through `127.0.0.1:6443` — a
+//!    master's own API server, a worker's local proxy — so no node depends on the first master,
+//!    to which the endpoint's name resolves ([`crate::modules::internal_lb`]).
+//! 8. `kubeadm-reconfigure` (every master, one at a time): on a re-run, API server SAN and
+//!    control-plane flag changes applied with kubeadm's phases, other changes reported as
+//!    needing the `apply` pipeline ([`reconfigure`]).
+//! 9. `node-roles` (first master): labels and taints per role ([`labels`]).
 //!
 //! Every step is skipped when already done (`kubeadm init` when admin.conf exists, a join when
-//! the node has kubelet.conf), so a re-run changes nothing.
+//! the node has kubelet.conf), so a re-run with the same cluster.yaml changes nothing; a changed
+//! cluster.yaml is compared with what kubeadm applied ([`reconfigure`]), never ignored.
 
 pub mod binaries;
 pub mod config;
@@ -26,6 +36,8 @@ pub mod init;
 pub mod join;
 pub mod joining;
 pub mod labels;
+pub mod reconfigure;
+pub mod settle;
 
 use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
@@ -44,6 +56,8 @@ use config::KubeadmSettings;
 use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_CONF};
 use joining::JoinNode;
 use labels::NodeRoles;
+use reconfigure::Reconfigure;
+use settle::{ControlPlaneSettled, RestartKubeProxy};
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
@@ -102,19 +116,20 @@ impl Module for KubeadmModule {
             .step(KubeBinaries { ctx: ctx.clone() })
             .step(KubeletService {
                 cluster: ctx.cluster.file.metadata.name.clone(),
+                cri: crate::modules::runtime::cri::Cri::of(ctx),
             })];
         let mut init = Task::new("kubeadm-init", [first.clone()]);
         if kube_vip {
-            // Before v1.29 admin.conf has its rights from the start.
-            let before_init = if ctx.cluster.version.at_least(1, 29) {
-                SUPER_ADMIN_CONF
+            // From v1.29 kubeadm's admin.conf gets its rights only at the end of init: kube-vip
+            // holds the VIP with super-admin.conf until then, and only before the first init
+            // (a re-run leaves the running kube-vip alone). Before v1.29 there is no
+            // super-admin.conf and admin.conf has its rights from the start.
+            let step = if ctx.cluster.version.has_super_admin_conf() {
+                KubeVip::before_init(ctx, SUPER_ADMIN_CONF)?
             } else {
-                ADMIN_CONF
+                KubeVip::new(ctx, ADMIN_CONF)?
             };
-            tasks.push(
-                Task::new("kube-vip-first-master", [first.clone()])
-                    .step(KubeVip::new(ctx, before_init)?),
-            );
+            tasks.push(Task::new("kube-vip-first-master", [first.clone()]).step(step));
         }
         init = init.step(InitControlPlane {
             settings: settings.clone(),
@@ -123,9 +138,15 @@ impl Module for KubeadmModule {
         if kube_vip {
             init = init.step(KubeVip::new(ctx, ADMIN_CONF)?);
         }
+        init = init.step(ControlPlaneSettled);
+        if local_proxy.is_some() {
+            // Its kubelet talks to its own API server, not through the endpoint's name.
+            init = init.step(KubeletViaLocalProxy);
+        }
         tasks.push(init);
         tasks.push(Task::new("fetch-admin-kubeconfig", [first.clone()]).step(
             FetchAdminKubeconfig {
+                src: ADMIN_CONF.to_string(),
                 dest: admin_kubeconfig_path(ctx),
             },
         ));
@@ -137,16 +158,24 @@ impl Module for KubeadmModule {
             );
         }
         if !others.is_empty() {
-            let mut t = Task::new("join-control-plane", others)
+            let mut t = Task::new("join-control-plane", others.clone())
                 .serial()
                 .step(JoinNode {
                     settings: settings.clone(),
                     control_plane: true,
-                });
+                })
+                .step(ControlPlaneSettled);
             if kube_vip {
                 t = t.step(KubeVip::new(ctx, ADMIN_CONF)?);
             }
+            if local_proxy.is_some() {
+                t = t.step(KubeletViaLocalProxy);
+            }
             tasks.push(t);
+            tasks.push(
+                Task::new("kube-proxy-after-control-plane-joins", [first.clone()])
+                    .step(RestartKubeProxy { joined: others }),
+            );
         }
         if !workers.is_empty() {
             let mut t = Task::new("join-workers", workers).step(JoinNode {
@@ -159,16 +188,26 @@ impl Module for KubeadmModule {
                     .step(KubeletViaLocalProxy);
             }
             tasks.push(t);
-            if local_proxy.is_some() {
-                tasks.push(
-                    Task::new("kube-proxy-via-local-proxy", [first.clone()]).step(
-                        KubeProxyViaLocalProxy {
-                            endpoint: ctx.control_plane_endpoint()?.url(),
-                        },
-                    ),
-                );
-            }
         }
+        if local_proxy.is_some() {
+            // Every node's kube-proxy through 127.0.0.1:6443: its own API server on a master,
+            // the local proxy on a worker.
+            tasks.push(
+                Task::new("kube-proxy-via-local-proxy", [first.clone()]).step(
+                    KubeProxyViaLocalProxy {
+                        endpoint: ctx.control_plane_endpoint()?.url(),
+                    },
+                ),
+            );
+        }
+        tasks.push(
+            Task::new("kubeadm-reconfigure", masters.clone())
+                .serial()
+                .step(Reconfigure {
+                    settings: settings.clone(),
+                    first: first.clone(),
+                }),
+        );
         tasks.push(Task::new("node-roles", [first]).step(NodeRoles::new(ctx)));
         Ok(tasks)
     }
@@ -182,26 +221,14 @@ impl Module for KubeadmModule {
 ///    released first) removed; kubeadm, kubelet, kubectl and helm removed from `/usr/local/bin`;
 ///    `/etc/kubernetes` (KubeXM's init/join files and applied manifests included) and the local
 ///    API proxy's configuration removed; the bundle copies under `/var/lib/kubexm`.
-/// 3. The pod network's traces: CNI configurations and state (`/etc/cni/net.d`,
-///    `/var/lib/cni`, flannel/calico/cilium run directories), the plugins' own binaries in
-///    `/opt/cni/bin` (the runtime delete then removes the directory), their interfaces (cni0,
-///    flannel.1, vxlan.calico, cilium_*, kube-ipvs0, nodelocaldns), IPVS services, and the
-///    iptables chains of kube-proxy, flannel, calico, cilium and NodeLocal DNSCache.
+/// 3. The pod network's traces and the pod logs
+///    ([`crate::modules::network::traces::remove_pod_network_traces`]).
 pub struct KubeadmDeleteModule(pub Arc<InstallContext>);
 
 /// The kubeadm delete module.
 pub fn delete_module(ctx: &Arc<InstallContext>) -> KubeadmDeleteModule {
     KubeadmDeleteModule(ctx.clone())
 }
-
-/// CNI plugin binaries the network plugins install into `/opt/cni/bin`.
-const CNI_PLUGIN_BINARIES: &str = "flannel calico calico-ipam cilium-cni install";
-/// Interfaces Kubernetes networking creates on nodes.
-const INTERFACES: &str = "cni0 flannel.1 flannel-v6.1 vxlan.calico vxlan-v6.calico cilium_host cilium_net cilium_vxlan kube-ipvs0 nodelocaldns";
-/// iptables rules and chains of kube-proxy, the CNI plugins and NodeLocal DNSCache.
-const IPTABLES_PATTERN: &str = "KUBE-|FLANNEL|cali-|CILIUM|169\\.254\\.25\\.10";
-/// CNI state directories.
-const CNI_STATE: &str = "/var/lib/cni /run/flannel /var/run/calico /var/lib/calico /var/run/cilium";
 
 impl Module for KubeadmDeleteModule {
     fn name(&self) -> &str {
@@ -245,10 +272,6 @@ impl Step for RemoveKubernetes {
             .split_whitespace()
             .map(|p| format!("[ ! -e {p} ]"))
             .collect();
-        let cni_bins: Vec<String> = CNI_PLUGIN_BINARIES
-            .split_whitespace()
-            .map(|b| format!("/opt/cni/bin/{b}"))
-            .collect();
         Ok(vec![
             Op::Run(
                 RunCommand::new(format!(
@@ -276,20 +299,7 @@ impl Step for RemoveKubernetes {
                     gone.join(" && ")
                 )),
             ),
-            Op::Run(
-                RunCommand::new(format!(
-                    "rm -f -- {cni} /etc/cni/net.d/*flannel* /etc/cni/net.d/*calico* /etc/cni/net.d/*cilium* /etc/cni/net.d/calico-kubeconfig\nrmdir /etc/cni/net.d /etc/cni 2>/dev/null || true\nrm -rf -- {CNI_STATE}\nfor i in {INTERFACES}; do ip link delete \"$i\" 2>/dev/null || true; done\nif command -v ipvsadm >/dev/null 2>&1; then ipvsadm --clear 2>/dev/null || true; fi\nfor t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}'; then $t-save | grep -vE '{IPTABLES_PATTERN}' | $t-restore; fi\ndone",
-                    cni = cni_bins.join(" ")
-                ))
-                .unless(format!(
-                    "{cni_gone} && ! ls /etc/cni/net.d/*flannel* /etc/cni/net.d/*calico* /etc/cni/net.d/*cilium* >/dev/null 2>&1 && ! ls -d {CNI_STATE} >/dev/null 2>&1 && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done",
-                    cni_gone = cni_bins
-                        .iter()
-                        .map(|b| format!("[ ! -e {b} ]"))
-                        .collect::<Vec<_>>()
-                        .join(" && ")
-                )),
-            ),
+            crate::modules::network::traces::remove_pod_network_traces(),
         ])
     }
 }

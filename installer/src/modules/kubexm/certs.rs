@@ -15,8 +15,8 @@
 //! | `super-admin.conf` | `kubernetes-super-admin`, O=`system:masters`, server: the node's own API server | masters |
 //! | `controller-manager.conf`, `scheduler.conf` | `system:kube-controller-manager` / `system:kube-scheduler`, server: the node's own API server | masters |
 //! | `pki/kubelet.crt`/`.key` | `system:node:<name>`, O=`system:nodes`, serverAuth+clientAuth, SANs: name and addresses | all |
-//! | `kubelet.conf` | the kubelet certificate, server: the endpoint | all |
-//! | `kube-proxy.conf` | `system:kube-proxy`, server: the endpoint | all |
+//! | `kubelet.conf` | the kubelet certificate, server: a master's own API server; a worker's local API proxy (internal haproxy/nginx) or the endpoint | all |
+//! | `kube-proxy.conf` | `system:kube-proxy`, server: as `kubelet.conf` | all |
 //!
 //! API server SANs: `kubernetes`, `kubernetes.default`, `kubernetes.default.svc`,
 //! `kubernetes.default.svc.<dnsDomain>`, the first address of each service CIDR, every master's
@@ -279,9 +279,13 @@ pub fn certificates(
         }
         let kubelet = issue(&ca, &format!("kubelet-{name}"), kubelet_spec(node))?;
         pair(&mut files, "kubelet", &kubelet);
-        // Behind an internal haproxy/nginx, a worker's kubelet and kube-proxy go through the
-        // local API proxy on 127.0.0.1 (see `internal_lb`); masters keep the endpoint.
-        let node_api = if !node.has_role(Role::Master) && k.local_proxy().is_some() {
+        // A master's kubelet and kube-proxy talk to its own API server, so no master depends on
+        // another (or on the endpoint's name, which resolves to the first master without a
+        // VIP). Behind an internal haproxy/nginx a worker's go through the local API proxy on
+        // 127.0.0.1 (see `internal_lb`); other workers use the endpoint.
+        let node_api = if node.has_role(Role::Master) {
+            k.local_api(node)
+        } else if k.local_proxy().is_some() {
             crate::modules::internal_lb::LOCAL_API.to_string()
         } else {
             endpoint.clone()

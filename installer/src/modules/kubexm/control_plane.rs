@@ -60,7 +60,14 @@ impl Module for KubexmControlPlaneModule {
                 .step(ControllerManager { k: k.clone() })
                 .step(Scheduler { k: k.clone() }),
             Task::new("wait-control-plane", masters).step(WaitControlPlane { k: k.clone() }),
-            Task::new("cluster-rbac", [first]).step(ClusterRbac { k }),
+            Task::new("cluster-rbac", [first.clone()]).step(ClusterRbac { k: k.clone() }),
+            // The same admin kubeconfig on the control host as the kubeadm path gives.
+            Task::new("fetch-admin-kubeconfig", [first]).step(
+                crate::modules::kubeadm::init::FetchAdminKubeconfig {
+                    src: k.layout.conf("admin.conf"),
+                    dest: crate::modules::kubeadm::admin_kubeconfig_path(&self.0),
+                },
+            ),
         ])
     }
 }
@@ -150,14 +157,27 @@ pub fn apiserver_flags(k: &KubexmCluster, node: &Node) -> Flags {
         .user(&spec.apiserver_args)
 }
 
+/// Before v1.22 (kube-controller-manager) and v1.23 (kube-scheduler) the components also serve
+/// plain HTTP on `--port` unless it is 0 (as kubeadm of those versions sets it).
+fn no_insecure_port(f: Flags, serves_insecurely: bool) -> Flags {
+    if serves_insecurely {
+        f.with("port", 0)
+    } else {
+        f
+    }
+}
+
 /// kube-controller-manager's flags.
 pub fn controller_manager_flags(k: &KubexmCluster) -> Flags {
     let l = &k.layout;
     let spec = k.spec();
     let net = &k.ctx.cluster.file.spec.network;
     let kubeconfig = l.conf("controller-manager.conf");
-    Flags::new()
-        .with("allocate-node-cidrs", true)
+    let f = no_insecure_port(
+        Flags::new(),
+        k.version.controller_manager_serves_insecurely(),
+    );
+    f.with("allocate-node-cidrs", true)
         .with("authentication-kubeconfig", &kubeconfig)
         .with("authorization-kubeconfig", &kubeconfig)
         .with("bind-address", "127.0.0.1")
@@ -185,7 +205,7 @@ pub fn scheduler_flags(k: &KubexmCluster) -> Flags {
     let l = &k.layout;
     let spec = k.spec();
     let kubeconfig = l.conf("scheduler.conf");
-    Flags::new()
+    no_insecure_port(Flags::new(), k.version.scheduler_serves_insecurely())
         .with("authentication-kubeconfig", &kubeconfig)
         .with("authorization-kubeconfig", &kubeconfig)
         .with("bind-address", "127.0.0.1")
@@ -196,7 +216,8 @@ pub fn scheduler_flags(k: &KubexmCluster) -> Flags {
 
 /// kube-apiserver's unit on a master.
 pub struct ApiServer {
-    k: Arc<KubexmCluster>,
+    /// The cluster.
+    pub k: Arc<KubexmCluster>,
 }
 
 impl ApiServer {
@@ -259,6 +280,10 @@ impl Scheduler {
         let l = &self.k.layout;
         let mut c = self.k.context();
         c.insert("kubeconfig", &l.conf("scheduler.conf"));
+        c.insert(
+            "api_version",
+            self.k.version.scheduler_config_api().api_version(),
+        );
         Ok(vec![
             RenderTemplate::new(
                 "kubexm/kube-scheduler.yaml.tera",
@@ -289,7 +314,8 @@ impl Step for Scheduler {
 /// Every master's API server answers `/readyz` (with `super-admin.conf`, against the node
 /// itself), and its controller-manager and scheduler answer `/healthz`.
 pub struct WaitControlPlane {
-    k: Arc<KubexmCluster>,
+    /// The cluster.
+    pub k: Arc<KubexmCluster>,
 }
 
 impl Step for WaitControlPlane {

@@ -47,6 +47,14 @@ impl CoreDns {
         c.insert("cluster_dns", &k.dns_ip.to_string());
         c.insert("cluster_domain", &k.spec().dns_domain);
         c.insert("replicas", &2);
+        // Tolerate the control-plane taints of the version (`master` before v1.25).
+        let taints: Vec<&str> = k
+            .version
+            .control_plane_taints()
+            .iter()
+            .map(|t| t.key)
+            .collect();
+        c.insert("control_plane_taints", &taints);
         let file = RenderTemplate::new(
             "kubexm/coredns.yaml.tera",
             &c,

@@ -4,11 +4,14 @@
 //! 1. The Kubernetes services whose units KubeXM wrote are stopped and disabled.
 //! 2. Every pod sandbox left in the runtime is removed (`crictl rmp -a -f`), so deleting the
 //!    runtime afterwards leaves no containers behind.
-//! 3. `kube-proxy --cleanup` removes its iptables/IPVS rules.
+//! 3. `kube-proxy --cleanup` removes its iptables/IPVS rules, then the pod network's traces
+//!    go ([`crate::modules::network::traces::remove_pod_network_traces`]: CNI files and
+//!    state, pod network namespaces, interfaces, the remaining chains).
 //! 4. kubelet's mounts under `/var/lib/kubelet` are unmounted and its state and the pod logs
 //!    (`/var/log/pods`, `/var/log/containers`) removed.
 //! 5. What the install wrote is removed: the binaries, units, `/etc/kubernetes/pki`, the
-//!    kubeconfigs and component configurations, the manifests KubeXM applied, the staged bundle
+//!    kubeconfigs and component configurations, the manifests KubeXM applied
+//!    (`/etc/kubernetes/kubexm`: NodeLocal DNSCache, addons), the staged bundle
 //!    files; `/etc/kubernetes` (and `manifests/`, `addons/`) only when that leaves them empty.
 
 use std::sync::Arc;
@@ -66,7 +69,7 @@ impl Module for KubexmDeleteModule {
         Ok(vec![Task::new("delete-kubernetes", k.node_names()).step(
             Ops {
                 name: "remove-kubernetes",
-                ops: remove_ops(&k.layout, k.runtime_endpoint()),
+                ops: remove_ops(&k.layout, &k.cri().endpoint()),
             },
         )])
     }
@@ -130,6 +133,11 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
         .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
         .collect();
     gone.push(format!("[ ! -e {} ]", shell::quote(&l.pki_dir())));
+    // KubeXM's own directory: the manifests and addons it applied (apply.rs).
+    let own = crate::modules::apply::MANIFESTS_DIR
+        .rsplit_once('/')
+        .map_or(crate::modules::apply::MANIFESTS_DIR, |(d, _)| d);
+    gone.push(format!("[ ! -e {} ]", shell::quote(own)));
     vec![
         Op::Run(RunCommand::new(stop.join("\n")).unless(stopped.join(" && "))),
         Op::Run(
@@ -139,9 +147,16 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
                 )),
         ),
         Op::Run(
-            RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true"))
-                .unless(format!("[ ! -x {kube_proxy} ]")),
+            // Done when kube-proxy's own chains are gone (the kubelet's KUBE-*-CANARY,
+            // KUBE-FIREWALL and KUBE-MARK-* stay for the pod network's cleanup below); the
+            // check was once only "no binary", which a real --cleanup never satisfies.
+            RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true")).unless(
+                format!(
+                    "[ ! -x {kube_proxy} ] || ! iptables-save -t nat 2>/dev/null | grep -qE '^:KUBE-(SERVICES|NODEPORTS|SVC-|SEP-)'"
+                ),
+            ),
         ),
+        crate::modules::network::traces::remove_pod_network_traces(),
         Op::Run(
             RunCommand::new(format!(
                 "awk -v d={k}/ 'index($2, d) == 1 {{ print $2 }}' /proc/mounts | sort -r | while read -r m; do umount -l \"$m\" || true; done\nrm -rf -- {state}",
@@ -158,9 +173,10 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
         ),
         Op::Run(
             RunCommand::new(format!(
-                "rm -f -- {files}\nrm -rf -- {pki} {staged}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
+                "rm -f -- {files}\nrm -rf -- {pki} {own} {staged}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
                 files = q(&files),
                 pki = shell::quote(&l.pki_dir()),
+                own = shell::quote(own),
                 staged = q(&staged),
                 dirs = q(&dirs),
             ))

@@ -186,17 +186,7 @@ impl KubexmCluster {
     /// The local API proxy workers run with `loadBalancer.mode: internal` and type haproxy or
     /// nginx (kube-vip holds a VIP on the masters instead).
     pub fn local_proxy(&self) -> Option<crate::modules::internal_lb::LocalProxyKind> {
-        use crate::modules::internal_lb::LocalProxyKind;
-        use kubexm_manifests::model::{InternalLbType, LbMode};
-        let lb = &self.ctx.cluster.file.spec.load_balancer;
-        if lb.mode != LbMode::Internal {
-            return None;
-        }
-        match lb.internal.kind {
-            InternalLbType::Haproxy => Some(LocalProxyKind::Haproxy),
-            InternalLbType::Nginx => Some(LocalProxyKind::Nginx),
-            InternalLbType::KubeVip => None,
-        }
+        crate::modules::internal_lb::local_proxy_kind(&self.ctx)
     }
 
     /// Whether kube-vip holds the VIP on the masters (`loadBalancer.mode: internal`, type
@@ -223,14 +213,9 @@ impl KubexmCluster {
         )
     }
 
-    /// The CRI socket of the configured runtime.
-    pub fn runtime_endpoint(&self) -> &'static str {
-        runtime::Runtime::of(&self.ctx).cri_socket()
-    }
-
-    /// The systemd unit of the configured runtime (kubelet starts after it).
-    pub fn runtime_unit(&self) -> &'static str {
-        runtime::Runtime::of(&self.ctx).cri_unit()
+    /// How the kubelet reaches the configured runtime.
+    pub fn cri(&self) -> runtime::cri::Cri {
+        runtime::cri::Cri::of(&self.ctx)
     }
 
     /// A template context with the values every kubexm template uses.
@@ -337,7 +322,7 @@ impl Step for Binaries {
         let mut ops = Vec::new();
         for c in &self.components {
             let (path, rec) = runtime::bundle_file(&self.ctx, c, node)?;
-            let (op, artifact) = runtime::upload(path, &rec, 0o755);
+            let (op, artifact) = runtime::upload(path, &rec, 0o755)?;
             ops.push(op);
             ops.push(runtime::copy(artifact, self.layout.bin(c)));
         }

@@ -27,7 +27,9 @@ use crate::modules::internal_lb::{KubeVip, LocalProxy};
 use crate::modules::kubeadm::init::ADMIN_CONF;
 use std::time::Duration;
 
+use kubexm_manifests::kube_version::Taint as KubeTaint;
 use kubexm_manifests::model::ProxyMode;
+use kubexm_manifests::version::KubeVersion;
 
 use super::control_plane::unit;
 use super::flags::Flags;
@@ -51,10 +53,10 @@ impl Module for KubexmNodesModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let k = Arc::new(KubexmCluster::new(&self.0)?);
         let first = self.0.first_master()?.name.clone();
-        let pause = if k.version.at_least(1, 35) {
-            None
-        } else {
+        let pause = if k.version.kubelet_has_pod_infra_image_flag() {
             Some(self.0.pull_reference(&pause_reference(&self.0)?)?)
+        } else {
+            None
         };
         let mut tasks = Vec::new();
         // kube-vip's static pod is in place before the masters' kubelets start: they reach the
@@ -111,16 +113,27 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
-    /// kubelet's flags on `node`.
+    /// kubelet's flags on `node`: the runtime's flags for the version ([`crate::modules::runtime::cri::Cri::kubelet_flags`]),
+    /// the pause image before v1.35, and the control-plane taints as a flag before v1.23 (whose
+    /// configuration file has no `registerWithTaints`).
     pub fn flags(&self, node: &Node) -> Flags {
         let l = &self.k.layout;
+        let v = self.k.version;
         let mut f = Flags::new()
             .with("config", l.conf("kubelet-config.yaml"))
             .with("hostname-override", &node.name)
             .with("kubeconfig", l.conf("kubelet.conf"))
             .with("node-ip", &node.internal_address);
+        for (name, value) in self.k.cri().kubelet_flags(v) {
+            f = f.with(name, value);
+        }
         if let Some(p) = &self.pause {
             f = f.with("pod-infra-container-image", p);
+        }
+        let taints = register_taints(node, v);
+        if !taints.is_empty() && !v.kubelet_config_has_register_with_taints() {
+            let list: Vec<String> = taints.iter().map(ToString::to_string).collect();
+            f = f.with("register-with-taints", list.join(","));
         }
         f.user(&self.k.spec().kubelet_args)
     }
@@ -132,7 +145,10 @@ impl Kubelet {
         let spec = k.spec();
         let mut c = k.node_context(node);
         c.insert("client_ca", &l.pki("ca.crt"));
-        c.insert("runtime_endpoint", k.runtime_endpoint());
+        c.insert(
+            "runtime_endpoint",
+            &k.cri().kubelet_config_endpoint(k.version),
+        );
         // Pods ask the NodeLocal DNSCache on their node (the `nodelocaldns` module runs for
         // both paths), which forwards cluster names to CoreDNS at the tenth service address.
         c.insert("cluster_dns", crate::modules::dns::NODELOCAL_DNS_IP);
@@ -142,10 +158,18 @@ impl Kubelet {
         c.insert("resolv_conf", &l.conf(RESOLV_LINK));
         c.insert("tls_cert", &l.pki("kubelet.crt"));
         c.insert("tls_key", &l.pki("kubelet.key"));
-        c.insert(
-            "control_plane_taint",
-            &(node.has_role(Role::Master) && !node.has_role(Role::Worker)),
-        );
+        let taints: Vec<Taint> = if k.version.kubelet_config_has_register_with_taints() {
+            register_taints(node, k.version)
+                .iter()
+                .map(|t| Taint {
+                    key: t.key,
+                    effect: t.effect,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        c.insert("register_taints", &taints);
         Ok(vec![
             RenderTemplate::new(
                 "kubexm/kubelet-config.yaml.tera",
@@ -157,7 +181,7 @@ impl Kubelet {
                 k,
                 "kubelet",
                 "Kubernetes node agent (KubeXM)",
-                &[k.runtime_unit()],
+                k.cri().kubelet_after(),
                 &self.flags(node),
             )?,
         ])
@@ -202,6 +226,10 @@ impl KubeProxy {
         let mut c = k.node_context(node);
         c.insert("kubeconfig", &l.conf("kube-proxy.conf"));
         c.insert(
+            "conntrack_max_per_core",
+            &spec.kube_proxy.conntrack_max_per_core,
+        );
+        c.insert(
             "cluster_cidr",
             &k.ctx.cluster.file.spec.network.pod_cidr.replace(' ', ""),
         );
@@ -243,14 +271,32 @@ impl Step for KubeProxy {
     }
 }
 
-/// The labels KubeXM keeps on `node`: its role labels and cluster.yaml's `labels`.
+/// A taint as the kubelet configuration template writes it.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Taint {
+    key: &'static str,
+    effect: &'static str,
+}
+
+/// The taints a node registers with: the version's control-plane taints (as kubeadm of that
+/// version sets them) on a master that is not also a worker; none otherwise.
+pub fn register_taints(node: &Node, version: KubeVersion) -> &'static [KubeTaint] {
+    if node.has_role(Role::Master) && !node.has_role(Role::Worker) {
+        version.control_plane_taints()
+    } else {
+        &[]
+    }
+}
+
+/// The labels KubeXM keeps on `node`: its role labels (a master gets the control-plane labels
+/// kubeadm of the version sets: `master` and `control-plane` before v1.24, `control-plane`
+/// from v1.24) and cluster.yaml's `labels`.
 pub fn node_labels(ctx: &InstallContext, node: &Node) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     if node.has_role(Role::Master) {
-        labels.insert(
-            "node-role.kubernetes.io/control-plane".to_string(),
-            String::new(),
-        );
+        for l in ctx.cluster.version.control_plane_labels() {
+            labels.insert((*l).to_string(), String::new());
+        }
     }
     if node.has_role(Role::Worker) {
         labels.insert("node-role.kubernetes.io/worker".to_string(), String::new());

@@ -49,12 +49,13 @@ impl Cilium {
         let tags: BTreeMap<&str, String> =
             images.iter().map(|(k, v)| (*k, v.tag.clone())).collect();
         let (v4, v6) = cidrs(&net.pod_cidr);
-        let endpoint = ctx.control_plane_endpoint()?;
+        // The agents run on the host network: the endpoint that survives any one master.
+        let (api_host, api_port) = crate::modules::internal_lb::api_for_host_network(ctx)?;
         let mut c = tera::Context::new();
         c.insert("cluster", &ctx.cluster.file.metadata.name);
         c.insert("cluster_name", ctx.cluster.cluster_name());
-        c.insert("api_host", &endpoint.domain);
-        c.insert("api_port", &endpoint.port);
+        c.insert("api_host", &api_host);
+        c.insert("api_port", &api_port);
         c.insert("tunnel", net.cilium.mode.as_deref().unwrap_or("vxlan"));
         c.insert("mtu", &net.cilium.mtu);
         c.insert("v4", &v4);

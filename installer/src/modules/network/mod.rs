@@ -21,10 +21,18 @@
 //!
 //! Then every master and worker must report Ready. kube-ovn, hybridnet and multus are skipped
 //! with a reason (not implemented yet).
+//!
+//! **`network.plugin: none`** (bring your own CNI): the module is skipped, nothing of a CNI is
+//! installed or awaited, and the nodes stay `NotReady` (pods other than host-network ones stay
+//! `Pending`/`ContainerCreating`) until a CNI is installed — by the operator afterwards, or by a
+//! `system.postInstall` script that runs on every node after the last module
+//! ([`crate::modules::scripts`]). The CNI plugin binaries of `/opt/cni/bin` (bridge,
+//! host-local, …) are still installed with the runtime.
 
 mod calico;
 mod cilium;
 mod flannel;
+pub mod traces;
 
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
@@ -55,6 +63,12 @@ impl Module for NetworkModule {
 
     fn skip(&self) -> Option<String> {
         let p = self.0.cluster.file.spec.network.plugin;
+        if p == Plugin::None {
+            return Some(
+                "network.plugin none: bring your own CNI (nodes stay NotReady until one is installed, e.g. by a system.postInstall script)"
+                    .to_string(),
+            );
+        }
         network_file(p).is_none().then(|| {
             format!(
                 "network.plugin {}: this build installs calico, flannel and cilium; the {} module is not implemented yet",

@@ -147,7 +147,7 @@ pub(super) fn deploy_task(
         archive_rec.sha256,
         sha256_hex(server.cert_pem.as_bytes())
     );
-    let (upload_archive, archive_path) = upload(archive, &archive_rec, 0o644);
+    let (upload_archive, archive_path) = upload(archive, &archive_rec, 0o644)?;
     let files = HarborFiles {
         ops: vec![
             upload_archive,
@@ -211,7 +211,7 @@ impl Step for InstallCompose {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let (path, rec) = crate::modules::runtime::bundle_file(&self.ctx, "compose", node)?;
-        let (op, file) = upload(path, &rec, 0o755);
+        let (op, file) = upload(path, &rec, 0o755)?;
         Ok(vec![
             op,
             copy(file.clone(), COMPOSE_PLUGIN),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::cri::Cri;
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
     sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
@@ -29,25 +30,15 @@ pub const DATA_DIR: &str = "/var/lib/containerd";
 pub const DATA_MARKER: &str = "/etc/kubexm/containerd-data.created";
 /// The unit file KubeXM writes.
 pub const UNIT_FILE: &str = "/etc/systemd/system/containerd.service";
-/// Root-only file with `user:password` for `ctr images pull --user`.
+/// Root-only file older KubeXM versions kept `user:password` in for `ctr images pull --user`
+/// (credentials on a command line); removed on delete.
 pub const PULL_AUTH: &str = "/etc/containerd/kubexm-pull.auth";
-/// containerd's CRI socket.
-pub const SOCKET: &str = "unix:///run/containerd/containerd.sock";
 
 /// The `install-containerd` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = ContainerdConfig::new(ctx)?;
-    let registry = PrivateRegistry::of(ctx);
-    let pull = PullPause::ctr(
-        &config.sandbox_image,
-        CERTS_DIR,
-        registry.as_ref().is_some_and(|r| r.plain_http),
-        registry
-            .as_ref()
-            .and_then(|r| r.credentials())
-            .map(|(u, p)| format!("{u}:{p}")),
-        PULL_AUTH,
-    );
+    // Through CRI: containerd reads the registry's hosts.toml and credentials from its config.
+    let pull = PullPause::crictl(&config.sandbox_image);
     Ok(vec![Task::new("install-containerd", runtime_hosts(ctx))
         .step(ContainerdBinaries { ctx: ctx.clone() })
         .step(config)
@@ -131,6 +122,15 @@ impl ContainerdConfig {
         context.insert("auths", &auths);
         context.insert("bin_dir", BIN_DIR);
         context.insert("config", CONFIG);
+        context.insert(
+            "restrict_oom_score_adj",
+            &ctx.cluster
+                .file
+                .spec
+                .runtime
+                .containerd
+                .restrict_oom_score_adj,
+        );
         let config_template = match major(&version) {
             Some(1) => "containerd/config-v2.toml.tera",
             Some(2) => "containerd/config-v3.toml.tera",
@@ -161,7 +161,7 @@ impl ContainerdConfig {
                 0o644,
             )?);
         }
-        files.push(crictl_config(ctx, SOCKET)?);
+        files.push(crictl_config(ctx, &Cri::Containerd.endpoint())?);
         files.push(RenderTemplate::new(
             "containerd/containerd.service.tera",
             &context,
@@ -192,7 +192,8 @@ impl Step for ContainerdConfig {
             (
                 "containerd",
                 format!(
-                    "{BIN_DIR}/ctr --address /run/containerd/containerd.sock version >/dev/null"
+                    "{BIN_DIR}/ctr --address {} version >/dev/null",
+                    Cri::Containerd.socket()
                 ),
             ),
         ));

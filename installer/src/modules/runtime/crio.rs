@@ -44,14 +44,12 @@ pub const UNIT_FILE: &str = "/etc/systemd/system/crio.service";
 pub const DATA_DIR: &str = "/var/lib/containers/storage";
 /// Written when KubeXM started cri-o on an absent or empty [`DATA_DIR`].
 pub const DATA_MARKER: &str = "/etc/kubexm/crio-data.created";
-/// cri-o's CRI socket.
-pub const SOCKET: &str = "unix:///var/run/crio/crio.sock";
 
 /// The `install-cri-o` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = CrioConfig::new(ctx)?;
     // cri-o reads the registry credentials from its own auth file (see the config step).
-    let pull = PullPause::crictl(&config.sandbox_image, None, AUTH_FILE);
+    let pull = PullPause::crictl(&config.sandbox_image);
     Ok(vec![Task::new("install-cri-o", runtime_hosts(ctx))
         .step(CrioBinaries { ctx: ctx.clone() })
         .step(config)
@@ -129,7 +127,7 @@ impl CrioConfig {
                 0o644,
             )?);
         }
-        files.push(crictl_config(ctx, SOCKET)?);
+        files.push(crictl_config(ctx, &super::cri::Cri::CriO.endpoint())?);
         files.push(RenderTemplate::new(
             "crio/crio.service.tera",
             &c,

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use kubexm_manifests::model::RegistryType;
 
+use super::cri::Cri;
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, none_exist, runtime_hosts,
     sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
@@ -63,14 +64,10 @@ pub const CRI_DOCKERD: &str = "/usr/local/bin/cri-dockerd";
 pub const CRI_UNIT_FILE: &str = "/etc/systemd/system/cri-docker.service";
 /// cri-dockerd's socket unit.
 pub const CRI_SOCKET_FILE: &str = "/etc/systemd/system/cri-docker.socket";
-/// The CRI socket kubelet and crictl use.
-pub const CRI_SOCKET: &str = "unix:///run/cri-dockerd.sock";
-/// dockershim's socket (Kubernetes before 1.24 without cri-dockerd).
-pub const DOCKERSHIM_SOCKET: &str = "unix:///var/run/dockershim.sock";
 
 /// The `install-docker` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
-    let with_cri_dockerd = uses_cri_dockerd(ctx);
+    let with_cri_dockerd = Cri::of(ctx) == Cri::CriDockerd;
     let mut task = Task::new("install-docker", runtime_hosts(ctx))
         .step(DockerEngine::new(ctx)?)
         .step(CniAndCrictl::new(ctx, with_cri_dockerd)?);
@@ -83,12 +80,6 @@ pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
         registry.as_ref().and_then(PrivateRegistry::auth_json),
         PULL_CONFIG_DIR,
     ))])
-}
-
-/// cri-dockerd is installed from Kubernetes 1.24 (no dockershim) or when `runtime.criDockerd`
-/// asks for it (the resolver's rule).
-fn uses_cri_dockerd(ctx: &InstallContext) -> bool {
-    ctx.cluster.version.at_least(1, 24) || ctx.cluster.file.spec.runtime.cri_dockerd == Some(true)
 }
 
 /// The docker engine: static binaries, daemon.json, `docker.socket` and `docker.service`,
@@ -168,14 +159,14 @@ struct CniAndCrictl {
 
 impl CniAndCrictl {
     fn new(ctx: &Arc<InstallContext>, with_cri_dockerd: bool) -> Result<Self, StepError> {
-        let endpoint = if with_cri_dockerd {
-            CRI_SOCKET
+        let cri = if with_cri_dockerd {
+            Cri::CriDockerd
         } else {
-            DOCKERSHIM_SOCKET
+            Cri::Dockershim
         };
         Ok(Self {
             ctx: ctx.clone(),
-            crictl_yaml: crictl_config(ctx, endpoint)?,
+            crictl_yaml: crictl_config(ctx, &cri.endpoint())?,
         })
     }
 }
@@ -242,7 +233,7 @@ impl Step for CriDockerd {
         })));
         ops.push(Op::Wait(WaitFor {
             what: "cri-dockerd's socket".to_string(),
-            check: "test -S /run/cri-dockerd.sock".to_string(),
+            check: format!("test -S {}", Cri::CriDockerd.socket()),
             timeout: std::time::Duration::from_secs(60),
             interval: std::time::Duration::from_secs(1),
         }));

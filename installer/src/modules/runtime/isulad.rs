@@ -39,21 +39,17 @@ pub const UNIT_FILE: &str = "/etc/systemd/system/isulad.service";
 pub const DATA_DIR: &str = "/var/lib/isulad";
 /// Written when KubeXM started iSulad on an absent or empty [`DATA_DIR`].
 pub const DATA_MARKER: &str = "/etc/kubexm/isulad-data.created";
-/// Root-only file with the base64 `user:password` for `crictl pull --auth`.
+/// Root-only file with the registry password `isula login --password-stdin` reads.
 pub const PULL_AUTH: &str = "/etc/isulad/kubexm-pull.auth";
-/// iSulad's CRI socket.
-pub const SOCKET: &str = "unix:///var/run/isulad.sock";
 
 /// The `install-isulad` task on every master and worker.
 pub(super) fn tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepError> {
     let config = IsuladConfig::new(ctx)?;
-    let auth = PrivateRegistry::of(ctx).and_then(|r| {
-        r.credentials().map(|(u, p)| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
-        })
-    });
-    let pull = PullPause::crictl(&config.sandbox_image, auth, PULL_AUTH);
+    let registry = PrivateRegistry::of(ctx);
+    let login = registry
+        .as_ref()
+        .and_then(|r| r.credentials().map(|(u, p)| (r.endpoint.as_str(), u, p)));
+    let pull = PullPause::isula(&config.sandbox_image, login, PULL_AUTH);
     Ok(vec![Task::new("install-isulad", runtime_hosts(ctx))
         .step(IsuladBinaries::new(ctx)?)
         .step(config)
@@ -134,7 +130,7 @@ impl IsuladConfig {
             sandbox_image,
             files: vec![
                 RenderTemplate::new("isulad/daemon.json.tera", &c, DAEMON_JSON, 0o644)?,
-                crictl_config(ctx, SOCKET)?,
+                crictl_config(ctx, &super::cri::Cri::Isulad.endpoint())?,
                 RenderTemplate::new("isulad/isulad.service.tera", &c, UNIT_FILE, 0o644)?,
             ],
         })

@@ -1,11 +1,13 @@
-//! [`Runtime`]: one type that knows, for the configured `runtime.type`, its CRI socket, the
-//! systemd unit that serves it, where it reads registry CAs, and how it is installed and deleted
-//! (each runtime's own file). Other modules ask it instead of matching on `RuntimeType`.
+//! [`Runtime`]: one type that knows, for the configured `runtime.type`, where it reads registry
+//! CAs and how it is installed and deleted (each runtime's own file), and gives the [`Cri`] —
+//! its CRI socket and units, which also depend on the Kubernetes version. Other modules ask it
+//! instead of matching on `RuntimeType`.
 
 use std::sync::Arc;
 
 use kubexm_manifests::model::RuntimeType;
 
+use super::cri::Cri;
 use super::{containerd, crio, docker, isulad};
 use crate::context::InstallContext;
 use crate::pipeline::{StepError, Task};
@@ -32,24 +34,13 @@ impl Runtime {
         self.kind
     }
 
-    /// The CRI socket kubelet and crictl talk to (cri-dockerd's for docker).
-    pub fn cri_socket(self) -> &'static str {
-        match self.kind {
-            RuntimeType::Containerd => containerd::SOCKET,
-            RuntimeType::Docker => docker::CRI_SOCKET,
-            RuntimeType::CriO => crio::SOCKET,
-            RuntimeType::Isulad => isulad::SOCKET,
-        }
-    }
-
-    /// The systemd unit serving the CRI socket (kubelet starts after it).
-    pub fn cri_unit(self) -> &'static str {
-        match self.kind {
-            RuntimeType::Containerd => "containerd.service",
-            RuntimeType::Docker => "cri-docker.service",
-            RuntimeType::CriO => "crio.service",
-            RuntimeType::Isulad => "isulad.service",
-        }
+    /// How the kubelet, crictl and kubeadm reach it for the cluster's Kubernetes version (its
+    /// CRI socket, the units the kubelet starts after, the per-version spelling): see
+    /// [`Cri`]. docker goes through cri-dockerd from v1.24, through the kubelet's dockershim
+    /// before.
+    pub fn cri(self, ctx: &InstallContext) -> Cri {
+        let r = &ctx.cluster.file.spec.runtime;
+        Cri::new(self.kind, r.cri_dockerd, ctx.cluster.version)
     }
 
     /// The directory under which it reads per-registry CAs (`<dir>/<host[:port]>/ca.crt`).
@@ -94,38 +85,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_runtime_knows_its_socket_unit_and_ca_path() {
+    fn every_runtime_knows_its_ca_path() {
         let want = [
             (
                 RuntimeType::Containerd,
-                "unix:///run/containerd/containerd.sock",
-                "containerd.service",
                 "/etc/containerd/certs.d/r:5000/ca.crt",
             ),
-            (
-                RuntimeType::Docker,
-                "unix:///run/cri-dockerd.sock",
-                "cri-docker.service",
-                "/etc/docker/certs.d/r:5000/ca.crt",
-            ),
-            (
-                RuntimeType::CriO,
-                "unix:///var/run/crio/crio.sock",
-                "crio.service",
-                "/etc/containers/certs.d/r:5000/ca.crt",
-            ),
-            (
-                RuntimeType::Isulad,
-                "unix:///var/run/isulad.sock",
-                "isulad.service",
-                "/etc/isulad/certs.d/r:5000/ca.crt",
-            ),
+            (RuntimeType::Docker, "/etc/docker/certs.d/r:5000/ca.crt"),
+            (RuntimeType::CriO, "/etc/containers/certs.d/r:5000/ca.crt"),
+            (RuntimeType::Isulad, "/etc/isulad/certs.d/r:5000/ca.crt"),
         ];
-        for (kind, socket, unit, ca) in want {
+        for (kind, ca) in want {
             let r = Runtime::new(kind);
             assert_eq!(r.kind(), kind);
-            assert_eq!(r.cri_socket(), socket, "{kind:?}");
-            assert_eq!(r.cri_unit(), unit, "{kind:?}");
             assert_eq!(r.registry_ca_path("r:5000"), ca, "{kind:?}");
         }
     }

@@ -16,6 +16,7 @@
 //!   `/etc/kubexm` says so, and `delete` removes the data; data that was there before is kept.
 
 pub mod containerd;
+pub mod cri;
 pub mod crio;
 pub mod docker;
 pub mod isulad;
@@ -174,10 +175,16 @@ pub(crate) fn bundle_file(
 }
 
 /// Upload of a bundle file to `ARTIFACTS/<name>/<version>/<file>`; returns the op and the path.
-pub(crate) fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String) {
+pub(crate) fn upload(
+    path: PathBuf,
+    rec: &FileRecord,
+    mode: u32,
+) -> Result<(Op, String), StepError> {
     let file = rec.path.rsplit('/').next().unwrap_or(&rec.path);
-    let dest = format!("{ARTIFACTS}/{}/{}/{file}", rec.name, rec.version);
-    (
+    let mut parts: Vec<&str> = rec.name.split('/').collect();
+    parts.extend([rec.version.as_str(), file]);
+    let dest = crate::modules::remote_path::remote_path(ARTIFACTS, &parts)?;
+    Ok((
         Op::Upload(UploadFile {
             source: UploadSource::File(path),
             sha256: rec.sha256.clone(),
@@ -185,21 +192,22 @@ pub(crate) fn upload(path: PathBuf, rec: &FileRecord, mode: u32) -> (Op, String)
             mode,
         }),
         dest,
-    )
+    ))
 }
 
 /// Extraction of an uploaded archive into `EXTRACT/<name>-<version>`; returns the op and the
 /// directory.
-pub(crate) fn extract(archive: &str, rec: &FileRecord) -> (Op, String) {
-    let dest = format!("{EXTRACT}/{}-{}", rec.name, rec.version);
-    (
+pub(crate) fn extract(archive: &str, rec: &FileRecord) -> Result<(Op, String), StepError> {
+    let dir = format!("{}-{}", rec.name.replace('/', "-"), rec.version);
+    let dest = crate::modules::remote_path::remote_path(EXTRACT, &[&dir])?;
+    Ok((
         Op::Extract(ExtractTarball {
             archive: archive.to_string(),
             sha256: rec.sha256.clone(),
             dest: dest.clone(),
         }),
         dest,
-    )
+    ))
 }
 
 /// Uploads and extracts `component`'s archive; returns the ops and the extracted directory.
@@ -209,8 +217,8 @@ pub(crate) fn upload_and_extract(
     node: &Node,
 ) -> Result<(Vec<Op>, String), StepError> {
     let (path, rec) = bundle_file(ctx, component, node)?;
-    let (up, archive) = upload(path, &rec, 0o644);
-    let (ex, dir) = extract(&archive, &rec);
+    let (up, archive) = upload(path, &rec, 0o644)?;
+    let (ex, dir) = extract(&archive, &rec)?;
     Ok((vec![up, ex], dir))
 }
 
@@ -226,7 +234,7 @@ pub(crate) fn copy(src: String, dest: impl Into<String>) -> Op {
 /// runc from the bundle as [`RUNC`].
 pub(crate) fn runc_ops(ctx: &InstallContext, node: &Node) -> Result<Vec<Op>, StepError> {
     let (path, rec) = bundle_file(ctx, "runc", node)?;
-    let (op, runc) = upload(path, &rec, 0o755);
+    let (op, runc) = upload(path, &rec, 0o755)?;
     Ok(vec![op, copy(runc, RUNC)])
 }
 
@@ -316,8 +324,11 @@ pub(crate) fn start_daemon(
 }
 
 /// Pulls the sandbox image with the runtime's own client unless it is already there. Registry
-/// credentials, when there are any, go into a root-only file first and reach the client through
-/// a shell substitution or a config directory: never on a command line or in the plan.
+/// credentials never appear on a command line (where every user of the node sees them in the
+/// process list) or in the plan: the runtime reads them from its own configuration (containerd's
+/// `registry.configs` auth in its root-only config.toml, cri-o's global auth file, docker's
+/// `config.json`), or, for iSulad, `isula login` reads the password on standard input from a
+/// root-only file.
 pub(crate) struct PullPause {
     /// Pulls the image.
     pull: String,
@@ -330,45 +341,38 @@ pub(crate) struct PullPause {
 }
 
 impl PullPause {
-    /// `crictl` (cri-o, iSulad); `auth` is the base64 `user:password` for `--auth`, kept in
-    /// `file`.
-    pub(crate) fn crictl(image: &str, auth: Option<String>, file: &str) -> Self {
+    /// `crictl pull` through the runtime's CRI (containerd, cri-o), which holds the registry
+    /// credentials in its own configuration.
+    pub(crate) fn crictl(image: &str) -> Self {
         let i = shell::quote(image);
-        let option = if auth.is_some() {
-            format!(" --auth \"$(cat {file})\"")
-        } else {
-            String::new()
-        };
         Self {
-            pull: format!("{BIN_DIR}/crictl pull{option} {i} >/dev/null"),
+            pull: format!("{BIN_DIR}/crictl pull {i} >/dev/null"),
             present: format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"),
             remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
-            credentials: auth.map(|a| (a.into_bytes(), file.to_string())),
+            credentials: None,
         }
     }
 
-    /// containerd's `ctr` in the `k8s.io` namespace, through the registry hosts directory;
-    /// `auth` is `user:password` for `--user`, kept in `file`.
-    pub(crate) fn ctr(
-        image: &str,
-        hosts_dir: &str,
-        plain_http: bool,
-        auth: Option<String>,
-        file: &str,
-    ) -> Self {
+    /// iSulad: `isula login --password-stdin` fed from the root-only `file` holding the
+    /// password (when the registry needs credentials), then `isula pull`.
+    pub(crate) fn isula(image: &str, login: Option<(&str, &str, &str)>, file: &str) -> Self {
         let i = shell::quote(image);
-        let plain = if plain_http { " --plain-http" } else { "" };
-        let user = if auth.is_some() {
-            format!(" --user \"$(cat {file})\"")
-        } else {
-            String::new()
+        let (login_cmd, credentials) = match login {
+            Some((registry, user, password)) => (
+                format!(
+                    "{BIN_DIR}/isula login -u {} --password-stdin {} <{file} >/dev/null && ",
+                    shell::quote(user),
+                    shell::quote(registry)
+                ),
+                Some((format!("{password}\n").into_bytes(), file.to_string())),
+            ),
+            None => (String::new(), None),
         };
-        let ctr = format!("{BIN_DIR}/ctr -n k8s.io images");
         Self {
-            pull: format!("{ctr} pull --hosts-dir {hosts_dir}{plain}{user} {i} >/dev/null"),
-            present: format!("{ctr} ls -q | grep -qxF {i}"),
-            remove: format!("{ctr} rm {i} >/dev/null 2>&1 || true"),
-            credentials: auth.map(|a| (a.into_bytes(), file.to_string())),
+            pull: format!("{login_cmd}{BIN_DIR}/isula pull {i} >/dev/null"),
+            present: format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"),
+            remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
+            credentials,
         }
     }
 

@@ -23,6 +23,10 @@ pub enum SystemdAction {
         /// Restart even when nothing changed.
         always: bool,
     },
+    /// `systemctl reload-or-restart UNIT` when an earlier op of the same step changed
+    /// something, then wait until it is active: a running service re-reads its configuration
+    /// without dropping connections (haproxy, nginx, keepalived), a stopped one starts.
+    ReloadWhenChanged(String),
     /// Wait until the unit is active (a check; fails with the unit's status and last log lines).
     IsActive(String),
     /// `systemctl disable --now UNIT` (delete pipelines).
@@ -52,6 +56,7 @@ impl Systemd {
             SystemdAction::DaemonReload => None,
             SystemdAction::EnableNow(u)
             | SystemdAction::Restart { unit: u, .. }
+            | SystemdAction::ReloadWhenChanged(u)
             | SystemdAction::IsActive(u)
             | SystemdAction::DisableNow(u) => Some(u),
         }
@@ -89,6 +94,9 @@ impl GenericStep for Systemd {
             } => {
                 format!("systemctl restart {unit} (when changed)")
             }
+            SystemdAction::ReloadWhenChanged(u) => {
+                format!("systemctl reload-or-restart {u} (when changed)")
+            }
             SystemdAction::IsActive(u) => format!("systemctl is-active {u}"),
             SystemdAction::DisableNow(u) => format!("systemctl disable --now {u}"),
         };
@@ -103,6 +111,7 @@ impl GenericStep for Systemd {
         match &self.action {
             SystemdAction::DaemonReload
             | SystemdAction::Restart { .. }
+            | SystemdAction::ReloadWhenChanged(_)
             | SystemdAction::IsActive(_) => Ok(false),
             SystemdAction::EnableNow(u) => {
                 let u = shell::quote(u);
@@ -139,6 +148,10 @@ impl GenericStep for Systemd {
                 run_ok(runner, &with_journal("systemctl restart", unit), t).await?;
                 self.wait_active(runner, unit).await
             }
+            SystemdAction::ReloadWhenChanged(unit) => {
+                run_ok(runner, &with_journal("systemctl reload-or-restart", unit), t).await?;
+                self.wait_active(runner, unit).await
+            }
             SystemdAction::IsActive(u) => self.wait_active(runner, u).await,
             SystemdAction::DisableNow(u) => run_ok(
                 runner,
@@ -158,6 +171,7 @@ impl GenericStep for Systemd {
             // apply already waited for `active`.
             SystemdAction::DaemonReload
             | SystemdAction::Restart { .. }
+            | SystemdAction::ReloadWhenChanged(_)
             | SystemdAction::IsActive(_) => Ok(()),
             _ => {
                 if self.is_done(runner).await? {
@@ -189,6 +203,9 @@ impl GenericStep for Systemd {
     }
 
     fn only_when_changed(&self) -> bool {
-        matches!(self.action, SystemdAction::Restart { always: false, .. })
+        matches!(
+            self.action,
+            SystemdAction::Restart { always: false, .. } | SystemdAction::ReloadWhenChanged(_)
+        )
     }
 }

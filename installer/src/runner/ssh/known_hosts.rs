@@ -16,7 +16,7 @@ use russh::keys::{Algorithm, HashAlg};
 
 /// What the file says about a host's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// A line records exactly this key.
     Known,
     /// No line names the host.
@@ -126,16 +126,37 @@ fn matches_hashed(rest: &str, name: &str) -> bool {
 }
 
 /// OpenSSH pattern matching: `*` any run, `?` one character, case-insensitive.
+///
+/// Iterative, backtracking only to the last `*`: O(pattern × name) whatever the file holds (a
+/// recursive matcher takes exponential time on patterns such as `*a*a*a*a*b`).
 fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
-    match (pattern.first(), name.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            wildcard(&pattern[1..], name) || (!name.is_empty() && wildcard(pattern, &name[1..]))
+    let (mut p, mut n) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(b'?') => {
+                p += 1;
+                n += 1;
+            }
+            Some(c) if c.eq_ignore_ascii_case(&name[n]) => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
         }
-        (Some(b'?'), Some(_)) => wildcard(&pattern[1..], &name[1..]),
-        (Some(p), Some(n)) if p.eq_ignore_ascii_case(n) => wildcard(&pattern[1..], &name[1..]),
-        _ => false,
     }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 fn read(path: &Path) -> std::io::Result<String> {
@@ -153,8 +174,13 @@ pub(crate) fn check(
     port: u16,
     key: &PublicKey,
 ) -> std::io::Result<Verdict> {
+    Ok(check_text(&read(path)?, host, port, key))
+}
+
+/// [`check`] on the text of a known_hosts file.
+pub fn check_text(text: &str, host: &str, port: u16, key: &PublicKey) -> Verdict {
     let name = host_pattern(host, port);
-    let entries = parse(&read(path)?);
+    let entries = parse(text);
     let mine: Vec<&Entry> = entries
         .iter()
         .filter(|e| matches_hosts(&e.hosts, &name))
@@ -163,25 +189,25 @@ pub(crate) fn check(
         .iter()
         .find(|e| e.revoked && e.key.key_data() == key.key_data())
     {
-        return Ok(Verdict::Revoked { line: e.line });
+        return Verdict::Revoked { line: e.line };
     }
     if mine
         .iter()
         .any(|e| !e.revoked && e.key.key_data() == key.key_data())
     {
-        return Ok(Verdict::Known);
+        return Verdict::Known;
     }
     let recorded = mine
         .iter()
         .filter(|e| !e.revoked)
         .min_by_key(|e| (e.key.algorithm() != key.algorithm(), e.line));
-    Ok(match recorded {
+    match recorded {
         Some(e) => Verdict::Changed {
             line: e.line,
             recorded: e.key.algorithm().as_str().to_string(),
         },
         None => Verdict::Unknown,
-    })
+    }
 }
 
 /// The host-key algorithms to offer for a recorded host (so the server presents the key we
@@ -288,6 +314,20 @@ mod tests {
         assert!(!matches_hosts("*.example,!bad.example", "bad.example"));
         assert!(matches_hosts("[10.0.0.1]:2222", "[10.0.0.1]:2222"));
         assert!(!matches_hosts("10.0.0.1", "[10.0.0.1]:2222"));
+        assert!(matches_hosts("*", ""));
+        assert!(matches_hosts("a*b*c", "aXXbYYc"));
+        assert!(!matches_hosts("a*b*c", "aXXbYY"));
+        assert!(matches_hosts("N*?E", "node1e"));
+    }
+
+    #[test]
+    fn wildcards_take_polynomial_time() {
+        // A recursive matcher needs about 2^30 steps here.
+        let pattern = format!("{}b", "*a".repeat(30));
+        let name = "a".repeat(200);
+        let started = std::time::Instant::now();
+        assert!(!wildcard(pattern.as_bytes(), name.as_bytes()));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]

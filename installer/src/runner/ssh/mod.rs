@@ -41,7 +41,7 @@
 //! node reads all of it ([`shell::drain_stdin_after`]); otherwise a script that ignores its stdin
 //! would freeze the whole connection. With stdin, a script killed by a signal N exits 128+N.
 
-mod known_hosts;
+pub mod known_hosts;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,354 @@
+//! Facts first: what the day-2 commands learn about the running cluster before deciding
+//! anything, gathered once over the SSH connections the run then uses ([`gather`]):
+//!
+//! * the nodes as the API server sees them (`kubectl get nodes -o json` with KubeXM's admin
+//!   kubeconfig, on the first master that answers): registered, Ready, cordoned, kubelet version;
+//! * etcd: the member list and every member's health (`etcdctl member list` / `endpoint health
+//!   --cluster`, with a member's admin certificate for `etcd.type: kubexm`; through the first
+//!   answering master's etcd pod for kubeadm's stacked etcd);
+//! * which nodes could not be reached.
+//!
+//! The checks ([`checks`]) and the phases of each day-2 pipeline read these facts; no phase
+//! probes again. What could not be learned is kept as a note: the checks decide whether it
+//! matters.
+
+pub mod checks;
+pub mod parse;
+
+use kubexm_manifests::resolve::Role;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubexm_manifests::model::EtcdType;
+
+use crate::context::InstallContext;
+use crate::modules::etcd::EtcdLayout;
+use crate::modules::membership::kubectl_on;
+use crate::runner::{Exec, Runner};
+pub use parse::{ApiNode, EndpointHealth, EtcdMember};
+
+/// How long one probe may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// etcd as a member reported it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EtcdFacts {
+    /// The node etcdctl ran on.
+    pub from: String,
+    /// The members.
+    pub members: Vec<EtcdMember>,
+    /// Every started member's health.
+    pub health: Vec<EndpointHealth>,
+}
+
+impl EtcdFacts {
+    /// The member named `name`, or the one (possibly not started) whose peer URL is `peer_url`.
+    pub fn member(&self, name: &str, peer_url: &str) -> Option<&EtcdMember> {
+        self.members
+            .iter()
+            .find(|m| m.name == name || m.peer_urls.iter().any(|u| u == peer_url))
+    }
+
+    /// Whether the member's client URLs answered healthy.
+    pub fn healthy(&self, m: &EtcdMember) -> bool {
+        m.started()
+            && m.client_urls
+                .iter()
+                .any(|u| self.health.iter().any(|h| h.endpoint == *u && h.health))
+    }
+
+    /// Started members.
+    pub fn started(&self) -> usize {
+        self.members.iter().filter(|m| m.started()).count()
+    }
+}
+
+/// What the day-2 commands know about the running cluster.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClusterFacts {
+    /// Nodes that could not be reached over SSH.
+    pub unreachable: BTreeSet<String>,
+    /// The master whose kubectl answered; `None` when none did.
+    pub api_node: Option<String>,
+    /// The nodes the API server knows.
+    pub nodes: Vec<ApiNode>,
+    /// etcd, when it could be asked (`None` for external etcd or when no member answered).
+    pub etcd: Option<EtcdFacts>,
+    /// What could not be learned, and why.
+    pub notes: Vec<String>,
+    /// Assumed from the record instead of gathered (plans made without connecting).
+    pub assumed: bool,
+}
+
+impl ClusterFacts {
+    /// The node as the API server knows it.
+    pub fn api(&self, name: &str) -> Option<&ApiNode> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// What a plan made without connecting assumes: every node of `ctx` registered and Ready
+    /// at the cluster's version, every etcd member of the record started and healthy.
+    pub fn assumed(ctx: &InstallContext) -> Self {
+        let version = ctx.cluster.version.to_string();
+        let nodes = ctx
+            .nodes
+            .iter()
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
+            .map(|n| ApiNode {
+                name: n.name.clone(),
+                ready: true,
+                unschedulable: false,
+                kubelet_version: version.clone(),
+                control_plane: n.has_role(Role::Master),
+            })
+            .collect();
+        let etcd = (ctx.cluster.file.spec.etcd.kind == EtcdType::Kubexm).then(|| {
+            let layout = EtcdLayout::from_context(ctx);
+            let members: Vec<EtcdMember> = layout
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| EtcdMember {
+                    id: 0x1000 + i as u64,
+                    name: m.name.clone(),
+                    peer_urls: vec![layout.peer_url(m)],
+                    client_urls: vec![layout.client_url(m)],
+                })
+                .collect();
+            EtcdFacts {
+                from: layout
+                    .members
+                    .first()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default(),
+                health: members
+                    .iter()
+                    .flat_map(|m| m.client_urls.clone())
+                    .map(|endpoint| EndpointHealth {
+                        endpoint,
+                        health: true,
+                        error: None,
+                    })
+                    .collect(),
+                members,
+            }
+        });
+        Self {
+            unreachable: BTreeSet::new(),
+            api_node: ctx.first_master().ok().map(|n| n.name.clone()),
+            nodes,
+            etcd,
+            notes: Vec::new(),
+            assumed: true,
+        }
+    }
+}
+
+impl fmt::Display for ClusterFacts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "facts{}:",
+            if self.assumed {
+                " (assumed from the record: nothing was asked)"
+            } else {
+                " (gathered over SSH)"
+            }
+        )?;
+        match &self.api_node {
+            Some(m) => {
+                let list: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        format!(
+                            "{} {}{}{} {}",
+                            n.name,
+                            if n.ready { "Ready" } else { "NotReady" },
+                            if n.unschedulable { ",cordoned" } else { "" },
+                            if n.control_plane {
+                                ",control-plane"
+                            } else {
+                                ""
+                            },
+                            n.kubelet_version
+                        )
+                    })
+                    .collect();
+                writeln!(f, "  API (kubectl on {m}): {}", list.join("; "))?;
+            }
+            None => writeln!(f, "  API: no master answered")?,
+        }
+        if let Some(e) = &self.etcd {
+            let mut members: Vec<&EtcdMember> = e.members.iter().collect();
+            members.sort_by(|a, b| (a.name.is_empty(), &a.name).cmp(&(b.name.is_empty(), &b.name)));
+            let list: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    let name = if m.started() {
+                        m.name.clone()
+                    } else {
+                        format!("{} (added, not started)", m.hex_id())
+                    };
+                    let health = if e.healthy(m) { "healthy" } else { "unhealthy" };
+                    format!("{name} {health}")
+                })
+                .collect();
+            writeln!(
+                f,
+                "  etcd (etcdctl on {}): {} member(s): {}",
+                e.from,
+                e.members.len(),
+                list.join(", ")
+            )?;
+        }
+        if !self.unreachable.is_empty() {
+            let v: Vec<&str> = self.unreachable.iter().map(String::as_str).collect();
+            writeln!(f, "  unreachable over SSH: {}", v.join(", "))?;
+        }
+        for n in &self.notes {
+            writeln!(f, "  note: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A short, printable excerpt of a command's stderr for a note.
+fn excerpt(s: &str) -> String {
+    let s: String = s
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    if s.is_empty() {
+        "no output".into()
+    } else {
+        s
+    }
+}
+
+async fn probe(runner: &dyn Runner, script: &str) -> Result<(bool, String, String), String> {
+    match runner
+        .exec(&Exec::root(script).with_timeout(PROBE_TIMEOUT))
+        .await
+    {
+        Ok(out) => Ok((out.success(), out.stdout, out.stderr)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Gathers the facts of the cluster `ctx` describes (the installed cluster), over `runners`
+/// (one per reachable node, by name); `unreachable` are the nodes that could not be connected.
+pub async fn gather(
+    ctx: &Arc<InstallContext>,
+    runners: &BTreeMap<String, Arc<dyn Runner>>,
+    unreachable: BTreeSet<String>,
+) -> ClusterFacts {
+    let mut f = ClusterFacts {
+        unreachable,
+        ..ClusterFacts::default()
+    };
+    for m in ctx.with_role(Role::Master) {
+        let (Some(runner), Some(node)) = (runners.get(&m), ctx.node(&m)) else {
+            continue;
+        };
+        let kubectl = match kubectl_on(ctx, node) {
+            Ok(k) => k,
+            Err(e) => {
+                f.notes.push(format!("{m}: {e}"));
+                continue;
+            }
+        };
+        match probe(runner.as_ref(), &format!("{kubectl} get nodes -o json")).await {
+            Ok((true, out, _)) => match parse::nodes(&out) {
+                Ok(nodes) => {
+                    f.api_node = Some(m.clone());
+                    f.nodes = nodes;
+                    break;
+                }
+                Err(e) => f.notes.push(format!("{m}: {e}")),
+            },
+            Ok((false, _, err)) => f.notes.push(format!(
+                "{m}: `kubectl get nodes` failed: {}",
+                excerpt(&err)
+            )),
+            Err(e) => f.notes.push(format!("{m}: {e}")),
+        }
+    }
+    match ctx.cluster.file.spec.etcd.kind {
+        EtcdType::Kubexm => {
+            let layout = EtcdLayout::from_context(ctx);
+            for member in &layout.members {
+                let Some(runner) = runners.get(&member.name) else {
+                    continue;
+                };
+                let etcdctl = format!("{} --command-timeout=10s", layout.etcdctl(&member.name));
+                match etcd_facts(runner.as_ref(), &member.name, &etcdctl).await {
+                    Ok(e) => {
+                        f.etcd = Some(e);
+                        break;
+                    }
+                    Err(e) => f.notes.push(e),
+                }
+            }
+            if f.etcd.is_none() {
+                f.notes
+                    .push("no etcd member answered `etcdctl member list`".to_string());
+            }
+        }
+        EtcdType::Kubeadm => {
+            // Stacked etcd runs in a static pod on each master: ask it through the API.
+            if let (Some(m), Some(runner)) = (
+                f.api_node.clone(),
+                f.api_node.as_ref().and_then(|m| runners.get(m)),
+            ) {
+                let etcdctl = match ctx.node(&m).map(|n| kubectl_on(ctx, n)) {
+                    Some(Ok(k)) => Some(crate::modules::etcd_member::stacked_etcdctl(&k, &m)),
+                    _ => None,
+                };
+                if let Some(etcdctl) = etcdctl {
+                    match etcd_facts(runner.as_ref(), &m, &etcdctl).await {
+                        Ok(e) => f.etcd = Some(e),
+                        Err(e) => f.notes.push(format!("stacked etcd: {e}")),
+                    }
+                }
+            }
+        }
+        EtcdType::External => f
+            .notes
+            .push("etcd.type is external: its members are not KubeXM's to check".into()),
+    }
+    f
+}
+
+async fn etcd_facts(runner: &dyn Runner, node: &str, etcdctl: &str) -> Result<EtcdFacts, String> {
+    let members = match probe(runner, &format!("{etcdctl} member list -w json")).await {
+        Ok((true, out, _)) => parse::etcd_members(&out).map_err(|e| format!("{node}: {e}"))?,
+        Ok((false, _, err)) => {
+            return Err(format!(
+                "{node}: `etcdctl member list` failed: {}",
+                excerpt(&err)
+            ))
+        }
+        Err(e) => return Err(format!("{node}: {e}")),
+    };
+    // Exits 1 when a member is unhealthy, still printing every endpoint.
+    let health = match probe(
+        runner,
+        &format!("{etcdctl} endpoint health --cluster -w json"),
+    )
+    .await
+    {
+        Ok((_, out, err)) => parse::etcd_health(&out)
+            .map_err(|e| format!("{node}: {e} (stderr: {})", excerpt(&err)))?,
+        Err(e) => return Err(format!("{node}: {e}")),
+    };
+    Ok(EtcdFacts {
+        from: node.to_string(),
+        members,
+        health,
+    })
+}

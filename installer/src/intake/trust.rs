@@ -1,0 +1,219 @@
+//! Signature checks before unpacking: with trusted keys configured, a bundle must carry a
+//! signature (`<bundle>.minisig`, minisign format) over its content digest made by one of them,
+//! and a split bundle's index must be signed too; without keys, the caller warns.
+//!
+//! The content digest is read from the head of the stream (the sha256 of `SHA256SUMS`), so the
+//! check costs two small entries, not a pass over the bundle. The unpack that follows re-reads
+//! every byte against that `SHA256SUMS`; its content digest must be the one verified here
+//! ([`Verified::confirm`]), so a file swapped between the check and the unpack is refused.
+
+use std::path::{Path, PathBuf};
+
+use kubexm_bundles::head::{read_head, HeadError};
+use kubexm_bundles::sign::{self, PublicKey, SignError, Signature};
+
+use super::source::{beside, BundleSource};
+
+/// Environment variable listing trusted public key files (`:`-separated), besides
+/// `--trusted-key`.
+pub const TRUSTED_KEYS_ENV: &str = "KUBEXM_TRUSTED_KEYS";
+
+/// Why a bundle is not trusted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrustError {
+    /// A trusted key file cannot be read or is not a minisign public key.
+    #[error("cannot use trusted key `{}`", path.display())]
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Keys are configured but the bundle has no signature.
+    #[error("`{}` is not signed: `{}` is missing, and trusted keys are configured, so unsigned bundles are refused", bundle.display(), signature.display())]
+    Unsigned {
+        /// The bundle.
+        bundle: PathBuf,
+        /// The signature expected.
+        signature: PathBuf,
+    },
+    /// The signature file cannot be read or parsed.
+    #[error("cannot read the signature `{}`", path.display())]
+    BadSignatureFile {
+        /// The signature.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The signature does not verify against the trusted keys.
+    #[error("`{}` is refused", what.display())]
+    Refused {
+        /// The bundle or index.
+        what: PathBuf,
+        /// Unknown key or mismatch.
+        #[source]
+        source: SignError,
+    },
+    /// The head of the bundle cannot be read.
+    #[error("cannot read the head of `{}`", bundle.display())]
+    Head {
+        /// The bundle.
+        bundle: PathBuf,
+        /// The cause.
+        #[source]
+        source: HeadError,
+    },
+    /// What was unpacked is not what was verified.
+    #[error("`{}` changed after its signature was checked: content digest {unpacked}, signed {signed}", bundle.display())]
+    Changed {
+        /// The bundle.
+        bundle: PathBuf,
+        /// Signed.
+        signed: String,
+        /// Unpacked.
+        unpacked: String,
+    },
+}
+
+/// The trusted keys.
+#[derive(Debug, Clone, Default)]
+pub struct TrustPolicy {
+    keys: Vec<PublicKey>,
+}
+
+/// A bundle whose signature verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// The key that signed it.
+    pub key: String,
+    /// The signed comment (`kubexm-bundle sha256:… cluster:… kubernetes:…`).
+    pub trusted_comment: String,
+    /// The content digest signed.
+    pub content_digest: String,
+    /// The bundle.
+    pub bundle: PathBuf,
+}
+
+impl Verified {
+    /// Checks that the unpacked tree is the verified content.
+    ///
+    /// # Errors
+    ///
+    /// [`TrustError::Changed`] otherwise.
+    pub fn confirm(&self, unpacked_digest: &str) -> Result<(), TrustError> {
+        if unpacked_digest == self.content_digest {
+            return Ok(());
+        }
+        Err(TrustError::Changed {
+            bundle: self.bundle.clone(),
+            signed: self.content_digest.clone(),
+            unpacked: unpacked_digest.to_owned(),
+        })
+    }
+}
+
+impl TrustPolicy {
+    /// Keys from `paths` and from [`TRUSTED_KEYS_ENV`].
+    ///
+    /// # Errors
+    ///
+    /// [`TrustError::Key`] naming a file that is not a minisign public key.
+    pub fn load(paths: &[PathBuf]) -> Result<Self, TrustError> {
+        let mut all: Vec<PathBuf> = paths.to_vec();
+        if let Some(v) = std::env::var_os(TRUSTED_KEYS_ENV) {
+            all.extend(std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()));
+        }
+        let keys = all
+            .iter()
+            .map(|path| {
+                let key_err = |source: Box<dyn std::error::Error + Send + Sync>| TrustError::Key {
+                    path: path.clone(),
+                    source,
+                };
+                let text = sign::read_file(path).map_err(|e| key_err(Box::new(e)))?;
+                PublicKey::parse(&text).map_err(|e| key_err(Box::new(e)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { keys })
+    }
+
+    /// Whether any key is trusted (then unsigned bundles are refused).
+    pub fn is_configured(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Checks `source` before it is unpacked: `None` when no key is configured.
+    ///
+    /// # Errors
+    ///
+    /// See [`TrustError`].
+    pub fn check(&self, source: &BundleSource) -> Result<Option<Verified>, TrustError> {
+        if !self.is_configured() {
+            return Ok(None);
+        }
+        let bundle = source.bundle_path();
+        if let BundleSource::Parts {
+            index_path,
+            index_bytes,
+            ..
+        } = source
+        {
+            let sig_path = beside(index_path, sign::SIGNATURE_SUFFIX);
+            let sig = read_signature(&sig_path, index_path)?;
+            sign::verify(&self.keys, index_bytes, &sig).map_err(|source| TrustError::Refused {
+                what: index_path.clone(),
+                source,
+            })?;
+        }
+        let sig_path = source.signature_path();
+        let sig = read_signature(&sig_path, &bundle)?;
+        let head_err = |source| TrustError::Head {
+            bundle: bundle.clone(),
+            source,
+        };
+        let (reader, _) = source
+            .reader()
+            .map_err(|e| head_err(HeadError::Stream(e)))?;
+        let head = read_head(reader, None).map_err(head_err)?;
+        let key = sign::verify(
+            &self.keys,
+            &sign::bundle_statement(&head.content_digest),
+            &sig,
+        )
+        .map_err(|source| TrustError::Refused {
+            what: bundle.clone(),
+            source,
+        })?;
+        Ok(Some(Verified {
+            key: key.id().to_string(),
+            trusted_comment: sig.trusted_comment().to_owned(),
+            content_digest: head.content_digest,
+            bundle,
+        }))
+    }
+}
+
+fn read_signature(sig_path: &Path, bundle: &Path) -> Result<Signature, TrustError> {
+    let text = match sign::read_file(sig_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(TrustError::Unsigned {
+                bundle: bundle.to_owned(),
+                signature: sig_path.to_owned(),
+            })
+        }
+        Err(e) => {
+            return Err(TrustError::BadSignatureFile {
+                path: sig_path.to_owned(),
+                source: Box::new(e),
+            })
+        }
+    };
+    Signature::parse(&text).map_err(|e| TrustError::BadSignatureFile {
+        path: sig_path.to_owned(),
+        source: Box::new(e),
+    })
+}

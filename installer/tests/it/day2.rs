@@ -1,0 +1,850 @@
+//! Day-2 without connecting anywhere: the change an edited cluster.yaml makes ([`diff`]), the
+//! checks on the facts (quorum, even etcd counts, last master, one change at a time), and the
+//! plans of add-node, delete-node and etcd add-member/remove-member for both Kubernetes paths
+//! (snapshots plus the order and placement that matter). The lab runs them for real
+//! (`tests/lab/day2`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use kubexm_install::change::diff;
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::facts::checks::{
+    check_add, check_delete, check_etcd_add, check_etcd_remove, Guards,
+};
+use kubexm_install::facts::{ClusterFacts, EndpointHealth};
+use kubexm_install::modules::membership::DrainOptions;
+use kubexm_install::pipeline::plan::{self, Plan};
+use kubexm_install::pipelines::add_node::{add_node_pipeline, AddNodes};
+use kubexm_install::pipelines::delete_node::{delete_node_pipeline, DeleteNode};
+use kubexm_install::pipelines::etcd_member::{
+    add_member_pipeline, remove_member_pipeline, EtcdChange,
+};
+use kubexm_install::record::{membership, restrict};
+
+use crate::plan_cli::without_generated_keys;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The lab cluster grown to five hosts: node4 a worker, node5 a master (not an etcd member,
+/// not a load-balancer node). `edit` changes the text further.
+fn lab5_text(edit: impl Fn(String) -> String) -> String {
+    let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
+    let key = "privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519";
+    edit(
+        text.replace(
+            "  roleGroups:\n",
+            &format!("    - {{name: node4, address: 10.88.10.14, user: root, {key}}}\n    - {{name: node5, address: 10.88.10.15, user: root, {key}}}\n  roleGroups:\n"),
+        )
+        .replace("    master: [\"node[1:3]\"]", "    master: [\"node[1:3]\", node5]")
+        .replace("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:4]\"]"),
+    )
+}
+
+/// `text` loaded as a context with the lab catalog; the PKI under `work`.
+fn load(work: &Path, text: &str, catalog: &Path) -> Arc<InstallContext> {
+    let file = work.join("cluster.yaml");
+    std::fs::write(&file, text).expect("write cluster.yaml");
+    Arc::new(load_context(&file, Some(catalog), None, work).expect("cluster loads"))
+}
+
+fn lab_catalog() -> PathBuf {
+    repo().join("tests/lab/mirror/catalog-lab.yaml")
+}
+
+/// `full` restricted to `nodes` with the roles `full` gives them (as a record would hold).
+fn with_nodes(full: &Arc<InstallContext>, nodes: &[&str]) -> Arc<InstallContext> {
+    let all = membership(&full.cluster);
+    let keep: BTreeMap<String, Vec<String>> = all
+        .into_iter()
+        .filter(|(n, _)| nodes.contains(&n.as_str()))
+        .collect();
+    with_roles(full, &keep)
+}
+
+fn with_roles(
+    full: &Arc<InstallContext>,
+    nodes: &BTreeMap<String, Vec<String>>,
+) -> Arc<InstallContext> {
+    let cluster = restrict(full.cluster.clone(), nodes);
+    Arc::new(InstallContext {
+        nodes: kubexm_install::inventory::nodes(&cluster),
+        cluster,
+        bundle: None,
+        pki_dir: full.pki_dir.clone(),
+        keys: full.keys.clone(),
+        resolution: full.resolution.clone(),
+    })
+}
+
+fn build(p: &kubexm_install::pipeline::Pipeline, ctx: &InstallContext) -> Plan {
+    plan::build(p, &ctx.plan_nodes(), &Default::default()).expect("plan")
+}
+
+/// The add-node plan of `new` joining `installed`, giving `desired`.
+fn add_plan(
+    installed: &Arc<InstallContext>,
+    desired: &Arc<InstallContext>,
+    new: &[String],
+    facts: &ClusterFacts,
+) -> Plan {
+    let p = add_node_pipeline(&AddNodes {
+        installed,
+        desired,
+        new,
+        facts,
+    })
+    .expect("pipeline");
+    build(&p, desired)
+}
+
+/// The delete-node plan of `node` leaving `installed`, giving `desired`.
+fn delete_plan(
+    installed: &Arc<InstallContext>,
+    desired: &Arc<InstallContext>,
+    node: &str,
+    facts: &ClusterFacts,
+    drain: DrainOptions,
+    unreachable: bool,
+) -> Plan {
+    let p = delete_node_pipeline(&DeleteNode {
+        installed,
+        desired,
+        node,
+        facts,
+        drain,
+        unreachable,
+    })
+    .expect("pipeline");
+    build(&p, installed)
+}
+
+/// `[i] module` / task lines only: the shape of a plan (which phase, which task, which nodes).
+fn outline(p: &Plan) -> String {
+    let mut s = String::new();
+    for (i, m) in p.modules.iter().enumerate() {
+        match &m.skipped {
+            Some(r) => s.push_str(&format!("[{}] {} — skipped: {r}\n", i + 1, m.name)),
+            None => {
+                s.push_str(&format!("[{}] {}\n", i + 1, m.name));
+                for t in &m.tasks {
+                    s.push_str(&format!(
+                        "    {} on {}{}\n",
+                        t.name,
+                        t.hosts.join(","),
+                        if t.parallel { "" } else { " (one at a time)" }
+                    ));
+                }
+            }
+        }
+    }
+    s
+}
+
+fn phase<'a>(p: &'a Plan, name: &str) -> &'a kubexm_install::pipeline::plan::ModulePlan {
+    p.modules
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no phase {name} in\n{}", outline(p)))
+}
+
+fn position(p: &Plan, name: &str) -> usize {
+    p.modules
+        .iter()
+        .position(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no phase {name} in\n{}", outline(p)))
+}
+
+fn hosts(p: &Plan, phase_name: &str, task: &str) -> Vec<String> {
+    phase(p, phase_name)
+        .tasks
+        .iter()
+        .find(|t| t.name == task)
+        .unwrap_or_else(|| panic!("no task {task} in phase {phase_name} of\n{}", outline(p)))
+        .hosts
+        .clone()
+}
+
+/// The lab (kubeadm path, kubexm etcd, external haproxy load balancer): installed with 3 nodes,
+/// the five-host file desired.
+struct Lab {
+    work: tempfile::TempDir,
+    full: Arc<InstallContext>,
+    three: Arc<InstallContext>,
+}
+
+fn lab() -> Lab {
+    let work = tempfile::tempdir().expect("tempdir");
+    let full = load(work.path(), &lab5_text(|t| t), &lab_catalog());
+    let three = with_nodes(&full, &["node1", "node2", "node3"]);
+    Lab { work, full, three }
+}
+
+#[test]
+fn diff_names_added_nodes_and_refuses_other_changes_by_path() {
+    let l = lab();
+    let change = diff(&l.three.cluster, &l.full.cluster, "`cluster.yaml`");
+    let added: Vec<(&str, Vec<String>)> = change
+        .added
+        .iter()
+        .map(|a| (a.name.as_str(), a.roles.clone()))
+        .collect();
+    assert_eq!(
+        added,
+        vec![
+            ("node4", vec!["worker".to_string()]),
+            ("node5", vec!["master".to_string()])
+        ]
+    );
+    assert!(change.removed.is_empty() && change.roles.is_empty());
+    assert!(change.problems.is_empty(), "{:?}", change.problems);
+    insta::assert_snapshot!("diff-add-two", change.to_string());
+
+    let work = tempfile::tempdir().expect("tempdir");
+    let edited = load(
+        work.path(),
+        &lab5_text(|t| {
+            t.replace("version: v1.33.11", "version: v1.33.11\n    maxPods: 200")
+                .replace("address: 10.88.10.12,", "address: 10.88.10.42,")
+                .replace(
+                    "    master: [\"node[1:3]\", node5]",
+                    "    master: [node1, node2, node5]",
+                )
+        }),
+        &lab_catalog(),
+    );
+    let change = diff(&l.three.cluster, &edited.cluster, "`cluster.yaml`");
+    let text = change.to_string();
+    assert!(
+        text.contains("spec.kubernetes.maxPods: is `200` in `cluster.yaml`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spec.hosts[1].address: node2 has address `10.88.10.12`"),
+        "{text}"
+    );
+    assert!(text.contains("~ node3 roles -master"), "{text}");
+    assert_eq!(change.problems.len(), 2, "{text}");
+}
+
+#[test]
+fn add_worker_plan_kubeadm_path() {
+    let l = lab();
+    let four = with_nodes(&l.full, &["node1", "node2", "node3", "node4"]);
+    let facts = ClusterFacts::assumed(&l.three);
+    let new = vec!["node4".to_string()];
+    let v = check_add(&l.three, &four, &new, &facts, Guards::default());
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    let p = add_plan(&l.three, &four, &new, &facts);
+    assert_eq!(hosts(&p, "preflight", "check-nodes"), ["node4"]);
+    // Every node's /etc/hosts block and chrony name node4.
+    assert_eq!(
+        hosts(&p, "node-prep", "prepare-nodes"),
+        ["node1", "node2", "node3", "node4"]
+    );
+    let text = p.to_text();
+    assert!(
+        text.contains("10.88.10.14 node4"),
+        "the hosts block lists node4"
+    );
+    assert!(phase(&p, "loadbalancer").skipped.is_some());
+    assert!(phase(&p, "etcd-join").skipped.is_some());
+    assert_eq!(hosts(&p, "runtime", "install-containerd"), ["node4"]);
+    assert_eq!(hosts(&p, "registry", "trust-registry"), ["node4"]);
+    assert_eq!(hosts(&p, "kubeadm", "join-credentials"), ["node1"]);
+    assert_eq!(hosts(&p, "kubeadm", "join-workers"), ["node4"]);
+    assert_eq!(hosts(&p, "kubeadm", "node-roles"), ["node1"]);
+    assert!(!phase(&p, "kubeadm")
+        .tasks
+        .iter()
+        .any(|t| t.name == "kube-vip-first-master" || t.name == "join-control-plane"));
+    assert!(position(&p, "runtime") < position(&p, "kubeadm"));
+    insta::assert_snapshot!("add-worker-kubeadm-outline", outline(&p));
+    let text = text.replace(&l.work.path().display().to_string(), "WORK");
+    insta::assert_snapshot!("add-worker-kubeadm-plan", without_generated_keys(&text));
+}
+
+/// An operator's `system.preInstall` / `postInstall` scripts (e.g. the CNI they bring with
+/// `network.plugin: none`, without which a new node never turns Ready) run on the joining node
+/// only: first after preflight, last after the pod network, as the create pipeline runs them.
+#[test]
+fn add_node_runs_the_operators_scripts_on_the_new_node_only() {
+    let work = tempfile::tempdir().expect("tmp");
+    let dir = work.path().join("scripts");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for f in ["prepare.sh", "cni.sh"] {
+        std::fs::write(dir.join(f), "#!/bin/sh\nexit 0\n").expect("script");
+    }
+    let text = lab5_text(|t| {
+        t.replace(
+            "  system:\n",
+            &format!(
+                "  system:\n    preInstall: [{d}/prepare.sh]\n    postInstall: [{d}/cni.sh]\n",
+                d = dir.display()
+            ),
+        )
+    });
+    assert!(
+        text.contains("postInstall:"),
+        "the lab cluster.yaml has a system section"
+    );
+    let full = load(work.path(), &text, &lab_catalog());
+    let three = with_nodes(&full, &["node1", "node2", "node3"]);
+    let four = with_nodes(&full, &["node1", "node2", "node3", "node4"]);
+    let facts = ClusterFacts::assumed(&three);
+    let new = vec!["node4".to_string()];
+    let p = add_plan(&three, &four, &new, &facts);
+    assert_eq!(hosts(&p, "pre-install", "pre-install"), ["node4"]);
+    assert_eq!(hosts(&p, "post-install", "post-install"), ["node4"]);
+    assert_eq!(position(&p, "pre-install"), position(&p, "preflight") + 1);
+    assert_eq!(position(&p, "post-install") + 1, p.modules.len());
+    assert!(position(&p, "network") < position(&p, "post-install"));
+    let text = p.to_text();
+    assert!(text.contains("-> /etc/kubexm/scripts/post_install_node4.sh (755)"));
+    assert!(
+        !text.contains("post_install_node1"),
+        "existing nodes do not run the scripts again"
+    );
+}
+
+#[test]
+fn add_master_plan_kubeadm_path_updates_every_load_balancer_one_at_a_time() {
+    let l = lab();
+    let four = with_nodes(&l.full, &["node1", "node2", "node3", "node5"]);
+    let facts = ClusterFacts::assumed(&l.three);
+    let new = vec!["node5".to_string()];
+    let v = check_add(&l.three, &four, &new, &facts, Guards::default());
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    let p = add_plan(&l.three, &four, &new, &facts);
+    let lb = phase(&p, "loadbalancer");
+    let install = lb
+        .tasks
+        .iter()
+        .find(|t| t.name == "install-loadbalancer")
+        .expect("install-loadbalancer");
+    assert_eq!(install.hosts, ["node1", "node2", "node3"]);
+    assert!(!install.parallel, "one load balancer at a time");
+    let text = p.to_text();
+    assert!(
+        text.contains("systemctl reload-or-restart haproxy (when changed)"),
+        "haproxy reloads"
+    );
+    // The new master's client certificate for etcd, and its control-plane join.
+    assert_eq!(
+        hosts(&p, "etcd-certificates", "etcd-certificates"),
+        ["node5"]
+    );
+    assert_eq!(hosts(&p, "kubeadm", "join-control-plane"), ["node5"]);
+    assert!(position(&p, "loadbalancer") < position(&p, "kubeadm"));
+    insta::assert_snapshot!("add-master-kubeadm-outline", outline(&p));
+    // The backends every haproxy gets.
+    let cfg = kubexm_install::modules::loadbalancer::api_backends(&four).expect("backends");
+    let names: Vec<&str> = cfg.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["node1", "node2", "node3", "node5"]);
+}
+
+#[test]
+fn delete_master_plan_drains_removes_the_member_resets_then_deletes_the_node() {
+    let l = lab();
+    let five = with_nodes(&l.full, &["node1", "node2", "node3", "node4", "node5"]);
+    // node5 was made an etcd member (4 members), then leaves the cluster.
+    let mut roles = membership(&five.cluster);
+    roles.insert("node5".into(), vec!["etcd".into(), "master".into()]);
+    let installed = with_roles(&l.full, &roles);
+    roles.remove("node5");
+    let desired = with_roles(&l.full, &roles);
+    let facts = ClusterFacts::assumed(&installed);
+    let v = check_delete(&installed, &desired, "node5", &facts, Guards::default());
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    let p = delete_plan(
+        &installed,
+        &desired,
+        "node5",
+        &facts,
+        DrainOptions::default(),
+        false,
+    );
+    let order = [
+        "drain",
+        "loadbalancer",
+        "apiserver-etcd-servers",
+        "etcd-member-remove",
+        "delete-kubeadm",
+        "delete-etcd",
+        "delete-node-object",
+        "node-prep",
+    ];
+    for w in order.windows(2) {
+        assert!(
+            position(&p, w[0]) < position(&p, w[1]),
+            "{} before {}",
+            w[0],
+            w[1]
+        );
+    }
+    assert_eq!(hosts(&p, "drain", "cordon-drain"), ["node1"]);
+    assert_eq!(hosts(&p, "delete-kubeadm", "delete-kubernetes"), ["node5"]);
+    assert_eq!(
+        hosts(&p, "etcd-member-remove", "etcd-member-remove"),
+        ["node1"]
+    );
+    assert_eq!(
+        hosts(&p, "apiserver-etcd-servers", "apiserver-etcd-servers"),
+        ["node1", "node2", "node3"]
+    );
+    assert_eq!(
+        hosts(&p, "node-prep", "prepare-nodes"),
+        ["node1", "node2", "node3", "node4"]
+    );
+    let text = p.to_text();
+    for want in [
+        "drain node5 --ignore-daemonsets --delete-emptydir-data --timeout=300s",
+        "--force-drain",
+        "member remove",
+        "/usr/local/bin/kubeadm reset -f",
+        "delete node node5",
+        "--etcd-servers=https://10.88.10.11:2379,https://10.88.10.12:2379,https://10.88.10.13:2379",
+    ] {
+        assert!(text.contains(want), "{want} missing from the plan");
+    }
+    assert!(
+        !text.contains("--disable-eviction"),
+        "no forced drain by default"
+    );
+    let reset = text.find("kubeadm reset -f").expect("reset");
+    let delete = text.find("delete node node5").expect("delete");
+    assert!(reset < delete, "kubeadm reset before kubectl delete node");
+    insta::assert_snapshot!("delete-master-kubeadm-outline", outline(&p));
+    insta::assert_snapshot!("delete-master-kubeadm-plan", without_generated_keys(&text));
+}
+
+#[test]
+fn delete_worker_unreachable_runs_only_cluster_side_phases() {
+    let l = lab();
+    let four = with_nodes(&l.full, &["node1", "node2", "node3", "node4"]);
+    let three = l.three.clone();
+    let mut facts = ClusterFacts::assumed(&four);
+    facts.unreachable.insert("node4".into());
+    facts.assumed = false;
+    let refused = check_delete(&four, &three, "node4", &facts, Guards::default());
+    let msg = refused
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<String>();
+    assert!(msg.contains("pass --unreachable"), "{msg}");
+    let g = Guards {
+        unreachable: true,
+        ..Guards::default()
+    };
+    assert!(check_delete(&four, &three, "node4", &facts, g)
+        .problems
+        .is_empty());
+    let p = delete_plan(
+        &four,
+        &three,
+        "node4",
+        &facts,
+        DrainOptions {
+            force: true,
+            ..DrainOptions::default()
+        },
+        true,
+    );
+    for m in &p.modules {
+        for t in &m.tasks {
+            assert!(
+                !t.hosts.contains(&"node4".to_string()),
+                "{} runs on node4",
+                m.name
+            );
+        }
+    }
+    assert!(phase(&p, "drain").skipped.is_some());
+    assert!(phase(&p, "delete-kubeadm").skipped.is_some());
+    assert_eq!(
+        hosts(&p, "delete-node-object", "delete-node-object"),
+        ["node1"]
+    );
+    insta::assert_snapshot!("delete-worker-unreachable-outline", outline(&p));
+}
+
+#[test]
+fn forced_drain_bypasses_eviction_and_says_so() {
+    let l = lab();
+    let four = with_nodes(&l.full, &["node1", "node2", "node3", "node4"]);
+    let facts = ClusterFacts::assumed(&four);
+    let p = delete_plan(
+        &four,
+        &l.three,
+        "node4",
+        &facts,
+        DrainOptions {
+            force: true,
+            timeout: std::time::Duration::from_secs(120),
+        },
+        false,
+    );
+    let text = p.to_text();
+    assert!(
+        text.contains("drain node4 --ignore-daemonsets --delete-emptydir-data --force --disable-eviction --grace-period=30 --timeout=120s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("step drain-forced (timeout 210s, 3 attempts)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn etcd_member_add_and_remove_plans() {
+    let l = lab();
+    let mut roles = membership(&l.three.cluster);
+    let installed = l.three.clone();
+    roles.insert(
+        "node3".into(),
+        vec!["loadbalancer".into(), "master".into(), "worker".into()],
+    );
+    // node3 without etcd (a 2-member cluster would be even: the checks refuse it without the
+    // flag), then node3 back as a member.
+    let two = with_roles(&l.full, &roles);
+    let facts = ClusterFacts::assumed(&installed);
+    let v = check_etcd_remove(&installed, "node3", &facts, Guards::default());
+    let msg: String = v.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        msg.contains("leaves 2 etcd members, an even number"),
+        "{msg}"
+    );
+    assert!(msg.contains("--allow-even-etcd"), "{msg}");
+    let g = Guards {
+        allow_even_etcd: true,
+        ..Guards::default()
+    };
+    assert!(check_etcd_remove(&installed, "node3", &facts, g)
+        .problems
+        .is_empty());
+    let remove = build(
+        &remove_member_pipeline(&EtcdChange {
+            installed: &installed,
+            desired: &two,
+            node: "node3",
+            facts: &facts,
+        })
+        .expect("pipeline"),
+        &installed,
+    );
+    assert!(position(&remove, "apiserver-etcd-servers") < position(&remove, "etcd-member-remove"));
+    assert_eq!(hosts(&remove, "etcd-retire", "etcd-retire"), ["node3"]);
+    let rtext = remove.to_text();
+    assert!(rtext.contains("--etcd-servers=https://10.88.10.11:2379,https://10.88.10.12:2379"));
+    assert!(rtext.contains("init phase upload-config kubeadm"));
+    insta::assert_snapshot!("etcd-remove-member-plan", without_generated_keys(&rtext));
+
+    let facts2 = ClusterFacts::assumed(&two);
+    let v = check_etcd_add(&two, &installed, "node3", &facts2, Guards::default());
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    let add = build(
+        &add_member_pipeline(&EtcdChange {
+            installed: &two,
+            desired: &installed,
+            node: "node3",
+            facts: &facts2,
+        })
+        .expect("pipeline"),
+        &installed,
+    );
+    assert_eq!(hosts(&add, "etcd-join", "etcd-member-add"), ["node1"]);
+    assert_eq!(hosts(&add, "etcd-join", "install-etcd"), ["node3"]);
+    assert!(position(&add, "etcd-join") < position(&add, "apiserver-etcd-servers"));
+    let atext = add.to_text();
+    assert!(
+        atext.contains("member add node3 --peer-urls=https://10.88.10.13:2380"),
+        "{atext}"
+    );
+    insta::assert_snapshot!("etcd-add-member-plan", without_generated_keys(&atext));
+}
+
+#[test]
+fn the_joining_member_starts_with_initial_cluster_state_existing() {
+    let l = lab();
+    let mut layout = kubexm_install::modules::etcd::EtcdLayout::from_context(&l.three);
+    let fresh = layout.render_config("node3").expect("config");
+    assert!(fresh.contains("initial-cluster-state: \"new\""), "{fresh}");
+    layout.joining.insert("node3".into());
+    let joining = layout.render_config("node3").expect("config");
+    assert!(
+        joining.contains("initial-cluster-state: \"existing\""),
+        "{joining}"
+    );
+    assert!(joining.contains(
+        "initial-cluster: \"node1=https://10.88.10.11:2380,node2=https://10.88.10.12:2380,node3=https://10.88.10.13:2380\""
+    ));
+}
+
+#[test]
+fn checks_refuse_the_last_master_quorum_loss_and_two_changes_at_once() {
+    let l = lab();
+    // The last master.
+    let one = with_nodes(&l.full, &["node1", "node4"]);
+    let worker_only = with_nodes(&l.full, &["node4"]);
+    let facts = ClusterFacts::assumed(&one);
+    let v = check_delete(&one, &worker_only, "node1", &facts, Guards::default());
+    let msg: String = v.problems.iter().map(|p| format!("{p}\n")).collect();
+    assert!(msg.contains("node1 is the last master"), "{msg}");
+    assert!(msg.contains("runs the private registry"), "{msg}");
+    assert!(msg.contains("take their time from node1"), "{msg}");
+
+    // Quorum: with node2 unhealthy, removing node3 leaves 2 members, 1 healthy.
+    let mut facts = ClusterFacts::assumed(&l.three);
+    facts.assumed = false;
+    let etcd = facts.etcd.as_mut().expect("etcd facts");
+    etcd.health = vec![
+        EndpointHealth {
+            endpoint: "https://10.88.10.11:2379".into(),
+            health: true,
+            error: None,
+        },
+        EndpointHealth {
+            endpoint: "https://10.88.10.12:2379".into(),
+            health: false,
+            error: Some("context deadline exceeded".into()),
+        },
+        EndpointHealth {
+            endpoint: "https://10.88.10.13:2379".into(),
+            health: true,
+            error: None,
+        },
+    ];
+    let g = Guards {
+        allow_even_etcd: true,
+        ..Guards::default()
+    };
+    let v = check_etcd_remove(&l.three, "node3", &facts, g);
+    let msg: String = v.problems.iter().map(|p| format!("{p}\n")).collect();
+    assert!(
+        msg.contains("of which 1 are healthy, below the quorum of 2"),
+        "{msg}"
+    );
+    // Adding needs every member healthy.
+    let mut roles = membership(&l.three.cluster);
+    roles.insert("node4".into(), vec!["etcd".into(), "worker".into()]);
+    let four = with_roles(&l.full, &roles);
+    let with_worker = with_nodes(&l.full, &["node1", "node2", "node3", "node4"]);
+    let v = check_etcd_add(&with_worker, &four, "node4", &facts, g);
+    let msg: String = v.problems.iter().map(|p| format!("{p}\n")).collect();
+    assert!(msg.contains("member node2 is not healthy"), "{msg}");
+
+    // Two etcd members in one add-node.
+    let text = lab5_text(|t| t.replace("    etcd: [\"node[1:3]\"]", "    etcd: [\"node[1:5]\"]"));
+    let work = tempfile::tempdir().expect("tempdir");
+    let five = load(work.path(), &text, &lab_catalog());
+    let three = with_nodes(&five, &["node1", "node2", "node3"]);
+    let new = vec!["node4".to_string(), "node5".to_string()];
+    let v = check_add(&three, &five, &new, &ClusterFacts::assumed(&three), g);
+    let msg: String = v.problems.iter().map(|p| format!("{p}\n")).collect();
+    assert!(msg.contains("2 new etcd members (node4, node5)"), "{msg}");
+    assert!(msg.contains("one member at a time"), "{msg}");
+}
+
+#[test]
+fn stacked_etcd_masters_join_one_at_a_time() {
+    let text = lab5_text(|t| {
+        t.replace("  etcd:\n    type: kubexm\n    version: v3.4.23\n", "  etcd:\n    type: kubeadm\n")
+            .replace("    etcd: [\"node[1:3]\"]\n", "")
+            .replace(
+                "    - {name: node4, address: 10.88.10.14,",
+                "    - {name: node6, address: 10.88.10.16, user: root}\n    - {name: node4, address: 10.88.10.14,",
+            )
+            .replace("    master: [\"node[1:3]\", node5]", "    master: [\"node[1:3]\", node5, node6]")
+    });
+    let work = tempfile::tempdir().expect("tempdir");
+    let full = load(work.path(), &text, &lab_catalog());
+    let three = with_nodes(&full, &["node1", "node2", "node3"]);
+    let new = vec!["node5".to_string(), "node6".to_string()];
+    let v = check_add(
+        &three,
+        &full,
+        &new,
+        &ClusterFacts::assumed(&three),
+        Guards::default(),
+    );
+    let msg: String = v.problems.iter().map(|p| format!("{p}\n")).collect();
+    assert!(
+        msg.contains("2 new masters: each one adds a stacked etcd member"),
+        "{msg}"
+    );
+    // One stacked master leaving: kubeadm reset removes its member, checked gone after.
+    let four = with_nodes(&full, &["node1", "node2", "node3", "node5"]);
+    let facts = ClusterFacts::assumed(&four);
+    let p = delete_plan(
+        &four,
+        &three,
+        "node5",
+        &facts,
+        DrainOptions::default(),
+        false,
+    );
+    assert!(position(&p, "delete-kubeadm") < position(&p, "stacked-etcd-member"));
+    assert!(position(&p, "stacked-etcd-member") < position(&p, "delete-node-object"));
+    let text = p.to_text();
+    assert!(text.contains("exec etcd-node1 -- etcdctl"), "{text}");
+    assert!(text.contains("etcd member node5 gone"), "{text}");
+}
+
+fn kubexm_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/kubexm")
+        .join(name)
+}
+
+#[test]
+fn kubexm_path_add_master_reissues_the_api_server_certificate_one_master_at_a_time() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(kubexm_fixture("cluster.yaml"))
+        .expect("fixture")
+        .replace(
+            "  roleGroups:\n",
+            "    - {name: master4, address: 192.168.50.14}\n    - {name: worker3, address: 192.168.50.23}\n  roleGroups:\n",
+        )
+        .replace("    master: [\"master[1:3]\"]", "    master: [\"master[1:4]\"]")
+        .replace("    worker: [\"worker[1:2]\"]", "    worker: [\"worker[1:3]\"]");
+    let full = load(work.path(), &text, &kubexm_fixture("catalog-stand-in.yaml"));
+    let installed = with_nodes(
+        &full,
+        &["master1", "master2", "master3", "worker1", "worker2"],
+    );
+    let facts = ClusterFacts::assumed(&installed);
+    // A worker: only its own certificates and services.
+    let plus_worker = with_nodes(
+        &full,
+        &[
+            "master1", "master2", "master3", "worker1", "worker2", "worker3",
+        ],
+    );
+    let new = vec!["worker3".to_string()];
+    let p = add_plan(&installed, &plus_worker, &new, &facts);
+    assert_eq!(
+        hosts(&p, "kubexm-certs", "kubernetes-certificates"),
+        ["worker3"]
+    );
+    assert_eq!(
+        hosts(&p, "kubexm-nodes", "install-node-services"),
+        ["master1", "worker3"]
+    );
+    assert_eq!(hosts(&p, "kubexm-nodes", "register-nodes"), ["master1"]);
+    assert!(phase(&p, "kubexm-control-plane").skipped.is_some());
+    insta::assert_snapshot!("add-worker-kubexm-outline", outline(&p));
+
+    // A master: every master's certificates again (the API server's SANs name master4), one
+    // master at a time; its control plane; the load balancers.
+    let plus_master = with_nodes(
+        &full,
+        &[
+            "master1", "master2", "master3", "master4", "worker1", "worker2",
+        ],
+    );
+    let new = vec!["master4".to_string()];
+    let p = add_plan(&installed, &plus_master, &new, &facts);
+    let certs = phase(&p, "kubexm-certs")
+        .tasks
+        .iter()
+        .find(|t| t.name == "kubernetes-certificates")
+        .expect("certs");
+    assert_eq!(certs.hosts, ["master1", "master2", "master3", "master4"]);
+    assert!(!certs.parallel);
+    assert_eq!(
+        hosts(&p, "kubexm-control-plane", "install-control-plane"),
+        ["master4"]
+    );
+    assert_eq!(
+        hosts(&p, "etcd-certificates", "etcd-certificates"),
+        ["master4"]
+    );
+    let spec = kubexm_install::modules::kubexm::certs::apiserver_spec(
+        &kubexm_install::modules::kubexm::KubexmCluster::new(&plus_master).expect("cluster"),
+    )
+    .expect("spec");
+    assert!(format!("{spec:?}").contains("192.168.50.14"), "{spec:?}");
+    insta::assert_snapshot!("add-master-kubexm-outline", outline(&p));
+
+    // etcd add-member on the kubexm path: the API server units follow, one master at a time.
+    let mut roles = membership(&plus_master.cluster);
+    roles.insert("master4".into(), vec!["etcd".into(), "master".into()]);
+    let with_member = with_roles(&full, &roles);
+    let add = build(
+        &add_member_pipeline(&EtcdChange {
+            installed: &plus_master,
+            desired: &with_member,
+            node: "master4",
+            facts: &ClusterFacts::assumed(&plus_master),
+        })
+        .expect("pipeline"),
+        &with_member,
+    );
+    let t = phase(&add, "apiserver-etcd-servers")
+        .tasks
+        .iter()
+        .find(|t| t.name == "apiserver-etcd-servers")
+        .expect("task");
+    assert!(!t.parallel);
+    let atext = add.to_text();
+    assert!(atext.contains("https://192.168.50.14:2379"), "{atext}");
+    insta::assert_snapshot!("etcd-add-member-kubexm-outline", outline(&add));
+}
+
+/// `kubexm-install ARGS` in `work`.
+fn cli(work: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
+        .arg("--work-dir")
+        .arg(work)
+        .args(args)
+        .output()
+        .expect("run kubexm-install")
+}
+
+#[test]
+fn cli_day2_commands_are_discoverable_and_need_a_recorded_cluster() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let top = cli(work.path(), &["--help"]);
+    let help = String::from_utf8_lossy(&top.stdout);
+    for verb in ["add-node", "delete-node", "etcd"] {
+        assert!(help.contains(verb), "{verb} missing from --help:\n{help}");
+    }
+    let h = cli(work.path(), &["add-node", "--help"]);
+    let h = String::from_utf8_lossy(&h.stdout);
+    assert!(
+        h.contains("Examples:") && h.contains("--dry-run") && h.contains("--resume"),
+        "{h}"
+    );
+    let h = cli(work.path(), &["delete-node", "--help"]);
+    let h = String::from_utf8_lossy(&h.stdout);
+    assert!(
+        h.contains("--force-drain") && h.contains("--unreachable"),
+        "{h}"
+    );
+    let h = cli(work.path(), &["etcd", "--help"]);
+    let h = String::from_utf8_lossy(&h.stdout);
+    assert!(
+        h.contains("add-member") && h.contains("remove-member"),
+        "{h}"
+    );
+
+    let out = cli(work.path(), &["delete-node", "--node", "node3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no cluster is recorded"), "{err}");
+    let file = work.path().join("cluster.yaml");
+    std::fs::write(&file, lab5_text(|t| t)).expect("write");
+    let out = cli(
+        work.path(),
+        &["add-node", "-f", file.to_str().expect("utf-8"), "--dry-run"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no record of cluster lab"), "{err}");
+    assert!(err.contains("kubexm-install install"), "{err}");
+}
