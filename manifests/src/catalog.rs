@@ -14,8 +14,8 @@ use thiserror::Error;
 
 use crate::display::{Untrusted, UntrustedMax};
 use crate::model::Arch;
-use crate::osrelease::{OsRelease, BUILTIN_OS_RELEASES};
 use crate::name::check_component;
+use crate::osrelease::{OsRelease, BUILTIN_OS_RELEASES};
 use crate::version::KubeVersion;
 use crate::yaml::{self, YamlError};
 

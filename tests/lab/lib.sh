@@ -96,7 +96,10 @@ node_state() {
   sshx "$1" 'hostname; cat /etc/hostname
     new=$( [ -e '"$PKGS_BEFORE"' ] && dpkg-query -W -f="\${Package}\n" | grep -vxFf '"$PKGS_BEFORE"' || true)
     owned=$(for p in $new; do dpkg -L "$p" 2>/dev/null; done | sort -u)
-    from_new() { [ -n "$owned" ] && printf "%s\n" "$owned" | grep -qxF -- "$1"; }
+    ucf_new() { # a configuration file a new package made in its maintainer scripts (ucf), e.g. chrony.conf
+      local p; p=$(ucfq -w "$1" 2>/dev/null | cut -d: -f2) || return 1
+      [ -n "$p" ] && printf "%s\n" $new | grep -qxF -- "$p"; }
+    from_new() { [ -n "$owned" ] && { printf "%s\n" "$owned" | grep -qxF -- "$1" || ucf_new "$1"; }; }
     for f in /etc/hosts /etc/resolv.conf /etc/chrony/chrony.conf /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf /etc/fstab; do
       if from_new "$f" && ! head -n 1 "$f" 2>/dev/null | grep -q "^# Written by KubeXM"; then echo "absent or a new package'"'"'s $f"
       elif [ -e "$f" ]; then md5sum "$f"; else echo "absent or a new package'"'"'s $f"; fi; done
@@ -105,7 +108,7 @@ node_state() {
     for u in haproxy keepalived; do
       s=$(systemctl is-enabled $u 2>/dev/null) || true
       case "$s" in ""|disabled) echo "$u not enabled";; *) echo "$u $s";; esac; done
-    echo "sources.list.d: $(ls -A /etc/apt/sources.list.d 2>&1 | tr "\n" " ")"; md5sum /etc/apt/sources.list 2>&1'
+    echo "sources.list.d: $(ls -A /etc/apt/sources.list.d 2>&1 | tr "\n" " ")"; if [ -e /etc/apt/sources.list ]; then md5sum /etc/apt/sources.list; else echo "no /etc/apt/sources.list"; fi'
 }
 
 install() {
@@ -167,14 +170,17 @@ record_dpkg_log() {
     printf -v "DPKG_LOG_LINES_$n" '%s' "$(sshx $n 'wc -l </var/log/dpkg.log')"
   done
 }
-check_os_packages() {
-  local n lines installed
+check_os_packages() { # [LB PACKAGE...] (default: haproxy keepalived)
+  local n lines installed lb=("$@")
+  [ $# -gt 0 ] || lb=(haproxy keepalived)
   for n in node1 node2 node3; do
     sshx $n "grep -qx 'Signed-By: /var/lib/kubexm/repos/kubexm-repo-key.gpg' /etc/apt/sources.list.d/kubexm.sources && ! grep -qi trusted /etc/apt/sources.list.d/kubexm.sources" ||
       die "$n: no signed source for the bundle's repository"
+    [ "$(sshx $n 'ls -A /etc/apt/sources.list.d; ls /etc/apt/sources.list 2>/dev/null || true')" = kubexm.sources ] ||
+      die "$n: the bundle's source is not the node's only apt source"
     sshx $n "gpgv --keyring /var/lib/kubexm/repos/kubexm-repo-key.gpg /var/lib/kubexm/repos/debian-12/InRelease" >/dev/null 2>&1 ||
       die "$n: gpgv does not accept the repository's InRelease with the bundle's key"
-    for p in socat conntrack ipset ipvsadm ebtables chrony haproxy keepalived; do
+    for p in socat conntrack ipset ipvsadm ebtables chrony "${lb[@]}"; do
       sshx $n "dpkg-query -W -f='\${Status}' $p 2>/dev/null | grep -q 'install ok installed'" || die "$n: $p is not installed"
     done
     lines=DPKG_LOG_LINES_$n

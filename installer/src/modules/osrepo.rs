@@ -394,7 +394,7 @@ impl Module for OsRepoDeleteModule {
                 name: "remove-os-repository",
                 ops: vec![Op::Run(
                     RunCommand::new(format!("rm -rf -- {}", quoted.join(" ")))
-                    .unless(exists.join(" && ")),
+                        .unless(exists.join(" && ")),
                 )],
             },
         )])
@@ -433,7 +433,11 @@ mod tests {
         let hostile = parse_release("os.node1.id=deb\u{1b}[2Jian\nos.node1.version=12\n")
             .expect_err("refused");
         assert!(!hostile.contains('\u{1b}'), "{hostile}");
-        assert!(parse_release(&format!("os.n.id=debian\nos.n.version={}\n", "1".repeat(65))).is_err());
+        assert!(parse_release(&format!(
+            "os.n.id=debian\nos.n.version={}\n",
+            "1".repeat(65)
+        ))
+        .is_err());
     }
 
     #[test]
@@ -447,7 +451,10 @@ mod tests {
             key_asc: None,
             key_gpg: None,
         };
-        let repos = [repo("debian-12", "debian", "12"), repo("ubuntu-22.04", "ubuntu", "22.04")];
+        let repos = [
+            repo("debian-12", "debian", "12"),
+            repo("ubuntu-22.04", "ubuntu", "22.04"),
+        ];
         let name = |id, v| repo_matching(&repos, id, v).map(|r| r.release.as_str());
         assert_eq!(name("debian", "12"), Some("debian-12"));
         assert_eq!(name("debian", "12.4"), Some("debian-12"));
@@ -455,7 +462,14 @@ mod tests {
         assert_eq!(name("debian", "11"), None);
         assert_eq!(name("ubuntu", "22.04"), Some("ubuntu-22.04"));
         let err = no_repository("node3", "debian", "11", &repos).to_string();
-        for want in ["node3", "debian 11", "debian-12 (debian 12)", "spec.system.osReleases", "kubexm-build bundle", "`debian-11`"] {
+        for want in [
+            "node3",
+            "debian 11",
+            "debian-12 (debian 12)",
+            "spec.system.osReleases",
+            "kubexm-build bundle",
+            "`debian-11`",
+        ] {
             assert!(err.contains(want), "{want}: {err}");
         }
     }

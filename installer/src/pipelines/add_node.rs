@@ -41,8 +41,7 @@ use crate::facts::ClusterFacts;
 use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime,
-    scripts,
+    etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 

@@ -42,8 +42,8 @@ fn delete_plan_of_the_lab_cluster() {
             "delete-registry",
             "delete-loadbalancer",
             "delete-etcd",
-            "delete-scripts",
             "delete-os-repository",
+            "delete-scripts",
             "delete-node-prep"
         ],
         "reverse install order"

@@ -28,13 +28,19 @@ fn lab_with_os_release(
     Arc<kubexm_install::context::InstallContext>,
 ) {
     let lab = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab cluster");
-    assert!(lab.contains("\n  system:\n"), "the lab cluster has a system section");
+    assert!(
+        lab.contains("\n  system:\n"),
+        "the lab cluster has a system section"
+    );
     let lab = if lb.is_empty() {
         lab
     } else {
         // As tests/lab/lib.sh's with_os_releases writes it for the e2e scripts.
-        lab.replace("\n  system:\n", "\n  system:\n    osReleases: [debian-12]\n")
-            .replace("type: kubexm-kh", &format!("type: {lb}"))
+        lab.replace(
+            "\n  system:\n",
+            "\n  system:\n    osReleases: [debian-12]\n",
+        )
+        .replace("type: kubexm-kh", &format!("type: {lb}"))
     };
     let text = lab;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -68,7 +74,9 @@ fn the_plan_sets_up_the_bundle_repository_first_and_installs_only_from_it() {
     // The release is read from the node's /etc/os-release (matched against the bundle's
     // repositories on the control host).
     assert!(
-        text.contains(". /etc/os-release\nprintf '%s=%s\\n' os.node1.id \"${ID:-}\" os.node1.version \"${VERSION_ID:-}\""),
+        text.contains(
+            "printf '%s=%s\\n' os.node1.id \"${ID:-}\" os.node1.version \"${VERSION_ID:-}\""
+        ),
         "{text}"
     );
     // The repository, its key and a source naming the key.
@@ -123,8 +131,8 @@ fn delete_removes_the_repository_and_its_source() {
         .position(|m| *m == "delete-os-repository")
         .expect("module");
     assert_eq!(
-        modules[at + 1],
-        "delete-node-prep",
+        modules[at + 1..],
+        ["delete-scripts", "delete-node-prep"],
         "before /etc/kubexm and /var/lib/kubexm go"
     );
     let text = p.to_text();

@@ -96,7 +96,10 @@ fn plan_as_json_lists_modules_tasks_steps_and_ops() {
         .iter()
         .map(|m| m["name"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(modules[..4], ["preflight", "os-repository", "pre-install", "node-prep"]);
+    assert_eq!(
+        modules[..4],
+        ["preflight", "os-repository", "pre-install", "node-prep"]
+    );
     assert_eq!(
         v["modules"][1]["skipped"]
             .as_str()
@@ -105,7 +108,7 @@ fn plan_as_json_lists_modules_tasks_steps_and_ops() {
         "{}",
         v["modules"][1]
     );
-    let hosts_block = &v["modules"][2]["tasks"][0]["steps"]
+    let hosts_block = &v["modules"][3]["tasks"][0]["steps"]
         .as_array()
         .expect("steps")
         .iter()
