@@ -211,3 +211,104 @@ async fn upload_tree_uploads_checks_repairs_and_reverts() {
     assert!(out.success());
     assert!(!dest.exists());
 }
+
+/// A node whose release the bundle has no repository for stops the install at
+/// `install-os-repository`, naming the node, its release, what the bundle has and the field to
+/// add. The node is this machine (a real `/etc/os-release`, read by the real detect step through
+/// the local runner); the bundle carries a repository for rocky-9 only.
+#[tokio::test]
+async fn a_node_whose_release_has_no_repository_is_refused_naming_it() {
+    use kubexm_bundles::manifest::{OsRepoRecord, SigningKeyRecord};
+    use kubexm_install::context::BundleRef;
+    use kubexm_install::pipeline::executor::{ExecOptions, Executor};
+    use kubexm_install::pipeline::journal::Journal;
+    use kubexm_install::pipeline::Pipeline;
+    use kubexm_install::runner::local::LocalRunner;
+
+    let os = std::fs::read_to_string("/etc/os-release").expect("this host's os-release");
+    let field = |k: &str| {
+        os.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(|v| v.trim_matches('"').to_string())
+            .expect(k)
+    };
+    let (id, version) = (field("ID"), field("VERSION_ID"));
+    assert_ne!(id, "rocky", "the test needs a host that is not Rocky Linux");
+
+    let (dir, ctx) = lab_with_os_release("kubexm-kh");
+    let mut manifest = crate::intake::manifest_with(&[]);
+    manifest.os_repos = vec![OsRepoRecord {
+        release: "rocky-9".into(),
+        family: "rpm".into(),
+        os_id: "rocky".into(),
+        version_id: "9".into(),
+        path: "repos/rocky-9".into(),
+        signing_key: SigningKeyRecord {
+            fingerprint: "00".repeat(20),
+            armored: "repos/kubexm-repo-key.asc".into(),
+            binary: "repos/kubexm-repo-key.gpg".into(),
+        },
+        sources: Vec::new(),
+        packages: Vec::new(),
+    }];
+    let ctx = Arc::new(kubexm_install::context::InstallContext {
+        cluster: ctx.cluster.clone(),
+        nodes: ctx.nodes.clone(),
+        bundle: Some(BundleRef {
+            dir: dir.path().to_path_buf(),
+            manifest,
+        }),
+        keys: ctx.keys.clone(),
+        pki_dir: ctx.pki_dir.clone(),
+        resolution: ctx.resolution.clone(),
+        os_releases: ctx.os_releases.clone(),
+    });
+    let node = ctx.nodes[0].clone();
+    let pipeline = Pipeline {
+        name: "test".to_string(),
+        modules: vec![Box::new(kubexm_install::modules::osrepo::OsRepoModule(
+            ctx.clone(),
+        ))],
+    };
+    let work = tempfile::tempdir().expect("tempdir");
+    let runners: Vec<(
+        kubexm_install::pipeline::Node,
+        Arc<dyn kubexm_install::runner::Runner>,
+    )> = ctx
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.clone(),
+                Arc::new(LocalRunner::new(&n.name)) as Arc<dyn kubexm_install::runner::Runner>,
+            )
+        })
+        .collect();
+    let journal = Arc::new(Journal::create(work.path(), "test", vec![]).expect("journal"));
+    let exec = Executor::new(
+        runners,
+        journal,
+        ExecOptions {
+            concurrency: 1,
+            resume: false,
+            state_path: work.path().join("state.json"),
+        },
+    );
+    let err = format!(
+        "{:#}",
+        exec.run(&pipeline)
+            .await
+            .expect_err("no repository for this release")
+    );
+    for want in [
+        "install-os-repository".to_string(),
+        format!("node {} runs {id} {version}", node.name),
+        "rocky-9 (rocky 9)".to_string(),
+        "spec.system.osReleases".to_string(),
+        "kubexm-build bundle".to_string(),
+    ] {
+        assert!(err.contains(&want), "`{want}` not in:\n{err}");
+    }
+    // Nothing was written: the refusal comes before any upload.
+    assert!(!std::path::Path::new("/etc/apt/sources.list.d/kubexm.sources").exists());
+}
