@@ -81,7 +81,7 @@ pub async fn collect(
             }
             AddonLocation::Url { url } => {
                 let Some(sum) = e.sha256.as_deref() else {
-                    bail!("{at}: source.url `{url}` has no source.sha256; set it to the sha256sum of the file (sums are never guessed)");
+                    return Err(crate::exit::InvalidConfig(format!("{at}: source.url `{url}` has no source.sha256; set it to the sha256sum of the file (sums are never guessed)")).into());
                 };
                 check_sum(&at, sum)?;
                 let blob = fetcher

@@ -14,31 +14,74 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "kubexm-build",
     version,
     propagate_version = true,
-    args_override_self = true
+    args_override_self = true,
+    after_long_help = TOP_EXAMPLES
 )]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Log format and verbosity.
+    #[command(flatten)]
+    pub output: crate::output::OutputArgs,
 }
+
+const TOP_EXAMPLES: &str = "Examples:
+  kubexm-build validate -f cluster.yaml
+  kubexm-build bundle -f cluster.yaml -o demo.tar.zst
+  kubexm-build verify demo.tar.zst
+  kubexm-build completions bash > /etc/bash_completion.d/kubexm-build
+
+Exit codes: 0 done, 1 other failure, 2 usage, 3 invalid cluster.yaml, catalog, zone or imported
+file, 4 bundle refused by verify, 5 a download failed. The guide: installer/docs/guide.md.";
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the files, images and OS packages a cluster needs (only the OS repositories'
     /// signed indexes are downloaded).
+    #[command(after_help = RESOLVE_EXAMPLES)]
     Resolve(ResolveArgs),
     /// Check a cluster.yaml and report every problem.
+    #[command(after_help = VALIDATE_EXAMPLES)]
     Validate(SourceArgs),
     /// Download and verify everything the cluster needs and write one .tar.zst bundle.
+    #[command(after_help = BUNDLE_EXAMPLES)]
     Bundle(BundleArgs),
     /// Check every entry of a bundle against its SHA256SUMS and bundle.json.
+    #[command(after_help = VERIFY_EXAMPLES)]
     Verify(VerifyArgs),
     /// Convert another installer's configuration into a cluster.yaml.
+    #[command(after_help = IMPORT_EXAMPLES)]
     Import(ImportArgs),
     /// Make a key pair for signing bundles (minisign format: `minisign -V` checks signatures).
+    #[command(after_help = KEYGEN_EXAMPLES)]
     Keygen(KeygenArgs),
+    /// Print a shell completion script.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (kubexm-build.1 and one per subcommand) into a directory, or the
+    /// main page to standard output.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man {
+        /// Directory to write the pages into (default: the main page on standard output).
+        #[arg(short = 'o', long = "output", value_name = "DIR")]
+        output: Option<PathBuf>,
+    },
 }
+
+const COMPLETIONS_EXAMPLES: &str = "Examples:
+  kubexm-build completions bash > /etc/bash_completion.d/kubexm-build
+  kubexm-build completions zsh > \"${fpath[1]}/_kubexm-build\"
+  kubexm-build completions fish > ~/.config/fish/completions/kubexm-build.fish";
+
+const MAN_EXAMPLES: &str = "Examples:
+  kubexm-build man -o /usr/local/share/man/man1 && man kubexm-build-bundle
+  kubexm-build man | man -l -";
 
 /// `import` options.
 #[derive(Debug, Args)]
@@ -53,6 +96,7 @@ pub struct ImportArgs {
 pub enum ImportFrom {
     /// A KubeKey configuration: a v1alpha2 `Cluster` (KubeKey v1–v3, `kk create config`), or a v4
     /// `Config` with its `Inventory`.
+    #[command(after_help = IMPORT_EXAMPLES)]
     Kubekey(KubekeyArgs),
 }
 
@@ -239,3 +283,28 @@ pub enum Output {
     /// Stable JSON (see `formatVersion`).
     Json,
 }
+
+const RESOLVE_EXAMPLES: &str = "Examples:
+  kubexm-build resolve -f cluster.yaml
+  kubexm-build resolve -f cluster.yaml --zone cn -o json";
+
+const VALIDATE_EXAMPLES: &str = "Examples:
+  kubexm-build validate -f cluster.yaml
+  kubexm-build validate -f cluster.yaml --catalog my-catalog.yaml --zone-file my-zone.yaml";
+
+const BUNDLE_EXAMPLES: &str = "Examples:
+  kubexm-build bundle -f cluster.yaml -o demo.tar.zst
+  kubexm-build bundle -f cluster.yaml -o demo.tar.zst --sign kubexm.key --split 4G
+  kubexm-build bundle -f cluster.yaml -o delta.tar.zst --have site-inventory.json";
+
+const VERIFY_EXAMPLES: &str = "Examples:
+  kubexm-build verify demo.tar.zst
+  kubexm-build verify demo.tar.zst --trusted-key kubexm.pub
+  kubexm-build verify demo.tar.zst.parts.json";
+
+const IMPORT_EXAMPLES: &str = "Examples:
+  kubexm-build import kubekey -f config-sample.yaml -o cluster.yaml
+  kubexm-build import kubekey -f config.yaml -i inventory.yaml -o cluster.yaml";
+
+const KEYGEN_EXAMPLES: &str = "Examples:
+  kubexm-build keygen -o kubexm      # kubexm.key (0600) and kubexm.pub";

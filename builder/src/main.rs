@@ -5,10 +5,12 @@ mod cache;
 mod cli;
 mod commands;
 mod credentials;
+mod exit;
 mod fetch;
 mod images;
 mod oci_layout;
 mod osrepo;
+mod output;
 mod progress;
 mod sbom;
 
@@ -18,17 +20,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::{Cli, Command};
+use exit::ExitStatus;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KUBEXM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_target(false)
-        .init();
+    cli.output.init();
+    progress::set_enabled(cli.output.progress());
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = match &cli.command {
@@ -40,17 +37,20 @@ fn main() -> ExitCode {
             cli::ImportFrom::Kubekey(a) => commands::import::run(a, &mut out),
         },
         Command::Keygen(args) => commands::keygen::run(args, &mut out),
+        Command::Completions { shell } => output::completions(*shell),
+        Command::Man { output } => output::man(output.as_deref()),
     };
     let _ = out.flush();
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitStatus::Success.code(),
         Err(err) => {
+            let status = ExitStatus::of(&err, matches!(cli.command, Command::Verify(_)));
             let mut stderr = std::io::stderr().lock();
             let _ = writeln!(stderr, "error: {err}");
             for cause in err.chain().skip(1) {
                 let _ = writeln!(stderr, "  caused by: {cause}");
             }
-            ExitCode::FAILURE
+            status.code()
         }
     }
 }

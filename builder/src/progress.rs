@@ -1,9 +1,17 @@
 //! Progress: bars on a terminal, one log line per finished item otherwise.
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Allows or forbids bars for the whole process (`-q` and JSON logs forbid them).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
 
 /// Progress reporting for a whole command.
 #[derive(Clone)]
@@ -14,8 +22,7 @@ pub struct Progress {
 impl Progress {
     /// Bars when stderr is a terminal, log lines otherwise.
     pub fn auto() -> Self {
-        let multi = std::io::stderr()
-            .is_terminal()
+        let multi = (ENABLED.load(Ordering::Relaxed) && std::io::stderr().is_terminal())
             .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
         Self { multi }
     }

@@ -14,7 +14,8 @@ use clap::{Args, Parser, Subcommand};
     name = "kubexm-install",
     version,
     propagate_version = true,
-    args_override_self = true
+    args_override_self = true,
+    after_long_help = TOP_EXAMPLES
 )]
 pub(crate) struct Cli {
     /// The bundle to install (`kubexm-build bundle` output).
@@ -39,7 +40,19 @@ pub(crate) struct Cli {
     pub(crate) command: Option<Command>,
     #[command(flatten)]
     pub(crate) install: InstallArgs,
+    #[command(flatten)]
+    pub(crate) output: crate::output::OutputArgs,
 }
+
+const TOP_EXAMPLES: &str = "Examples:
+  kubexm-install install --bundle demo.tar.zst --accept-new-host-keys
+  kubexm-install plan --bundle demo.tar.zst
+  kubexm-install status -o json
+  kubexm-install completions bash > /etc/bash_completion.d/kubexm-install
+
+Exit codes: 0 done, 1 other failure, 2 usage, 3 invalid cluster.yaml or catalog, 4 bundle
+refused, 5 cannot connect to a node, 6 pipeline failed, 7 partial (status: a node unreachable
+or unhealthy). The guide: installer/docs/guide.md.";
 
 /// Flags of a full install (`install`, or `--bundle` without a subcommand).
 #[derive(Debug, Args)]
@@ -87,8 +100,10 @@ pub(crate) struct ConnectArgs {
 pub(crate) enum Command {
     /// Verify and unpack the bundle, then run the install pipeline over SSH on every host (the
     /// same as `kubexm-install --bundle FILE`).
+    #[command(after_help = INSTALL_EXAMPLES)]
     Install(InstallCmd),
     /// Check a cluster.yaml against the built-in catalog and report every problem.
+    #[command(after_help = CHECK_EXAMPLES)]
     Check {
         /// The cluster description.
         #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
@@ -100,6 +115,7 @@ pub(crate) enum Command {
     /// Verify and unpack a bundle into the work directory (skipped when already unpacked): a
     /// split bundle from its parts (FILE.parts.json), a delta bundle completed from what the
     /// site holds (--registry: the site registry, for blobs only it holds).
+    #[command(after_help = UNPACK_EXAMPLES)]
     Unpack {
         /// The bundle, or a split bundle's FILE.parts.json.
         #[arg(long, value_name = "FILE.tar.zst")]
@@ -109,14 +125,18 @@ pub(crate) enum Command {
     },
     /// Write what this site holds (the files of every unpacked bundle and, with --registry,
     /// the blobs the registry serves) for `kubexm-build bundle --have`.
+    #[command(after_help = INVENTORY_EXAMPLES)]
     Inventory(InventoryArgs),
     /// Push every image of a bundle into a registry.
+    #[command(after_help = SEED_EXAMPLES)]
     Seed(SeedArgs),
     /// Print the full ordered install plan (modules, tasks, steps, nodes, exact commands and
     /// file destinations) without connecting anywhere.
+    #[command(after_help = PLAN_EXAMPLES)]
     Plan(PlanArgs),
     /// Delete the cluster from its nodes: everything the install put there, in reverse order
     /// (OS packages stay). Refuses without --yes, printing what would be deleted.
+    #[command(after_help = DELETE_EXAMPLES)]
     Delete(DeleteArgs),
     /// Add the nodes that cluster.yaml has and the installed cluster does not (workers, masters,
     /// an etcd member), reusing the install's steps on them; shows the change, the facts and
@@ -132,6 +152,27 @@ pub(crate) enum Command {
     /// on a node of the cluster; the API servers follow, one master at a time.
     #[command(subcommand, after_help = ETCD_EXAMPLES)]
     Etcd(EtcdCommand),
+    /// The installed cluster: what KubeXM recorded (cluster.yaml and bundle last applied, when,
+    /// with what result) and what the nodes say now over SSH (roles, Kubernetes, etcd and
+    /// runtime versions, etcd health, the soonest certificate expiries, services down). A node
+    /// that cannot be reached is shown as unreachable; the command then exits 7 (partial).
+    #[command(after_help = STATUS_EXAMPLES)]
+    Status(StatusArgs),
+    /// Print a shell completion script.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: crate::output::Shell,
+    },
+    /// Write the man pages (kubexm-install.1 and one per subcommand) into a directory, or the
+    /// main page to standard output.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man {
+        /// Directory to write the pages into (default: the main page on standard output).
+        #[arg(short = 'o', long = "output", value_name = "DIR")]
+        output: Option<PathBuf>,
+    },
     /// Certificates of the installed cluster: every one KubeXM or kubeadm made, on every node
     /// and on the control host, with its expiry.
     #[command(subcommand, after_help = CERTS_EXAMPLES)]
@@ -148,6 +189,7 @@ pub(crate) enum CertsCommand {
     /// List every certificate (node, path, subject, issuer, expiry, days left; private keys are
     /// never read), warn under --warn-days, exit non-zero under --fail-under-days or when a
     /// node cannot be read.
+    #[command(after_help = CERTS_EXAMPLES)]
     Check(CertsCheckArgs),
 }
 
@@ -165,6 +207,38 @@ pub(crate) struct CertsCheckArgs {
     /// Exit non-zero when a certificate has fewer days left (expired ones count).
     #[arg(long, default_value_t = 30, value_name = "DAYS")]
     pub(crate) fail_under_days: i64,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
+
+const STATUS_EXAMPLES: &str = "Examples:
+  kubexm-install status
+  kubexm-install status --cluster prod -o json | jq '.nodes[] | select(.reachable | not)'
+
+The JSON form is documented in installer/docs/guide.md (\"kubexm-install status -o json\").";
+
+const COMPLETIONS_EXAMPLES: &str = "Examples:
+  kubexm-install completions bash > /etc/bash_completion.d/kubexm-install
+  kubexm-install completions zsh > \"${fpath[1]}/_kubexm-install\"
+  kubexm-install completions fish > ~/.config/fish/completions/kubexm-install.fish";
+
+const MAN_EXAMPLES: &str = "Examples:
+  kubexm-install man -o /usr/local/share/man/man1 && man kubexm-install-status
+  kubexm-install man | man -l -";
+
+/// `status` options.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The bundle, when the one the cluster was installed with is no longer unpacked in the
+    /// work directory.
+    #[arg(long, value_name = "FILE.tar.zst")]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = PlanFormat::Text)]
+    pub(crate) output: PlanFormat,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
 }
@@ -255,8 +329,10 @@ pub(crate) struct DeleteNodeArgs {
 pub(crate) enum EtcdCommand {
     /// Make a node of the cluster an etcd member (`member add`, then etcd on it with
     /// `initial-cluster-state: existing`).
+    #[command(after_help = ETCD_EXAMPLES)]
     AddMember(EtcdMemberArgs),
     /// Remove a node's etcd member (`member remove`), then stop etcd on it.
+    #[command(after_help = ETCD_EXAMPLES)]
     RemoveMember(EtcdMemberArgs),
 }
 
@@ -389,3 +465,37 @@ pub(crate) struct RegistryArgs {
     #[arg(long)]
     pub(crate) plain_http: bool,
 }
+
+const INSTALL_EXAMPLES: &str = "Examples:
+  kubexm-install install --bundle demo.tar.zst --accept-new-host-keys
+  kubexm-install install --bundle demo.tar.zst --dry-run     # the plan, nothing connected
+  kubexm-install install --bundle demo.tar.zst --resume      # after a failure: skip what finished
+  kubexm-install install --bundle demo.tar.zst -f cluster.yaml --trusted-key site.pub";
+
+const CHECK_EXAMPLES: &str = "Examples:
+  kubexm-install check -f cluster.yaml
+  kubexm-install check -f cluster.yaml --catalog my-catalog.yaml";
+
+const UNPACK_EXAMPLES: &str = "Examples:
+  kubexm-install unpack --bundle demo.tar.zst
+  kubexm-install unpack --bundle demo.tar.zst.parts.json        # a split bundle
+  kubexm-install unpack --bundle delta.tar.zst --registry 10.0.0.5:5000 --plain-http";
+
+const INVENTORY_EXAMPLES: &str = "Examples:
+  kubexm-install inventory -o site-inventory.json
+  kubexm-install inventory -o site-inventory.json --registry 10.0.0.5:5000 --plain-http
+  # on the connected machine: kubexm-build bundle -f cluster.yaml --have site-inventory.json";
+
+const SEED_EXAMPLES: &str = "Examples:
+  kubexm-install seed --bundle demo.tar.zst --registry 10.0.0.5:5000 --plain-http
+  echo \"$PASS\" | kubexm-install seed --bundle demo.tar.zst --registry harbor.local \\
+      --ca-file ca.pem --username admin --password-stdin --harbor --project kubexm";
+
+const PLAN_EXAMPLES: &str = "Examples:
+  kubexm-install plan -f cluster.yaml
+  kubexm-install plan --bundle demo.tar.zst --output json";
+
+const DELETE_EXAMPLES: &str = "Examples:
+  kubexm-install delete --bundle demo.tar.zst              # says what would be deleted
+  kubexm-install delete --bundle demo.tar.zst --dry-run    # the full delete plan
+  kubexm-install delete --bundle demo.tar.zst --yes";

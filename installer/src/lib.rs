@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod pipelines;
 pub mod pki;
 pub mod private_dir;
+pub mod progress;
 pub mod record;
 pub mod run;
 pub mod runner;

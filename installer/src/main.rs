@@ -5,6 +5,8 @@
 
 mod cli;
 mod commands;
+mod exit;
+mod output;
 
 use std::process::ExitCode;
 
@@ -12,14 +14,23 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use cli::{Cli, Command};
+use exit::{ExitStatus, UsageError};
 
 fn run(cli: Cli) -> Result<()> {
+    match &cli.command {
+        Some(Command::Completions { shell }) => return output::completions(*shell),
+        Some(Command::Man { output }) => return output::man(output.as_deref()),
+        _ => {}
+    }
     let trust = kubexm_install::intake::trust::TrustPolicy::load(&cli.trusted_keys)
         .context("Failed to load the trusted keys")?;
     match (cli.command, cli.bundle) {
         (Some(Command::Install(args)), top_bundle) => {
             let Some(bundle) = args.bundle.or(top_bundle) else {
-                anyhow::bail!("install needs --bundle FILE: the bundle to install");
+                return Err(UsageError(
+                    "install needs --bundle FILE: the bundle to install".into(),
+                )
+                .into());
             };
             commands::install::run(&bundle, &args.install, &cli.work_dir, &trust)
         }
@@ -39,34 +50,31 @@ fn run(cli: Cli) -> Result<()> {
         (Some(Command::DeleteNode(args)), _) => commands::delete_node::run(&args, &cli.work_dir),
         (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
         (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
+        (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
+        (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.
         (None, Some(bundle)) => {
             commands::install::run(&bundle, &cli.install, &cli.work_dir, &trust)
         }
-        (None, None) => {
-            anyhow::bail!("nothing to do: pass --bundle FILE or a subcommand (see --help)")
-        }
+        (None, None) => Err(UsageError(
+            "nothing to do: pass --bundle FILE or a subcommand (see --help)".into(),
+        )
+        .into()),
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KUBEXM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    cli.output.init();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitStatus::Success.code(),
         Err(err) => {
+            let status = ExitStatus::of(&err);
             eprintln!("error: {err}");
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
-            ExitCode::FAILURE
+            status.code()
         }
     }
 }

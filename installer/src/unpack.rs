@@ -295,6 +295,13 @@ fn extract_from(
     let sink = DirSink::new(&partial.path).map_err(io_err("create", &partial.path))?;
     let mut sink = WorkerSink::spawn(sink).map_err(io_err("create", &partial.path))?;
     tracing::info!(bundle = %bundle.display(), size, "verifying and unpacking bundle");
+    let reader = crate::progress::Counting::new(
+        reader,
+        crate::progress::bar(
+            size,
+            "{spinner} unpacking {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
+        ),
+    );
     let reader = Prefetch::spawn(reader).map_err(io_err("read", bundle))?;
     let verified = verify_limited(reader, &mut sink, limits);
     drop(sink);

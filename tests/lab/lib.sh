@@ -117,6 +117,11 @@ install() {
     --known-hosts "$LAB_KNOWN_HOSTS" "$@"
 }
 
+status() { # kubexm-install status ARGS...: the installed cluster's record and live facts
+  "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
+    "$BIN/kubexm-install" --work-dir "$work/kubexm" status --known-hosts "$LAB_KNOWN_HOSTS" "$@"
+}
+
 delete() {
   "$LAB" exec "$NAME" env KUBEXM_LAB_PASSWORD="$LAB_USER_PASSWORD" \
     "$BIN/kubexm-install" --work-dir "$work/kubexm" delete --bundle "$work/lab.tar.zst" -f "$work/cluster.yaml" \

@@ -286,10 +286,11 @@ fn refuse_unsummed_addons(lists: &Resolution) -> Result<()> {
         if let (kubexm_manifests::resolve::AddonLocation::Url { url }, None) =
             (&a.source, &a.sha256)
         {
-            anyhow::bail!(
+            return Err(crate::exit::InvalidConfig(format!(
                 "spec.addons `{}`: source.url `{url}` has no source.sha256; set it to the sha256sum of the file (sums are never guessed)",
                 a.addon
-            );
+            ))
+            .into());
         }
     }
     Ok(())

@@ -65,20 +65,22 @@ fn refuse_foreign(file: &std::path::Path) -> Result<()> {
             "kubexm-build import kubekey -f CONFIG.yaml --inventory {shown} -o cluster.yaml"
         ),
     };
-    anyhow::bail!(
+    Err(crate::exit::InvalidConfig(format!(
         "`{shown}` is a {}, not a KubeXM cluster.yaml\nhint: convert it first: {how}",
         format.describe()
-    )
+    ))
+    .into())
 }
 
 /// Formats resolver problems as an error.
 pub fn problems_error(file: &std::path::Path, problems: &[Problem]) -> anyhow::Error {
     let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
-    anyhow::anyhow!(
+    crate::exit::InvalidConfig(format!(
         "`{}` cannot be resolved ({} problem{}):\n{}",
         file.display(),
         problems.len(),
         if problems.len() == 1 { "" } else { "s" },
         list.join("\n")
-    )
+    ))
+    .into()
 }

@@ -503,7 +503,7 @@ fn verify_refuses_damaged_copies(lab: &Lab, good: &[u8]) {
     let cut = lab.path("cut.tar.zst");
     std::fs::write(&cut, &good[..good.len() / 2]).expect("write");
     let out = verify_cli(&cut);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         text(&out.stderr).to_lowercase().contains("truncated"),
         "{}",
@@ -534,7 +534,7 @@ fn verify_refuses_damaged_copies(lab: &Lab, good: &[u8]) {
     )
     .expect("write");
     let out = verify_cli(&tampered);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
     assert!(err.contains(&target), "the tampered entry is named: {err}");
 }
@@ -577,7 +577,7 @@ fn unpinned_network_files_and_unsummed_addon_urls_are_refused_before_any_downloa
     )
     .expect("write");
     let out = bundle(&lab, "v.tar.zst", "c-v", &[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains("from-url") && err.contains("source.sha256"),

@@ -21,7 +21,7 @@ fn file_faults_fail_clearly_or_recover() {
     // 404: permanent, named, nothing left behind.
     lab.mirror.inject(&path, Fault::NotFound);
     let out = bundle(&lab, "nf.tar.zst", "c-404", &[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(5));
     let err = text(&out.stderr);
     assert!(err.contains(&format!("GET {url} answered 404")), "{err}");
     assert!(
@@ -34,7 +34,7 @@ fn file_faults_fail_clearly_or_recover() {
     lab.mirror.inject(&path, Fault::Corrupt);
     lab.mirror.inject(&path, Fault::Corrupt);
     let out = bundle(&lab, "bad.tar.zst", "c-bad", &["--retries", "2"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(5));
     let err = text(&out.stderr);
     let expected = kubexm_testkit::sha256_hex(
         &std::fs::read(lab.mirror.root().join(path.trim_start_matches('/'))).expect("file"),
@@ -92,7 +92,7 @@ fn registry_faults_fail_clearly_or_recover() {
     // No credentials for the private registry: a clear 401 error naming the registry.
     write_cluster(lab.dir.path(), None);
     let out = bundle(&lab, "noauth.tar.zst", "c-401", &["--retries", "2"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(5));
     let err = text(&out.stderr);
     let host = lab.private.host();
     assert!(

@@ -159,7 +159,7 @@ fn signed_split_bundle_with_sbom_verifies_and_refuses_tampering() {
             "other.pub",
         ],
     );
-    assert_eq!(v.status.code(), Some(1));
+    assert_eq!(v.status.code(), Some(4));
     let err = text(&v.stderr);
     assert!(
         err.contains("not a trusted key") && err.contains(&key_id),
@@ -178,7 +178,7 @@ fn signed_split_bundle_with_sbom_verifies_and_refuses_tampering() {
         &lab,
         &["verify", "s.tar.zst.parts.json", "--trusted-key", "k.pub"],
     );
-    assert_eq!(v.status.code(), Some(1));
+    assert_eq!(v.status.code(), Some(4));
     assert!(
         text(&v.stderr).contains("does not match"),
         "{}",
@@ -192,7 +192,7 @@ fn signed_split_bundle_with_sbom_verifies_and_refuses_tampering() {
     bytes[4096] ^= 0x5a;
     std::fs::write(&p2, &bytes).expect("write");
     let v = build_cli(&lab, &["verify", "s.tar.zst.parts.json"]);
-    assert_eq!(v.status.code(), Some(1));
+    assert_eq!(v.status.code(), Some(4));
     let err = text(&v.stderr);
     assert!(
         err.contains(&format!("1 of the {} parts", parts.len()))
@@ -314,7 +314,7 @@ fn a_signature_does_not_carry_over_to_another_bundle() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     std::fs::copy(lab.path("a.tar.zst.minisig"), lab.path("b.tar.zst.minisig")).expect("copy");
     let v = build_cli(&lab, &["verify", "b.tar.zst", "--trusted-key", "k.pub"]);
-    assert_eq!(v.status.code(), Some(1));
+    assert_eq!(v.status.code(), Some(4));
     assert!(
         text(&v.stderr).contains("does not match"),
         "{}",

@@ -187,7 +187,7 @@ fn a_refused_import_writes_nothing() {
             "c.yaml",
         ],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains("v1.21.5") && err.contains("--kubernetes-version"),
@@ -206,7 +206,7 @@ fn other_commands_send_a_kubekey_file_to_import() {
     let sample = fixture("v1alpha2-config-example.yaml");
     for cmd in ["validate", "resolve", "bundle"] {
         let out = kubexm_build(dir.path(), &[cmd, "-f", &sample]);
-        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        assert_eq!(out.status.code(), Some(3), "{cmd}");
         let err = text(&out.stderr);
         assert!(
             err.contains("is a KubeKey v1alpha2 Cluster, not a KubeXM cluster.yaml"),

@@ -4,6 +4,7 @@ mod bundle_delta;
 mod bundle_e2e;
 mod bundle_faults;
 mod bundle_trust;
+mod discover;
 mod import_cli;
 mod os_repo;
 mod os_rpm;

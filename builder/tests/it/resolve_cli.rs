@@ -153,7 +153,7 @@ fn bad_inputs_fail_with_a_named_cause() {
     let bad = dir.path().join("cluster.yaml");
     std::fs::write(&bad, "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec:\n  hosts: [{name: a, address: 10.0.0.1, colour: red}]\n").expect("write");
     let out = kubexm_build(&["resolve", "-f", &bad.display().to_string()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains(&format!("{}:5:40: unknown field `colour`", bad.display())),
@@ -161,7 +161,7 @@ fn bad_inputs_fail_with_a_named_cause() {
     );
 
     let out = kubexm_build(&["resolve", "-f", "/nonexistent/cluster.yaml"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(text(&out.stderr).contains("cannot read `/nonexistent/cluster.yaml`"));
 
     let out = kubexm_build(&[
@@ -171,7 +171,7 @@ fn bad_inputs_fail_with_a_named_cause() {
         "--zone",
         "mars",
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(text(&out.stderr).contains("unknown zone `mars`"));
 
     let catalog = dir.path().join("catalog.yaml");
@@ -187,7 +187,7 @@ fn bad_inputs_fail_with_a_named_cause() {
         "--catalog",
         &catalog.display().to_string(),
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stderr).contains("unknown placeholder `{flavour}`"),
         "{}",
@@ -205,7 +205,7 @@ fn validate_reports_every_problem() {
         .replace("podCidr: 10.233.64.0/18", "podCidr: 10.233.0.0/16");
     std::fs::write(&f, text_in).expect("write");
     let out = kubexm_build(&["validate", "-f", &f.display().to_string()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(err.contains("(2 problems)"), "{err}");
     assert!(

@@ -26,6 +26,8 @@ pub struct Found {
     pub source: Source,
     /// Subject (RFC 4514, escaped for printing).
     pub subject: String,
+    /// The subject's first common name (escaped; empty when none).
+    pub common_name: String,
     /// Issuer (RFC 4514, escaped).
     pub issuer: String,
     /// Not after, Unix seconds.
@@ -284,10 +286,18 @@ pub fn read_certificate(der: &[u8]) -> Result<Found, String> {
         .ok()
         .flatten()
         .is_some_and(|b| b.value.ca);
+    let common_name = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(escape)
+        .unwrap_or_default();
     Ok(Found {
         path: String::new(),
         source: Source::Certificate,
         subject: escape(&cert.subject().to_string()),
+        common_name,
         issuer: escape(&cert.issuer().to_string()),
         not_after: cert.validity().not_after.timestamp(),
         not_before: cert.validity().not_before.timestamp(),

@@ -1,17 +1,18 @@
 //! `certs check`: the certificate inventory of the installed cluster (see
-//! [`kubexm_install::certs`]), as a table or JSON; exits non-zero when a certificate has fewer
-//! days left than `--fail-under-days`.
+//! [`kubexm_install::certs`]), as a table or JSON; exits 7 (partial, see `crate::exit`) when a
+//! certificate has fewer days left than `--fail-under-days` or a node cannot be read.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use kubexm_install::certs::{self, Places};
 use kubexm_install::run;
 use kubexm_install::runner::Runner;
 
 use super::day2::Session;
 use crate::cli::{CertsCheckArgs, CertsCommand, Day2Args, PlanFormat};
+use crate::exit::{PartialError, UsageError};
 
 pub(crate) fn run(cmd: &CertsCommand, work_dir: &std::path::Path) -> Result<()> {
     match cmd {
@@ -21,11 +22,11 @@ pub(crate) fn run(cmd: &CertsCommand, work_dir: &std::path::Path) -> Result<()> 
 
 fn check(args: &CertsCheckArgs, work_dir: &std::path::Path) -> Result<()> {
     if args.fail_under_days > args.warn_days {
-        bail!(
+        return Err(UsageError(format!(
             "--fail-under-days {} is more than --warn-days {}: a certificate would fail the check without a warning",
-            args.fail_under_days,
-            args.warn_days
-        );
+            args.fail_under_days, args.warn_days
+        ))
+        .into());
     }
     let common = Day2Args {
         file: None,
@@ -83,15 +84,16 @@ fn check(args: &CertsCheckArgs, work_dir: &std::path::Path) -> Result<()> {
     );
     eprintln!("{summary}");
     if !failing.is_empty() {
-        bail!(
+        return Err(PartialError(format!(
             "{} certificate(s) have fewer than {} days left (--fail-under-days): {}; renew them before they expire (kubeadm path: `kubeadm certs renew all` on each master, then restart its control-plane pods)",
             failing.len(),
             args.fail_under_days,
             failing.join(", ")
-        );
+        ))
+        .into());
     }
     if !inv.unreachable.is_empty() {
-        bail!(
+        return Err(PartialError(format!(
             "the certificates of {} could not be read: {}",
             inv.unreachable
                 .keys()
@@ -103,7 +105,8 @@ fn check(args: &CertsCheckArgs, work_dir: &std::path::Path) -> Result<()> {
                 .map(|(n, w)| format!("{n}: {w}"))
                 .collect::<Vec<_>>()
                 .join("; ")
-        );
+        ))
+        .into());
     }
     Ok(())
 }

@@ -290,8 +290,8 @@ impl Session {
 
 /// Connections to the nodes and the facts gathered over them.
 pub(crate) struct Connected {
-    runtime: tokio::runtime::Runtime,
-    runners: Vec<(Node, Arc<dyn Runner>)>,
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) runners: Vec<(Node, Arc<dyn Runner>)>,
     /// The facts.
     pub(crate) facts: ClusterFacts,
 }

@@ -12,6 +12,7 @@ pub(crate) mod install;
 pub(crate) mod inventory;
 pub(crate) mod plan;
 pub(crate) mod seed;
+pub(crate) mod status;
 pub(crate) mod unpack;
 
 use std::path::PathBuf;
@@ -42,7 +43,6 @@ pub(crate) fn take_in(
             kubexm_install::intake::trust::TRUSTED_KEYS_ENV,
             bundle.display()
         );
-        tracing::warn!(bundle = %bundle.display(), "no trusted key configured; signature not checked");
     }
     let prepared = prepare(bundle, work_dir, trust, registry)
         .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;

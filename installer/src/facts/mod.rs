@@ -13,6 +13,7 @@
 //! matters.
 
 pub mod checks;
+pub mod node;
 pub mod parse;
 
 use kubexm_manifests::resolve::Role;

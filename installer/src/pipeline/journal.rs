@@ -127,7 +127,7 @@ impl Journal {
             pipeline: pipeline.to_string(),
             paths,
             secrets: secrets.into_iter().filter(|s| s.len() >= 3).collect(),
-            live: std::io::stderr().is_terminal(),
+            live: std::io::stderr().is_terminal() && crate::progress::enabled(),
             steps: Mutex::new(BTreeMap::new()),
         })
     }

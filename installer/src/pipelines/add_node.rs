@@ -21,7 +21,9 @@
 //!    `kubexm-nodes` (kubelet and kube-proxy; the first master waits for them and labels them).
 //!    kubeadm path: `kubeadm` on the new nodes and the first master: fresh join credentials on
 //!    the first master (a new token when the kept one is near its end, certificates uploaded
-//!    again when they expired), the joins, roles and labels.
+//!    again when they expired), the joins, roles and labels; then `apiserver-certificates`:
+//!    with a new master, every master's API server certificate re-issued with it in its SANs
+//!    (`kubeadm-reconfigure`, one master at a time; those already done change nothing).
 //! 9. `local-api-proxies` — with a new master, every worker's local API proxy (internal
 //!    haproxy/nginx) lists it.
 //! 10. `network` — from the first master: the pod network (unchanged) and every node Ready.
@@ -172,6 +174,17 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
                     // the pre-init kubeconfig and back.
                     .except(&["kube-vip-first-master"])
                     .scope(with(std::slice::from_ref(&first))?),
+            );
+            // Every master's API server certificate lists every master (SANs): with a new
+            // master, the others' are re-issued too, one master at a time.
+            phases.push(
+                Phase::new("apiserver-certificates", kubeadm::KubeadmModule(d.clone()))
+                    .only(&["kubeadm-reconfigure"])
+                    .scope(d.scope(&masters)?)
+                    .skip_if(
+                        new_masters.is_empty(),
+                        "no new master: the API server certificates' SANs do not change",
+                    ),
             );
         }
     }

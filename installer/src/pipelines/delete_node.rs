@@ -18,7 +18,10 @@
 //!    when the node was unreachable).
 //! 7. `delete-node-object` — `kubectl delete node`, after the reset (see
 //!    [`crate::modules::membership`]).
-//! 8. `node-prep` — every node that stays: the managed `/etc/hosts` block without the node.
+//! 8. `apiserver-certificates` (kubeadm path, a master) — every master that stays gets its API
+//!    server certificate re-issued without the master's name and address (`kubeadm-reconfigure`,
+//!    one master at a time), so that a later re-run finds nothing to change.
+//! 9. `node-prep` — every node that stays: the managed `/etc/hosts` block without the node.
 
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
@@ -32,7 +35,7 @@ use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdLeaveModule, StackedM
 use crate::modules::membership::{
     DeleteNodeObjectModule, DrainModule, DrainOptions, LocalProxiesModule,
 };
-use crate::modules::{kubexm, loadbalancer, os};
+use crate::modules::{kubeadm, kubexm, loadbalancer, os};
 use crate::pipeline::{Module, Pipeline};
 
 /// The node leaving and the cluster before and after.
@@ -151,6 +154,17 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
         )
         .skip_if(!registered, "the node is not registered in the API"),
     );
+    if i.cluster.file.spec.kubernetes.kind == KubernetesType::Kubeadm {
+        phases.push(
+            Phase::new("apiserver-certificates", kubeadm::KubeadmModule(d.clone()))
+                .only(&["kubeadm-reconfigure"])
+                .scope(d.scope(&d.with_role(Role::Master))?)
+                .skip_if(
+                    !master,
+                    "not a master: the API server certificates' SANs do not change",
+                ),
+        );
+    }
     phases.push(Phase::new("node-prep", os::NodePrepModule(d.clone())));
     Ok(Pipeline {
         name: "delete-node".to_string(),

@@ -400,16 +400,7 @@ pub async fn seed_with(
 
 /// A blob progress bar when stderr is a terminal; JSON log lines are written either way.
 fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(total);
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{spinner} blobs {pos}/{len} {wide_bar} {msg}")
-        {
-            bar.set_style(style);
-        }
-        bar
-    })
+    crate::progress::bar(total, "{spinner} blobs {pos}/{len} {wide_bar} {msg}")
 }
 
 fn blob_done(

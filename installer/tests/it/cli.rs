@@ -26,7 +26,7 @@ fn lab(file: &str) -> Vec<u8> {
 
 /// A bundle with the lab's cluster.yaml and catalog and, for every file the resolver lists, a
 /// small stand-in (the plan names files, it does not run them).
-fn lab_bundle(dir: &Path) -> PathBuf {
+pub(crate) fn lab_bundle(dir: &Path) -> PathBuf {
     let lab_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
     let ctx = load_context(
         &lab_dir.join("cluster.yaml"),

@@ -346,6 +346,15 @@ fn add_master_plan_kubeadm_path_updates_every_load_balancer_one_at_a_time() {
     );
     assert_eq!(hosts(&p, "kubeadm", "join-control-plane"), ["node5"]);
     assert!(position(&p, "loadbalancer") < position(&p, "kubeadm"));
+    // Every master's API server certificate gets node5 in its SANs, after node5 joined.
+    assert_eq!(
+        hosts(&p, "apiserver-certificates", "kubeadm-reconfigure"),
+        ["node1", "node2", "node3", "node5"]
+    );
+    assert_eq!(
+        position(&p, "apiserver-certificates"),
+        position(&p, "kubeadm") + 1
+    );
     insta::assert_snapshot!("add-master-kubeadm-outline", outline(&p));
     // The backends every haproxy gets.
     let cfg = kubexm_install::modules::loadbalancer::api_backends(&four).expect("backends");
@@ -382,6 +391,7 @@ fn delete_master_plan_drains_removes_the_member_resets_then_deletes_the_node() {
         "delete-kubeadm",
         "delete-etcd",
         "delete-node-object",
+        "apiserver-certificates",
         "node-prep",
     ];
     for w in order.windows(2) {
@@ -394,6 +404,11 @@ fn delete_master_plan_drains_removes_the_member_resets_then_deletes_the_node() {
     }
     assert_eq!(hosts(&p, "drain", "cordon-drain"), ["node1"]);
     assert_eq!(hosts(&p, "delete-kubeadm", "delete-kubernetes"), ["node5"]);
+    // The masters that stay: API server certificates without node5.
+    assert_eq!(
+        hosts(&p, "apiserver-certificates", "kubeadm-reconfigure"),
+        ["node1", "node2", "node3"]
+    );
     assert_eq!(
         hosts(&p, "etcd-member-remove", "etcd-member-remove"),
         ["node1"]

@@ -120,7 +120,7 @@ fn trusted_keys_refuse_unsigned_and_foreign_bundles_before_unpacking() {
             &other.display().to_string(),
         ],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         text(&out.stderr).contains("is not signed"),
         "{}",
@@ -145,7 +145,7 @@ fn trusted_keys_refuse_unsigned_and_foreign_bundles_before_unpacking() {
             &other.display().to_string(),
         ],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
     assert!(
         err.contains("not a trusted key") && err.contains(&stranger.public().id().to_string()),
@@ -169,7 +169,7 @@ fn trusted_keys_refuse_unsigned_and_foreign_bundles_before_unpacking() {
             &other.display().to_string(),
         ],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         text(&out.stderr).contains("does not match"),
         "{}",
@@ -215,7 +215,7 @@ fn a_split_bundle_is_unpacked_from_its_parts_and_a_damaged_part_is_named() {
     std::fs::write(&p2, &bytes).expect("write");
     let work2 = d.join("work2");
     let out = install(&work2, &["unpack", "--bundle", &idx]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
     let n = index.parts.len();
     assert!(
@@ -286,7 +286,7 @@ fn a_delta_without_its_base_is_refused_and_inventory_lists_the_site() {
         &empty,
         &["unpack", "--bundle", &delta.display().to_string()],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
     assert!(
         err.contains("the site does not hold") && err.contains("files/etcd/v3.5.16/amd64/etcd"),

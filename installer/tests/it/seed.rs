@@ -667,7 +667,7 @@ fn cli_seeds_a_bundle_and_refuses_a_tampered_one_before_pushing() {
         ],
         Some("pw-from-stdin\n"),
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&name), "the tampered entry is named: {err}");
     assert_eq!(uploads(&target), 0, "nothing pushed from a bad bundle");

@@ -4,6 +4,7 @@
 //! injection, [`Registry`] runs Debian's `docker-registry` (distribution 2.8), and
 //! [`images`] builds tiny real OCI images with `umoci` and pushes them with `skopeo`, and
 //! [`Sshd`] runs Debian's OpenSSH server.
+//! [`cli`] checks a binary's help, completions and man pages.
 //! Servers bind to `127.0.0.1`, are ready when their constructor returns (readiness is
 //! awaited under a timeout, never slept for) and are torn down on `Drop`.
 //!
@@ -32,6 +33,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cli;
 pub mod images;
 mod mirror;
 mod registry;

@@ -1,0 +1,353 @@
+//! What an operator sees and what scripts can rely on, through the real binary: on a terminal
+//! (a pseudo-terminal made by util-linux `script(1)`) log lines are text, never JSON, unless
+//! `--log-format json` / `KUBEXM_LOG_FORMAT=json` asks; `-q` keeps only warnings; each class of
+//! failure exits with its documented code; every `--help` carries examples; the completion
+//! scripts parse in their shells and the man pages render with groff; `status` shows nodes it
+//! cannot reach as unreachable and exits 7 (partial).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::cli::lab_bundle;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubexm-install");
+
+/// Runs `kubexm-install ARGS` under a pseudo-terminal (`script -q -e -c`), with `envs` set;
+/// returns the exit code and what the terminal showed (stdout and stderr, interleaved).
+fn on_tty(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
+    let line = std::iter::once(BIN)
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env_remove("KUBEXM_LOG_FORMAT")
+        .env_remove("KUBEXM_LOG")
+        .env_remove("KUBEXM_TRUSTED_KEYS")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("script(1) from util-linux runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Terminal output as lines: ANSI sequences removed, carriage returns as line ends, progress
+/// bar frames (timing-dependent) dropped, `dir` shown as `DIR`, the bundle digest as
+/// `<digest>` and its size as `size=<n>`.
+fn screen(raw: &str, dir: &Path) -> Vec<String> {
+    let mut plain = String::new();
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for d in chars.by_ref() {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        plain.push(if c == '\r' { '\n' } else { c });
+    }
+    let d = dir.display().to_string();
+    plain
+        .lines()
+        .map(|l| l.trim_end().replace(&d, "DIR"))
+        .filter(|l| !l.is_empty() && !is_bar_frame(l))
+        .map(|l| {
+            // The content digest: 64 hex characters.
+            let mut out = String::new();
+            let mut run = String::new();
+            for ch in l.chars().chain(std::iter::once(' ')) {
+                if ch.is_ascii_hexdigit() {
+                    run.push(ch);
+                } else {
+                    out.push_str(if run.len() == 64 { "<digest>" } else { &run });
+                    run.clear();
+                    out.push(ch);
+                }
+            }
+            match out.split_once(" size=") {
+                Some((a, b)) => {
+                    let rest = b.trim_start_matches(|c: char| c.is_ascii_digit());
+                    format!("{a} size=<n>{rest}").trim_end().to_string()
+                }
+                None => out.trim_end().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// A frame of the unpack progress bar (`unpacking 1.2 MiB/3.4 MiB …`), not a log line.
+fn is_bar_frame(l: &str) -> bool {
+    l.contains(" unpacking ") && l.contains('/') && !l.contains("bundle")
+}
+
+#[test]
+fn a_terminal_gets_text_log_lines_and_json_only_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bundle = lab_bundle(dir.path());
+    let bundle = bundle.to_str().expect("utf-8");
+    let work = dir.path().join("work");
+    let work = work.to_str().expect("utf-8");
+
+    let (code, raw) = on_tty(&["--work-dir", work, "unpack", "--bundle", bundle], &[]);
+    let text = screen(&raw, dir.path());
+    assert_eq!(code, 0, "{raw}");
+    assert!(
+        text.iter().all(|l| !l.trim_start().starts_with('{')),
+        "a JSON line on the terminal without --log-format json:\n{}",
+        text.join("\n")
+    );
+    assert!(
+        text.iter()
+            .any(|l| l.contains("INFO") && l.contains("bundle unpacked")),
+        "{}",
+        text.join("\n")
+    );
+    insta::assert_snapshot!("unpack_on_a_terminal", text.join("\n"));
+
+    // The same, again (already unpacked), with -q: warnings and the result only.
+    let (code, raw) = on_tty(
+        &["--work-dir", work, "-q", "unpack", "--bundle", bundle],
+        &[],
+    );
+    let quiet = screen(&raw, dir.path());
+    assert_eq!(code, 0, "{raw}");
+    assert!(
+        quiet.iter().all(|l| !l.contains("INFO")),
+        "{}",
+        quiet.join("\n")
+    );
+    assert!(
+        quiet
+            .iter()
+            .any(|l| l.contains("already unpacked in DIR/work/bundles/<digest>")),
+        "{}",
+        quiet.join("\n")
+    );
+
+    // JSON when asked, by flag or by environment: every log line is one JSON object.
+    for (args, envs) in [
+        (vec!["--log-format", "json"], vec![]),
+        (vec![], vec![("KUBEXM_LOG_FORMAT", "json")]),
+    ] {
+        let mut all = vec!["--work-dir", work];
+        all.extend(args);
+        all.extend(["unpack", "--bundle", bundle]);
+        let (code, raw) = on_tty(&all, &envs);
+        assert_eq!(code, 0, "{raw}");
+        let lines = screen(&raw, dir.path());
+        let json: Vec<serde_json::Value> = lines
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect();
+        assert!(
+            json.iter().any(
+                |v| v["level"] == "INFO" && v["fields"]["message"] == "bundle already unpacked"
+            ),
+            "{}",
+            lines.join("\n")
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.starts_with('{') || !l.contains("INFO")),
+            "a text log line with JSON asked for:\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+fn run(args: &[&str], work: &Path) -> Output {
+    Command::new(BIN)
+        .arg("--work-dir")
+        .arg(work)
+        .args(args)
+        .env_remove("KUBEXM_TRUSTED_KEYS")
+        .env("KUBEXM_LAB_PASSWORD", "not-used")
+        .env("KUBEXM_LOG", "off")
+        .output()
+        .expect("kubexm-install runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The lab cluster.yaml with every node on a loopback address whose SSH port refuses
+/// connections at once (port 1).
+fn unreachable_cluster(dir: &Path) -> PathBuf {
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/cluster.yaml");
+    let mut yaml = std::fs::read_to_string(lab).expect("lab cluster.yaml");
+    for i in 1..=3 {
+        yaml = yaml.replace(
+            &format!("address: 10.88.10.1{i},"),
+            &format!("address: 127.0.0.{}, port: 1,", 10 + i),
+        );
+    }
+    assert_eq!(yaml.matches("port: 1,").count(), 3, "{yaml}");
+    let path = dir.join("cluster.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    path
+}
+
+#[test]
+fn each_failure_class_exits_with_its_documented_code() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+
+    // 2: usage, from the parser and from a verb missing what it needs.
+    assert_eq!(run(&["--no-such-flag"], &work).status.code(), Some(2));
+    let out = run(&["install"], &work);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
+    // 3: cluster.yaml that breaks the rules.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec: {hosts: []}\n",
+    )
+    .expect("write");
+    let out = run(&["check", "-f", bad.to_str().expect("utf-8")], &work);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+
+    // 4: a damaged bundle is refused.
+    let bundle = lab_bundle(dir.path());
+    let mut bytes = std::fs::read(&bundle).expect("read");
+    bytes.truncate(bytes.len() / 2);
+    let cut = dir.path().join("cut.tar.zst");
+    std::fs::write(&cut, bytes).expect("write");
+    let out = run(&["unpack", "--bundle", cut.to_str().expect("utf-8")], &work);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+
+    // 5: no node accepts the connection.
+    let cluster = unreachable_cluster(dir.path());
+    let out = run(
+        &[
+            "install",
+            "--bundle",
+            bundle.to_str().expect("utf-8"),
+            "-f",
+            cluster.to_str().expect("utf-8"),
+            "--accept-new-host-keys",
+        ],
+        &work,
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("cannot connect to 3 node(s)"), "{err}");
+}
+
+#[test]
+fn status_shows_unreachable_nodes_and_exits_partial() {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let cluster = unreachable_cluster(dir.path());
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
+    let ctx = kubexm_install::context::load_context(
+        &cluster,
+        Some(&lab.join("mirror/catalog-lab.yaml")),
+        None,
+        &work,
+    )
+    .expect("context");
+    let yaml = std::fs::read_to_string(&cluster).expect("read");
+    let op = Operation {
+        operation: "install".into(),
+        nodes: ctx.all(),
+        started_at: "2026-11-23T22:00:00.000Z".into(),
+        finished_at: "2026-11-23T22:05:00.000Z".into(),
+        seconds: 300.0,
+        result: Outcome::Succeeded,
+        error: None,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
+        bundle_digest: None,
+    };
+    Records::new(&work)
+        .finish(
+            "lab",
+            op,
+            Some(Applied {
+                cluster_yaml: &yaml,
+                base_dir: dir.path(),
+                bundle_digest: None,
+                nodes: record::membership(&ctx.cluster),
+                present: true,
+            }),
+        )
+        .expect("record");
+
+    let out = run(&["status", "-o", "json"], &work);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status -o json");
+    assert_eq!(v["cluster"], "lab");
+    assert_eq!(v["record"]["lastOperation"]["operation"], "install");
+    assert_eq!(v["record"]["lastOperation"]["result"], "succeeded");
+    let nodes = v["nodes"].as_array().expect("nodes");
+    let names: Vec<&str> = nodes.iter().filter_map(|n| n["name"].as_str()).collect();
+    assert_eq!(names, ["node1", "node2", "node3"]);
+    for n in nodes {
+        assert_eq!(n["reachable"], false, "{n}");
+        assert_eq!(
+            n["address"].as_str().map(|a| a.starts_with("127.0.0.")),
+            Some(true)
+        );
+        assert!(
+            n["roles"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|x| x == "master")),
+            "{n}"
+        );
+    }
+    let problems: Vec<&str> = v["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert!(
+        problems.contains(&"node2: unreachable over SSH"),
+        "{problems:?}"
+    );
+    assert!(err.contains("is not fully healthy"), "{err}");
+
+    let out = run(&["status"], &work);
+    assert_eq!(out.status.code(), Some(7));
+    let shown = text(&out.stdout);
+    assert!(shown.starts_with("cluster lab\n"), "{shown}");
+    assert!(shown.contains("UNREACHABLE"), "{shown}");
+}
+
+#[test]
+fn help_completions_and_man_pages_cover_every_subcommand() {
+    let paths = kubexm_testkit::cli::every_help_has_examples(BIN);
+    for verb in [
+        "install",
+        "status",
+        "add-node",
+        "etcd",
+        "completions",
+        "man",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == &[verb.to_string()]),
+            "{verb}: {paths:?}"
+        );
+    }
+    assert!(paths
+        .iter()
+        .any(|p| p == &["etcd".to_string(), "add-member".to_string()]));
+    kubexm_testkit::cli::completions_and_man_pages_check(BIN, "kubexm-install", &paths);
+}
