@@ -63,6 +63,9 @@ pub(crate) struct InstallArgs {
     /// Print the full ordered plan and exit without connecting anywhere.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// With --dry-run: also print the full content of every file written (secrets redacted).
+    #[arg(long, requires = "dry_run")]
+    pub(crate) files: bool,
     /// Skip tasks an earlier run completed with the same inputs (state file in the work dir).
     #[arg(long)]
     pub(crate) resume: bool,
@@ -388,6 +391,9 @@ pub(crate) struct PlanArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     pub(crate) output: PlanFormat,
+    /// Also print the full content of every file written (secrets redacted).
+    #[arg(long)]
+    pub(crate) files: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

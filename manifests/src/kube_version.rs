@@ -370,16 +370,24 @@ impl KubeVersion {
         }
     }
 
-    /// The proxy mode KubeXM recommends for a new cluster: ipvs (KubeXM's long-standing
-    /// default, as KubeKey's and kubespray's) before v1.35; nftables from v1.35, where ipvs is
-    /// deprecated and nftables is GA (it needs a kernel of [`NFTABLES_MIN_KERNEL`] or newer; use
-    /// iptables on older kernels).
-    pub fn recommended_proxy_mode(self) -> ProxyMode {
+    /// The proxy mode KubeXM uses when `spec.kubernetes.proxyMode` is unset: ipvs before v1.35
+    /// (KubeXM's default so far, as KubeKey's and kubespray's); from v1.35, where ipvs is
+    /// deprecated (KEP-5495: kube-proxy warns when it runs in ipvs mode), iptables — kube-proxy's
+    /// own default on Linux in every version. nftables (GA from v1.33) is never chosen by
+    /// default: it needs a kernel of [`NFTABLES_MIN_KERNEL`] or newer, which several supported
+    /// operating systems do not have; choose it explicitly.
+    pub fn default_proxy_mode(self) -> ProxyMode {
         if self.at_least(1, 35) {
-            ProxyMode::Nftables
+            ProxyMode::Iptables
         } else {
             ProxyMode::Ipvs
         }
+    }
+
+    /// Whether the KubeletConfiguration has the `failCgroupV1` field (from v1.31, KEP-4569;
+    /// cgroup v1 is in maintenance mode from then on).
+    pub fn kubelet_has_fail_cgroup_v1(self) -> bool {
+        self.at_least(1, 31)
     }
 
     /// How far dual-stack (IPv4 + IPv6) is supported: alpha in v1.20, beta (on by default) in
@@ -552,6 +560,8 @@ mod tests {
         assert!(v("v1.35.0").kubelet_fails_on_cgroup_v1());
         assert!(v("v1.35.8").supports_containerd_1x());
         assert!(!v("v1.36.0").supports_containerd_1x());
+        assert!(!v("v1.30.14").kubelet_has_fail_cgroup_v1());
+        assert!(v("v1.31.0").kubelet_has_fail_cgroup_v1());
     }
 
     /// KEP-3866 (nftables: alpha 1.29, beta 1.31, GA 1.33) and the ipvs deprecation in v1.35.
@@ -588,8 +598,12 @@ mod tests {
             v("v1.20.0").proxy_mode_status(Iptables),
             ProxyModeStatus::Stable
         );
-        assert_eq!(v("v1.34.11").recommended_proxy_mode(), Ipvs);
-        assert_eq!(v("v1.35.0").recommended_proxy_mode(), Nftables);
+        // KEP-5495 (ipvs deprecated in v1.35); kube-proxy's default mode is iptables
+        // (kubernetes pkg/proxy/apis/config: an empty mode means iptables on Linux).
+        assert_eq!(v("v1.20.2").default_proxy_mode(), Ipvs);
+        assert_eq!(v("v1.34.11").default_proxy_mode(), Ipvs);
+        assert_eq!(v("v1.35.0").default_proxy_mode(), Iptables);
+        assert_eq!(v("v1.36.3").default_proxy_mode(), Iptables);
     }
 
     /// Dual-stack: alpha v1.20 (IPv6DualStack gate), beta v1.21, GA v1.23.

@@ -121,6 +121,14 @@ pub struct Host {
     /// Address used inside the cluster; defaults to `address`.
     #[serde(default)]
     pub internal_address: Option<String>,
+    /// The host's IPv6 address inside the cluster, besides an IPv4 `internalAddress`, on a
+    /// dual-stack cluster: the kubelet's `--node-ip` gets both families.
+    #[serde(
+        default,
+        rename = "internalAddressV6",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub internal_address_v6: Option<String>,
     /// SSH port.
     #[serde(default = "default_ssh_port")]
     pub port: u16,
@@ -207,6 +215,17 @@ pub enum ProxyMode {
     Nftables,
 }
 
+impl ProxyMode {
+    /// The name kube-proxy's `mode` takes: `ipvs`, `iptables`, `nftables`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Ipvs => "ipvs",
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Nftables => "nftables",
+        }
+    }
+}
+
 /// `spec.kubernetes`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -222,9 +241,10 @@ pub struct Kubernetes {
     /// Cluster DNS domain.
     #[serde(default = "default_dns_domain")]
     pub dns_domain: String,
-    /// kube-proxy mode.
-    #[serde(default)]
-    pub proxy_mode: ProxyMode,
+    /// kube-proxy mode; unset: the default for the version
+    /// ([`crate::validate::ValidCluster::proxy_mode`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_mode: Option<ProxyMode>,
     /// kubelet maxPods.
     #[serde(default = "default_max_pods")]
     pub max_pods: u32,
@@ -252,6 +272,21 @@ pub struct Kubernetes {
     /// kube-proxy settings written into its configuration file (both paths).
     #[serde(default)]
     pub kube_proxy: KubeProxyOptions,
+    /// kubelet settings written into its `KubeletConfiguration` (both paths).
+    #[serde(default)]
+    pub kubelet: KubeletOptions,
+}
+
+/// `spec.kubernetes.kubelet`: settings of the kubelet's `KubeletConfiguration`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeletOptions {
+    /// `failCgroupV1` (kubelet v1.31+; defaults to true from v1.35, when the kubelet refuses to
+    /// start on a cgroup v1 host). `false` keeps a v1.35+ cluster running on cgroup v1 hosts
+    /// (cgroup v1 is in maintenance mode upstream); unset: the kubelet's default, and preflight
+    /// refuses cgroup v1 nodes on v1.35+.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_cgroup_v1: Option<bool>,
 }
 
 /// `spec.kubernetes.kubeProxy`: settings of kube-proxy's `KubeProxyConfiguration`.

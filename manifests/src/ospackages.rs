@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{ExternalLbType, LbMode};
+use crate::model::{ExternalLbType, LbMode, ProxyMode};
 use crate::osrelease::Family;
 use crate::resolve::Role;
 use crate::validate::ValidCluster;
@@ -30,15 +30,14 @@ impl PackageSet {
     }
 }
 
-/// Node preparation on every host: the tools kubeadm, kube-proxy (ipvs/iptables) and the CNI
-/// plugins call, time sync, and what KubeXM's own steps use (curl, tar, openssl).
+/// Node preparation on every host: the tools kubeadm and the CNI plugins call, time sync, and
+/// what KubeXM's own steps use (curl, tar, openssl). kube-proxy's tools follow its mode
+/// ([`kube_proxy`]).
 pub const NODE_PREP: PackageSet = PackageSet {
     purpose: "node preparation",
     debs: &[
         "socat",
         "conntrack",
-        "ipset",
-        "ipvsadm",
         "ebtables",
         "chrony",
         "curl",
@@ -48,8 +47,6 @@ pub const NODE_PREP: PackageSet = PackageSet {
     rpms: &[
         "socat",
         "conntrack-tools",
-        "ipset",
-        "ipvsadm",
         "ebtables",
         "chrony",
         "curl",
@@ -65,6 +62,43 @@ pub const RUNTIME_DEPS: PackageSet = PackageSet {
     debs: &["iptables", "kmod", "procps"],
     rpms: &["iptables", "kmod", "procps-ng"],
 };
+
+/// kube-proxy in iptables mode programs its rules with `iptables-restore`.
+///
+/// Upstream facts (issue 13 item 7): the iptables and ipvs proxiers call `iptables-restore`; the
+/// ipvs proxier also runs `ipset` (kubernetes pkg/util/ipset), and `ipvsadm` is the operator's
+/// tool to read IPVS state (kube-proxy itself talks netlink); the nftables proxier runs `nft`
+/// (sigs.k8s.io/knftables execs the binary) and needs kernel 5.13+ (checked by preflight). On
+/// the kubexm path kube-proxy runs on the host and calls these; on the kubeadm path it runs in
+/// its image, but kubeadm's preflight still looks for `iptables` on the host.
+pub const PROXY_IPTABLES: PackageSet = PackageSet {
+    purpose: "kube-proxy (iptables mode)",
+    debs: &["iptables"],
+    rpms: &["iptables"],
+};
+
+/// kube-proxy in ipvs mode: iptables, ipset, and ipvsadm for the operator ([`PROXY_IPTABLES`]).
+pub const PROXY_IPVS: PackageSet = PackageSet {
+    purpose: "kube-proxy (ipvs mode)",
+    debs: &["iptables", "ipset", "ipvsadm"],
+    rpms: &["iptables", "ipset", "ipvsadm"],
+};
+
+/// kube-proxy in nftables mode: nft, and iptables for kubeadm's preflight ([`PROXY_IPTABLES`]).
+pub const PROXY_NFTABLES: PackageSet = PackageSet {
+    purpose: "kube-proxy (nftables mode)",
+    debs: &["iptables", "nftables"],
+    rpms: &["iptables", "nftables"],
+};
+
+/// The host packages kube-proxy's `mode` needs on every node.
+pub fn kube_proxy(mode: ProxyMode) -> PackageSet {
+    match mode {
+        ProxyMode::Iptables => PROXY_IPTABLES,
+        ProxyMode::Ipvs => PROXY_IPVS,
+        ProxyMode::Nftables => PROXY_NFTABLES,
+    }
+}
 
 /// keepalived + haproxy on `loadbalancer` hosts (`loadBalancer.external.type: kubexm-kh`).
 pub const LB_HAPROXY: PackageSet = PackageSet {
@@ -89,7 +123,16 @@ pub const NFS_CLIENT: PackageSet = PackageSet {
 };
 
 /// Every set above (what a lab mirror of the OS packages must hold).
-pub const ALL: &[PackageSet] = &[NODE_PREP, RUNTIME_DEPS, LB_HAPROXY, LB_NGINX, NFS_CLIENT];
+pub const ALL: &[PackageSet] = &[
+    NODE_PREP,
+    RUNTIME_DEPS,
+    PROXY_IPTABLES,
+    PROXY_IPVS,
+    PROXY_NFTABLES,
+    LB_HAPROXY,
+    LB_NGINX,
+    NFS_CLIENT,
+];
 
 /// One package to install, where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +165,7 @@ pub fn for_cluster(cluster: &ValidCluster, family: Family) -> Vec<Need> {
             roles,
         });
     };
-    for set in [NODE_PREP, RUNTIME_DEPS] {
+    for set in [NODE_PREP, RUNTIME_DEPS, kube_proxy(cluster.proxy_mode())] {
         for n in set.names(family) {
             add(n, set.purpose.to_owned(), BTreeSet::new());
         }
@@ -153,5 +196,27 @@ pub fn load_balancer(cluster: &ValidCluster) -> Option<PackageSet> {
         (LbMode::External, ExternalLbType::KubexmKh) => Some(LB_HAPROXY),
         (LbMode::External, ExternalLbType::KubexmKn) => Some(LB_NGINX),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_proxy_mode_gets_the_programs_kube_proxy_runs() {
+        assert_eq!(kube_proxy(ProxyMode::Iptables).debs, ["iptables"]);
+        let ipvs = kube_proxy(ProxyMode::Ipvs);
+        assert!(ipvs.debs.contains(&"ipset") && ipvs.debs.contains(&"ipvsadm"));
+        let nft = kube_proxy(ProxyMode::Nftables);
+        assert!(nft.debs.contains(&"nftables") && !nft.debs.contains(&"ipset"));
+        for mode in [ProxyMode::Iptables, ProxyMode::Ipvs, ProxyMode::Nftables] {
+            let set = kube_proxy(mode);
+            assert!(ALL.contains(&set), "{mode:?} is mirrored");
+            assert!(
+                set.rpms.contains(&"iptables"),
+                "kubeadm's preflight wants iptables"
+            );
+        }
     }
 }

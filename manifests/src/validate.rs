@@ -83,6 +83,16 @@ pub struct ValidCluster {
 }
 
 impl ValidCluster {
+    /// kube-proxy's mode: `spec.kubernetes.proxyMode`, or the default for the version
+    /// ([`KubeVersion::default_proxy_mode`]).
+    pub fn proxy_mode(&self) -> ProxyMode {
+        self.file
+            .spec
+            .kubernetes
+            .proxy_mode
+            .unwrap_or_else(|| self.version.default_proxy_mode())
+    }
+
     /// The cluster name Kubernetes uses.
     pub fn cluster_name(&self) -> &str {
         self.file
@@ -230,6 +240,15 @@ fn check_hosts(f: &ClusterFile, c: &mut Checker) {
                 }
             }
         }
+        if let Some(v6) = &h.internal_address_v6 {
+            if v6.parse::<std::net::Ipv6Addr>().is_err() {
+                c.add(
+                    format!("{at}.internalAddressV6"),
+                    format!("`{v6}` is not an IPv6 address"),
+                    "give the host's IPv6 address inside the cluster network (dual-stack)",
+                );
+            }
+        }
         let sources = [
             h.password.is_some(),
             h.password_env.is_some(),
@@ -374,8 +393,8 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
             "kubelet's default is 110; raise it only with a pod CIDR per node to match",
         );
     }
-    if let Some(v) = version {
-        let usable = match v.proxy_mode_status(k.proxy_mode) {
+    if let (Some(v), Some(mode)) = (version, k.proxy_mode) {
+        let usable = match v.proxy_mode_status(mode) {
             ProxyModeStatus::Unavailable => false,
             ProxyModeStatus::FeatureGate(gate) => k.feature_gates.get(gate) == Some(&true),
             ProxyModeStatus::Beta | ProxyModeStatus::Stable | ProxyModeStatus::Deprecated => true,
@@ -383,8 +402,20 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
         if !usable {
             c.add(
                 "spec.kubernetes.proxyMode",
-                format!("{} mode is not available in {v}", proxy_mode_name(k.proxy_mode)),
+                format!("{} mode is not available in {v}", mode.as_str()),
                 "use ipvs or iptables, or Kubernetes v1.31+ (v1.29–v1.30 with featureGates.NFTablesProxyMode: true)",
+            );
+        }
+    }
+    if let (Some(v), Some(fail)) = (version, k.kubelet.fail_cgroup_v1) {
+        // KEP-4569: the kubelet's failCgroupV1 field exists from v1.31.
+        if !v.kubelet_has_fail_cgroup_v1() {
+            c.add(
+                "spec.kubernetes.kubelet.failCgroupV1",
+                format!(
+                    "failCgroupV1: {fail} is not a kubelet setting in {v} (it exists from v1.31)"
+                ),
+                "remove it: kubelets before v1.31 run on cgroup v1 hosts anyway",
             );
         }
     }
@@ -515,14 +546,6 @@ fn parse_cidrs(c: &mut Checker, field: &str, value: &str) -> Vec<IpNet> {
         );
     }
     nets
-}
-
-fn proxy_mode_name(mode: ProxyMode) -> &'static str {
-    match mode {
-        ProxyMode::Ipvs => "ipvs",
-        ProxyMode::Iptables => "iptables",
-        ProxyMode::Nftables => "nftables",
-    }
 }
 
 fn check_network(

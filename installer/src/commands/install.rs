@@ -18,8 +18,14 @@ pub(crate) fn run(
         let ctx = std::sync::Arc::new(ctx);
         let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
         let nodes = ctx.plan_nodes();
-        let plan = kubexm_install::pipeline::plan::build(&pipeline, &nodes, &Default::default())
-            .context("Failed to build the plan")?;
+        let options = super::plan::plan_options(&ctx, args.file.as_deref(), args.files);
+        let plan = kubexm_install::pipeline::plan::build_with(
+            &pipeline,
+            &nodes,
+            &Default::default(),
+            &options,
+        )
+        .context("Failed to build the plan")?;
         print!("{}", plan.to_text());
         return Ok(());
     }

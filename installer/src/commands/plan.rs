@@ -18,9 +18,13 @@ pub(crate) fn run(
         trust,
     )?);
     let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
-    let plan =
-        kubexm_install::pipeline::plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
-            .context("Failed to build the plan")?;
+    let plan = kubexm_install::pipeline::plan::build_with(
+        &pipeline,
+        &ctx.plan_nodes(),
+        &Default::default(),
+        &plan_options(&ctx, args.file.as_deref(), args.files),
+    )
+    .context("Failed to build the plan")?;
     match args.output {
         PlanFormat::Text => print!("{}", plan.to_text()),
         PlanFormat::Json => println!(
@@ -29,4 +33,19 @@ pub(crate) fn run(
         ),
     }
     Ok(())
+}
+
+/// The plan's options: with `files`, the content of every file written, redacted with every
+/// secret the cluster description holds or points to (as the run's journal redacts).
+pub(crate) fn plan_options(
+    ctx: &kubexm_install::context::InstallContext,
+    file: Option<&std::path::Path>,
+    files: bool,
+) -> kubexm_install::pipeline::plan::PlanOptions {
+    let base = file
+        .and_then(std::path::Path::parent)
+        .unwrap_or(std::path::Path::new("."));
+    kubexm_install::pipeline::plan::PlanOptions {
+        files: files.then(|| kubexm_install::inventory::secrets(&ctx.cluster, base)),
+    }
 }

@@ -13,6 +13,7 @@
 //! matters.
 
 pub mod checks;
+pub mod host;
 pub mod node;
 pub mod parse;
 

@@ -93,6 +93,8 @@ pub struct EtcdLayout {
     /// Members joining a running cluster (`etcd add-member`, `add-node`): their configuration
     /// says `initial-cluster-state: existing` (the others `new`).
     pub joining: std::collections::BTreeSet<String>,
+    /// The etcd version installed (`v3.5.24`), when known: what its configuration file may hold.
+    pub version: Option<String>,
 }
 
 /// `https://ADDR:PORT`, bracketing IPv6 addresses.
@@ -124,6 +126,7 @@ impl EtcdLayout {
             peer_port: PEER_PORT,
             metrics_port: METRICS_PORT,
             joining: std::collections::BTreeSet::new(),
+            version: None,
         }
     }
 
@@ -142,6 +145,12 @@ impl EtcdLayout {
         if let Some(d) = &ctx.cluster.file.spec.etcd.data_dir {
             l.data_dir = d.clone();
         }
+        l.version = ctx
+            .nodes
+            .iter()
+            .find_map(|n| ctx.files_for("etcd", n).into_iter().next())
+            .map(|(_, r)| r.version)
+            .or_else(|| ctx.cluster.file.spec.etcd.version.clone());
         l
     }
 
@@ -204,6 +213,7 @@ impl EtcdLayout {
         c.insert("metrics_url", &url("http", metrics_host, self.metrics_port));
         c.insert("initial_cluster", &self.initial_cluster());
         c.insert("token", &format!("kubexm-{}-etcd", self.cluster));
+        c.insert("has_enable_v2", &has_enable_v2(self.version.as_deref()));
         c.insert(
             "state",
             if self.joining.contains(&m.name) {
@@ -522,6 +532,20 @@ impl Step for EtcdBinaries {
     }
 }
 
+/// Whether etcd `version` still reads `enable-v2` (the v2 API flag, removed in etcd v3.6: its
+/// CHANGELOG-3.6 "Removed `--enable-v2`"); an unknown version gets it, as before.
+pub fn has_enable_v2(version: Option<&str>) -> bool {
+    let Some(v) = version else { return true };
+    let mut parts = v.trim_start_matches('v').split('.');
+    let (Some(Ok(major)), Some(Ok(minor))) = (
+        parts.next().map(str::parse::<u32>),
+        parts.next().map(str::parse::<u32>),
+    ) else {
+        return true;
+    };
+    (major, minor) < (3, 6)
+}
+
 /// Data directory, etcd.conf.yml and the unit; a running member is restarted when they change.
 pub struct EtcdConfig {
     /// The members and paths.
@@ -685,5 +709,38 @@ impl Step for RemoveEtcd {
                 .unless(gone.join(" && ")),
             ),
         ])
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::has_enable_v2;
+
+    /// etcd CHANGELOG-3.6: `--enable-v2` removed (3.5 still reads it).
+    #[test]
+    fn enable_v2_only_before_3_6() {
+        assert!(has_enable_v2(Some("v3.4.23")));
+        assert!(has_enable_v2(Some("3.5.24")));
+        assert!(!has_enable_v2(Some("v3.6.5")));
+        assert!(!has_enable_v2(Some("3.7.0")));
+        assert!(has_enable_v2(None));
+    }
+
+    #[test]
+    fn etcd_3_6_configuration_has_no_enable_v2() {
+        let member = super::Member {
+            name: "m1".into(),
+            address: "10.0.0.1".into(),
+        };
+        let mut l = super::EtcdLayout::new("c", vec![member]);
+        l.version = Some("v3.5.24".into());
+        assert!(l
+            .render_config("m1")
+            .expect("3.5")
+            .contains("enable-v2: false\n"));
+        l.version = Some("v3.6.5".into());
+        let text = l.render_config("m1").expect("3.6");
+        assert!(!text.contains("enable-v2"), "{text}");
+        assert!(text.contains("logger: \"zap\""));
     }
 }

@@ -85,6 +85,23 @@ pub fn local_proxy_kind(ctx: &InstallContext) -> Option<LocalProxyKind> {
     }
 }
 
+/// The environment variable kube-vip reads the VIP's prefix length from: `vip_subnet` from
+/// kube-vip v1.0 (its manifests and flag reference; `vip_cidr` is no longer read), `vip_cidr`
+/// before. The version is the image tag's (`…/kube-vip:v1.0.3`); an unreadable tag gets the
+/// current name.
+pub fn kube_vip_subnet_env(image: &str) -> &'static str {
+    let tag = image.rsplit_once(':').map_or("", |(_, t)| t);
+    let major: Option<u32> = tag
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok());
+    match major {
+        Some(0) => "vip_cidr",
+        _ => "vip_subnet",
+    }
+}
+
 /// kube-vip's static pod with the given kubeconfig.
 pub struct KubeVip {
     cluster: String,
@@ -138,6 +155,7 @@ impl KubeVip {
         c.insert("image", &self.image);
         c.insert("vip", &self.vip);
         c.insert("cidr", if self.vip.contains(':') { "128" } else { "32" });
+        c.insert("subnet_env", kube_vip_subnet_env(&self.image));
         c.insert("interface", &self.interface);
         c.insert("port", &APISERVER_PORT);
         c.insert("kubeconfig", self.kubeconfig);
@@ -313,5 +331,27 @@ impl Step for KubeProxyViaLocalProxy {
             ))
             .timeout(Duration::from_secs(120)),
         )])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kube_vip_subnet_env;
+
+    /// kube-vip v1.0 reads the VIP's prefix length from `vip_subnet`, v0.x from `vip_cidr`.
+    #[test]
+    fn kube_vip_prefix_variable_per_version() {
+        assert_eq!(
+            kube_vip_subnet_env("reg.local/kube-vip/kube-vip:v0.7.2"),
+            "vip_cidr"
+        );
+        assert_eq!(
+            kube_vip_subnet_env("ghcr.io/kube-vip/kube-vip:v1.0.3"),
+            "vip_subnet"
+        );
+        assert_eq!(
+            kube_vip_subnet_env("reg.local:5000/kube-vip@sha256"),
+            "vip_subnet"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Module 1: node preparation. SELinux, swap, firewall, hostname, /etc/hosts, resolvers, time,
 //! kernel settings and OS packages on every node; each step idempotent and reverted on failure.
 
+use kubexm_manifests::ospackages::PackageSet;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ impl Module for NodePrepModule {
         let cluster = ctx.cluster.cluster_name().to_string();
         Ok(vec![Task::new("prepare-nodes", ctx.all())
             .step(InstallDependencies {
+                proxy: kubexm_manifests::ospackages::kube_proxy(ctx.cluster.proxy_mode()),
                 debs: spec.system.debs.clone(),
                 rpms: spec.system.rpms.clone(),
                 source: super::osrepo::package_source(ctx),
@@ -71,10 +73,12 @@ impl Module for NodePrepModule {
     }
 }
 
-/// OS packages Kubernetes nodes need (skipped when installed): node preparation and the runtime
-/// dependencies ([`kubexm_manifests::ospackages`], the list the bundle's repositories are built
-/// from) and `system.debs`/`system.rpms`.
+/// OS packages Kubernetes nodes need (skipped when installed): node preparation, the runtime
+/// dependencies and kube-proxy's tools ([`kubexm_manifests::ospackages`], the list the bundle's
+/// repositories are built from) and `system.debs`/`system.rpms`.
 pub struct InstallDependencies {
+    /// What kube-proxy's mode needs ([`kubexm_manifests::ospackages::kube_proxy`]).
+    proxy: PackageSet,
     debs: Vec<String>,
     rpms: Vec<String>,
     source: PackageSource,
@@ -93,6 +97,7 @@ impl Step for InstallDependencies {
                 .names(family)
                 .iter()
                 .chain(RUNTIME_DEPS.names(family))
+                .chain(self.proxy.names(family))
                 .map(|s| (*s).to_string())
                 .chain(extra.iter().cloned())
             {

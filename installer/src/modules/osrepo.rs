@@ -257,6 +257,7 @@ impl Step for DetectOsRelease {
             script: Self::script(node),
             parse: parse_release,
             facts: facts.clone(),
+            prefix: String::new(),
             timeout: Duration::from_secs(30),
         })])
     }

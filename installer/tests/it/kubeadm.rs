@@ -513,6 +513,9 @@ fn kube_vip_static_pods() {
         .collect();
     assert_eq!(env["address"], "192.168.10.100");
     assert_eq!(env["vip_interface"], "eth0");
+    // kube-vip v1.0 (the catalog's) reads the prefix length from vip_subnet, not vip_cidr.
+    assert_eq!(env["vip_subnet"], "32");
+    assert!(!env.contains_key("vip_cidr"));
     assert_eq!(env["cp_enable"], "true");
     assert_eq!(
         pod["spec"]["volumes"][0]["hostPath"]["path"],

@@ -752,6 +752,7 @@ impl Step for LearnSecret {
             script: format!("cat {}/{}/secret", self.root.display(), node.name),
             parse: key_values,
             facts: facts.clone(),
+            prefix: String::new(),
             timeout: Duration::from_secs(10),
         })])
     }

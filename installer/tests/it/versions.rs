@@ -49,7 +49,7 @@ fn fixture(name: &str) -> std::path::PathBuf {
 
 /// The fixture cluster at `version` with `kind` (kubeadm or kubexm), no CNI, kube-proxy's
 /// conntrack limit left alone, and `edit` applied last.
-fn cluster(
+pub(crate) fn cluster(
     work: &Path,
     version: &str,
     kind: &str,
@@ -76,7 +76,7 @@ fn v(s: &str) -> KubeVersion {
     s.parse().expect("version")
 }
 
-fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+pub(crate) fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
     serde_saphyr::from_multiple::<serde_json::Value>(text)
         .unwrap_or_else(|e| panic!("not YAML: {e}\n{text}"))
 }
@@ -108,7 +108,7 @@ fn kubelet_unit(ctx: &InstallContext, node: &str) -> String {
         .expect("kubelet.service")
 }
 
-fn text(t: &kubexm_install::pipeline::ops::RenderTemplate) -> String {
+pub(crate) fn text(t: &kubexm_install::pipeline::ops::RenderTemplate) -> String {
     String::from_utf8(t.text().to_vec()).expect("utf-8")
 }
 
@@ -360,7 +360,7 @@ fn kubexm_snapshot(files: &[(String, String, String)], node: &str) -> String {
 }
 
 /// The words of a unit's `ExecStart=` (continuation lines joined).
-fn exec_start(unit: &str) -> Vec<String> {
+pub(crate) fn exec_start(unit: &str) -> Vec<String> {
     let joined = unit.replace(" \\\n", " ");
     joined
         .lines()
@@ -371,7 +371,7 @@ fn exec_start(unit: &str) -> Vec<String> {
         .collect()
 }
 
-fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
+pub(crate) fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
     let prefix = format!("--{name}=");
     words.iter().find_map(|w| w.strip_prefix(prefix.as_str()))
 }

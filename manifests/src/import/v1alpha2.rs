@@ -212,7 +212,7 @@ fn kubernetes(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<KubeVersion, ImportErr
     kube.apiserver_cert_extra_sans = doc.strings(&k.key("apiserverCertExtraSans"));
     if let Some(mode) = doc.string(&k.key("proxyMode")) {
         match common::proxy_mode(&mode) {
-            Some(m) => kube.proxy_mode = m,
+            Some(m) => kube.proxy_mode = Some(m),
             None => doc.reject(
                 &k.key("proxyMode"),
                 &Value::String(mode),

@@ -321,7 +321,7 @@ fn kubernetes(
     }
     if let Some(mode) = doc.string(&k.join("kube_proxy.mode")) {
         match common::proxy_mode(&mode) {
-            Some(m) => ctx.cluster.spec.kubernetes.proxy_mode = m,
+            Some(m) => ctx.cluster.spec.kubernetes.proxy_mode = Some(m),
             None => doc.reject(
                 &k.join("kube_proxy.mode"),
                 &Value::String(mode),

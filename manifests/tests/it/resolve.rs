@@ -524,7 +524,7 @@ snap!(v1_23_17_docker_dockershim, "default", |f| {
 #[test]
 fn os_packages_follow_the_cluster() {
     use kubexm_manifests::ospackages::{
-        for_cluster, LB_HAPROXY, LB_NGINX, NODE_PREP, RUNTIME_DEPS,
+        for_cluster, kube_proxy, LB_HAPROXY, LB_NGINX, NODE_PREP, RUNTIME_DEPS,
     };
     use kubexm_manifests::osrelease::Family;
     use kubexm_manifests::resolve::Role;
@@ -541,6 +541,11 @@ fn os_packages_follow_the_cluster() {
     let names: Vec<&str> = debs.iter().map(|n| n.name.as_str()).collect();
     let mut want: Vec<&str> = NODE_PREP.debs.to_vec();
     want.extend(RUNTIME_DEPS.debs);
+    for p in kube_proxy(cluster.proxy_mode()).debs {
+        if !want.contains(p) {
+            want.push(p);
+        }
+    }
     want.push("jq");
     want.extend(LB_NGINX.debs);
     assert_eq!(

@@ -262,15 +262,30 @@ fn kubernetes() {
         &old,
         |f| {
             f.spec.kubernetes.version = "v1.22.17".into();
-            f.spec.kubernetes.proxy_mode = ProxyMode::Nftables;
+            f.spec.kubernetes.proxy_mode = Some(ProxyMode::Nftables);
         },
         "spec.kubernetes.proxyMode",
         "nftables mode is not available in v1.22.17",
     );
     // v1.31+ has nftables without a gate: no problem.
     assert!(problems_with(&builtin(), |f| f.spec.kubernetes.proxy_mode =
-        ProxyMode::Nftables)
+        Some(ProxyMode::Nftables))
     .is_empty());
+    // KEP-4569: the kubelet's failCgroupV1 exists from v1.31.
+    expect_in(
+        &old,
+        |f| {
+            f.spec.kubernetes.version = "v1.22.17".into();
+            f.spec.kubernetes.kubelet.fail_cgroup_v1 = Some(false);
+        },
+        "spec.kubernetes.kubelet.failCgroupV1",
+        "is not a kubelet setting in v1.22.17 (it exists from v1.31)",
+    );
+    assert!(
+        problems_with(&builtin(), |f| f.spec.kubernetes.kubelet.fail_cgroup_v1 =
+            Some(false))
+        .is_empty()
+    );
 }
 
 #[test]

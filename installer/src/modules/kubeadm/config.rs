@@ -46,7 +46,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kubexm_manifests::kube_version::KubeadmApi;
-use kubexm_manifests::model::{EtcdType, LbMode, ProxyMode};
+use kubexm_manifests::model::{EtcdType, LbMode};
 use kubexm_manifests::version::KubeVersion;
 use serde::Serialize;
 
@@ -192,12 +192,14 @@ pub struct KubeadmSettings {
     pub scheduler_args: Vec<Arg>,
     /// Feature gates of the kubelet and kube-proxy, by name.
     pub feature_gates: Vec<Gate>,
-    /// kubelet `clusterDNS`.
-    pub cluster_dns: String,
+    /// kubelet `clusterDNS` (NodeLocal DNSCache's addresses).
+    pub cluster_dns: Vec<String>,
     /// kubelet `maxPods`.
     pub max_pods: u32,
     /// kube-proxy mode.
     pub proxy_mode: &'static str,
+    /// kubelet `failCgroupV1`, when cluster.yaml sets it.
+    pub fail_cgroup_v1: Option<bool>,
     /// kube-proxy `conntrack.maxPerCore`.
     pub conntrack_max_per_core: Option<u32>,
     /// `nodeRegistration.criSocket`.
@@ -210,6 +212,8 @@ pub struct KubeadmSettings {
     bind_patch_nodes: Vec<String>,
     #[serde(skip)]
     user_kubelet_args: BTreeMap<String, String>,
+    #[serde(skip)]
+    node_ips: BTreeMap<String, String>,
 }
 
 /// What differs per node.
@@ -308,13 +312,18 @@ impl KubeadmSettings {
                     enabled: *enabled,
                 })
                 .collect(),
-            cluster_dns: dns::NODELOCAL_DNS_IP.to_string(),
+            cluster_dns: dns::local_ips(ctx)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+            node_ips: ctx
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), dns::node_ip(ctx, n)))
+                .collect(),
             max_pods: k8s.max_pods,
-            proxy_mode: match k8s.proxy_mode {
-                ProxyMode::Ipvs => "ipvs",
-                ProxyMode::Iptables => "iptables",
-                ProxyMode::Nftables => "nftables",
-            },
+            proxy_mode: ctx.cluster.proxy_mode().as_str(),
+            fail_cgroup_v1: k8s.kubelet.fail_cgroup_v1,
             conntrack_max_per_core: k8s.kube_proxy.conntrack_max_per_core,
             cri_socket: cri.kubeadm_cri_socket(version),
             kubelet_runtime_endpoint: cri.kubelet_config_endpoint(version),
@@ -349,7 +358,13 @@ impl KubeadmSettings {
             address: node.internal_address.clone(),
             control_plane,
             kubelet_args: args(
-                vec![("node-ip", node.internal_address.clone())],
+                vec![(
+                    "node-ip",
+                    self.node_ips
+                        .get(&node.name)
+                        .cloned()
+                        .unwrap_or_else(|| node.internal_address.clone()),
+                )],
                 &self.user_kubelet_args,
             ),
             ignore_preflight: ignore,
@@ -377,6 +392,21 @@ impl KubeadmSettings {
         };
         let mut sans = self.cert_sans.clone();
         sans.sort();
+        // One address is written as a string, as before dual-stack DNS: what earlier runs
+        // recorded compares equal.
+        let cluster_dns = match self.cluster_dns.as_slice() {
+            [one] => serde_json::json!(one),
+            many => serde_json::json!(many),
+        };
+        let mut kubelet = serde_json::json!({
+            "clusterDNS": cluster_dns,
+            "maxPods": self.max_pods,
+            "criSocket": self.cri_socket,
+            "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
+        });
+        if let Some(fail) = self.fail_cgroup_v1 {
+            kubelet["failCgroupV1"] = fail.into();
+        }
         Ok(super::reconfigure::DriftFiles {
             cert_sans: sans.iter().map(|s| format!("{s}\n")).collect(),
             control_plane: json(serde_json::json!({
@@ -395,12 +425,7 @@ impl KubeadmSettings {
                 "serviceSubnet": self.service_subnet,
                 "dnsDomain": self.dns_domain,
                 "featureGates": self.feature_gates,
-                "kubelet": {
-                    "clusterDNS": self.cluster_dns,
-                    "maxPods": self.max_pods,
-                    "criSocket": self.cri_socket,
-                    "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
-                },
+                "kubelet": kubelet,
                 "kubeProxy": {
                     "mode": self.proxy_mode,
                     "conntrackMaxPerCore": self.conntrack_max_per_core,

@@ -148,6 +148,7 @@ impl Step for LearnJoinCredentials {
             script: self.script(),
             parse: join::learn,
             facts: facts.clone(),
+            prefix: String::new(),
             timeout: Duration::from_secs(300),
         })])
     }

@@ -28,7 +28,6 @@ use crate::modules::kubeadm::init::ADMIN_CONF;
 use std::time::Duration;
 
 use kubexm_manifests::kube_version::Taint as KubeTaint;
-use kubexm_manifests::model::ProxyMode;
 use kubexm_manifests::version::KubeVersion;
 
 use super::control_plane::unit;
@@ -123,7 +122,7 @@ impl Kubelet {
             .with("config", l.conf("kubelet-config.yaml"))
             .with("hostname-override", &node.name)
             .with("kubeconfig", l.conf("kubelet.conf"))
-            .with("node-ip", &node.internal_address);
+            .with("node-ip", crate::modules::dns::node_ip(&self.k.ctx, node));
         for (name, value) in self.k.cri().kubelet_flags(v) {
             f = f.with(name, value);
         }
@@ -151,9 +150,10 @@ impl Kubelet {
         );
         // Pods ask the NodeLocal DNSCache on their node (the `nodelocaldns` module runs for
         // both paths), which forwards cluster names to CoreDNS at the tenth service address.
-        c.insert("cluster_dns", crate::modules::dns::NODELOCAL_DNS_IP);
+        c.insert("cluster_dns", &crate::modules::dns::local_ips(&k.ctx));
         c.insert("cluster_domain", &spec.dns_domain);
         c.insert("max_pods", &spec.max_pods);
+        c.insert("fail_cgroup_v1", &spec.kubelet.fail_cgroup_v1);
         c.insert("static_pod_path", &l.manifests_dir());
         c.insert("resolv_conf", &l.conf(RESOLV_LINK));
         c.insert("tls_cert", &l.pki("kubelet.crt"));
@@ -233,14 +233,7 @@ impl KubeProxy {
             "cluster_cidr",
             &k.ctx.cluster.file.spec.network.pod_cidr.replace(' ', ""),
         );
-        c.insert(
-            "mode",
-            match spec.proxy_mode {
-                ProxyMode::Ipvs => "ipvs",
-                ProxyMode::Iptables => "iptables",
-                ProxyMode::Nftables => "nftables",
-            },
-        );
+        c.insert("mode", k.ctx.cluster.proxy_mode().as_str());
         let flags = Flags::new()
             .with("config", l.conf("kube-proxy.yaml"))
             .user(&spec.kube_proxy_args);

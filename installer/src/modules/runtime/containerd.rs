@@ -77,6 +77,14 @@ struct AuthEntry {
     password: String,
 }
 
+/// Whether `version` is containerd 2.1 or later (`2.1.0`, `v2.2.1`).
+fn at_least_2_1(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    (major, minor) >= (2, 1)
+}
+
 /// The major version of a containerd version string (`1.6.20`, `v2.0.4`).
 fn major(version: &str) -> Option<u32> {
     version
@@ -116,6 +124,9 @@ impl ContainerdConfig {
         let mut context = tera::Context::new();
         context.insert("cluster", &cluster);
         context.insert("version", &version);
+        // containerd 2.1 deprecated the CRI plugin's `cni.bin_dir` for the list `bin_dirs`
+        // (containerd RELEASES / docs/cri/config.md, v2.1).
+        context.insert("cni_bin_dirs", &at_least_2_1(&version));
         context.insert("sandbox_image", &toml_str(&sandbox_image));
         context.insert("runc", RUNC);
         context.insert("certs_dir", CERTS_DIR);
@@ -256,5 +267,14 @@ mod tests {
         assert_eq!(major("1.6.20"), Some(1));
         assert_eq!(major("v2.0.5"), Some(2));
         assert_eq!(major("nightly"), None);
+    }
+
+    /// containerd v2.1 deprecated the CRI plugin's `cni.bin_dir` for `bin_dirs`.
+    #[test]
+    fn cni_bin_dirs_from_2_1() {
+        assert!(!at_least_2_1("1.7.28"));
+        assert!(!at_least_2_1("2.0.5"));
+        assert!(at_least_2_1("2.1.0"));
+        assert!(at_least_2_1("v2.2.1"));
     }
 }

@@ -85,6 +85,13 @@ impl GenericStep for UploadFile {
         has_sha256(runner, &self.dest, &self.sha256).await
     }
 
+    fn written(&self) -> Option<super::Written<'_>> {
+        Some(match &self.source {
+            UploadSource::Bytes(b) => super::Written::Bytes(std::borrow::Cow::Borrowed(b)),
+            UploadSource::File(p) => super::Written::File(p),
+        })
+    }
+
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
         run_ok(runner, &backup_script(&self.dest), Duration::from_secs(120)).await?;
         runner
@@ -272,6 +279,9 @@ impl GenericStep for RenderTemplate {
     }
     fn commit(&self) -> Option<String> {
         self.file.commit()
+    }
+    fn written(&self) -> Option<super::Written<'_>> {
+        self.file.written()
     }
 }
 

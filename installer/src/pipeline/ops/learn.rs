@@ -32,6 +32,8 @@ pub struct LearnFacts {
     pub parse: FactParser,
     /// Where the facts go.
     pub facts: Facts,
+    /// Put before every key the parser returns (e.g. `host/node1/` for per-node facts).
+    pub prefix: String,
     /// Time limit of the script.
     pub timeout: Duration,
 }
@@ -55,7 +57,7 @@ impl GenericStep for LearnFacts {
             message,
         })?;
         for (k, v) in learned {
-            self.facts.set(k, v);
+            self.facts.set(format!("{}{k}", self.prefix), v);
         }
         Ok(())
     }

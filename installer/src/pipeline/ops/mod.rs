@@ -7,6 +7,7 @@
 mod command;
 mod files;
 mod learn;
+mod require;
 mod seed;
 mod systemd;
 mod wait;
@@ -17,6 +18,7 @@ pub use files::{
     UploadFile, UploadTree, BLOCK_BEGIN, BLOCK_END,
 };
 pub use learn::{FactParser, FetchFile, LearnFacts};
+pub use require::{Require, Verdict};
 pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};
 pub use wait::WaitFor;
@@ -91,6 +93,20 @@ pub trait GenericStep: Send + Sync {
     fn commit(&self) -> Option<String> {
         None
     }
+    /// What it writes into a file on the node, for `plan --files`: the bytes when they are
+    /// known on the control host, `None` for ops that write no file content.
+    fn written(&self) -> Option<Written<'_>> {
+        None
+    }
+}
+
+/// The content a generic step writes into a file on the node.
+#[derive(Debug, Clone)]
+pub enum Written<'a> {
+    /// These bytes (a rendered template, a key, a managed block's lines).
+    Bytes(std::borrow::Cow<'a, [u8]>),
+    /// A file of the control host copied as it is (a bundle file): not shown.
+    File(&'a std::path::Path),
 }
 
 /// A generic step (closed set: the engine's vocabulary).
@@ -128,6 +144,8 @@ pub enum Op {
     Learn(LearnFacts),
     /// Copy a file from the node to the control host.
     Fetch(FetchFile),
+    /// A requirement decided from facts learned earlier.
+    Require(Require),
 }
 
 impl Op {
@@ -150,6 +168,7 @@ impl Op {
             Op::Seed(o) => o,
             Op::Learn(o) => o,
             Op::Fetch(o) => o,
+            Op::Require(o) => o,
         }
     }
 }

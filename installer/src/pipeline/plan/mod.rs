@@ -1,6 +1,10 @@
 //! `kubexm-install plan` / `--dry-run`: the full ordered plan (module, task, step, nodes, and the
 //! exact commands and file destinations) without connecting anywhere.
 
+mod files;
+
+pub use files::redact;
+
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -62,10 +66,39 @@ pub struct OpGroup {
     pub nodes: Vec<String>,
     /// What runs.
     pub ops: Vec<OpPlan>,
+    /// With `--files`: what the ops that write a file write (secrets redacted).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileShown>,
+}
+
+/// The content an op of a group writes (`plan --files`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FileShown {
+    /// The op's index in the group's `ops`.
+    pub op: usize,
+    /// The content, secrets redacted.
+    pub content: String,
+}
+
+/// What [`build_with`] adds to a plan.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// Show the content of every file written, with these secret values redacted.
+    pub files: Option<Vec<String>>,
 }
 
 /// Builds the plan. Nodes named by tasks but missing from `nodes` are an error.
 pub fn build(pipeline: &Pipeline, nodes: &[Node], facts: &Facts) -> Result<Plan, StepError> {
+    build_with(pipeline, nodes, facts, &PlanOptions::default())
+}
+
+/// Builds the plan with `options` (e.g. the content of every file written).
+pub fn build_with(
+    pipeline: &Pipeline,
+    nodes: &[Node],
+    facts: &Facts,
+    options: &PlanOptions,
+) -> Result<Plan, StepError> {
     let facts = &facts.for_plan();
     let mut modules = Vec::new();
     for m in &pipeline.modules {
@@ -90,17 +123,30 @@ pub fn build(pipeline: &Pipeline, nodes: &[Node], facts: &Facts) -> Result<Plan,
                             t.name
                         ))
                     })?;
-                    let ops: Vec<OpPlan> = s
-                        .ops(node, facts)?
-                        .iter()
-                        .map(|o| o.generic().plan())
-                        .collect();
+                    let built = s.ops(node, facts)?;
+                    let ops: Vec<OpPlan> = built.iter().map(|o| o.generic().plan()).collect();
                     match groups.iter_mut().find(|g| g.ops == ops) {
                         Some(g) => g.nodes.push(h.clone()),
-                        None => groups.push(OpGroup {
-                            nodes: vec![h.clone()],
-                            ops,
-                        }),
+                        None => {
+                            let files = match &options.files {
+                                Some(secrets) => built
+                                    .iter()
+                                    .enumerate()
+                                    .filter_map(|(op, o)| {
+                                        o.generic().written().map(|w| FileShown {
+                                            op,
+                                            content: files::shown(&w, secrets),
+                                        })
+                                    })
+                                    .collect(),
+                                None => Vec::new(),
+                            };
+                            groups.push(OpGroup {
+                                nodes: vec![h.clone()],
+                                ops,
+                                files,
+                            });
+                        }
                     }
                 }
                 let policy = s.policy();
@@ -168,7 +214,7 @@ impl Plan {
                         if t.hosts.len() > 1 || g.nodes.len() != t.hosts.len() {
                             let _ = writeln!(s, "      on {}:", g.nodes.join(","));
                         }
-                        for op in &g.ops {
+                        for (oi, op) in g.ops.iter().enumerate() {
                             let mut lines = op.detail.lines();
                             let first = lines.next().unwrap_or("");
                             let _ = write!(s, "        {:<8} {first}", op.kind);
@@ -187,6 +233,11 @@ impl Plan {
                             if let Some(i) = extra {
                                 for l in i.lines() {
                                     let _ = writeln!(s, "        {:<8}   {l}", "");
+                                }
+                            }
+                            for f in g.files.iter().filter(|f| f.op == oi) {
+                                for l in f.content.lines() {
+                                    let _ = writeln!(s, "        {:<8} | {l}", "");
                                 }
                             }
                         }

@@ -1,6 +1,10 @@
 //! Module 0: preflight. Read-only checks on every node, in parallel; a failed check stops the
 //! install before anything changed, with what is wrong and what to do.
 
+mod host;
+
+pub use host::{CheckHostRequirements, GatherHostFacts, HostRules};
+
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
@@ -23,33 +27,41 @@ impl Module for PreflightModule {
         let ctx = &self.0;
         let limits = ctx.cluster.file.spec.system.preflight.clone();
         let cluster = ctx.cluster.cluster_name().to_string();
-        Ok(vec![Task::new("check-nodes", ctx.all())
-            .step(CheckAccess)
-            .step(CheckOs)
-            .step(CheckResources {
-                min_cpus: limits.min_cpus,
-                master_mib: limits.min_master_memory_mib,
-                worker_mib: limits.min_worker_memory_mib,
-            })
-            .step(CheckKernel {
-                modules: limits.kernel_modules.clone().unwrap_or_else(|| {
-                    let mut m = vec!["br_netfilter".to_string(), "overlay".to_string()];
-                    if matches!(ctx.cluster.file.spec.kubernetes.proxy_mode, ProxyMode::Ipvs) {
-                        m.push("ip_vs".to_string());
-                    }
-                    m
-                }),
-            })
-            .step(CheckHostname)
-            .step(CheckClock {
-                max_skew: limits.max_clock_skew_seconds,
-            })
-            .step(CheckRemnants {
-                cluster: cluster.clone(),
-            })
-            .step(CheckPorts { cluster })
-            .step(CheckResolvConf)
-            .step(CheckHostSettings)])
+        Ok(vec![
+            // Facts first: the kernel and cgroup hierarchy of every node, then the decision.
+            Task::new("gather-host-facts", ctx.all()).step(GatherHostFacts),
+            Task::new("check-host-requirements", ctx.all())
+                .step(CheckHostRequirements(ctx.clone())),
+            Task::new("check-nodes", ctx.all())
+                .step(CheckAccess)
+                .step(CheckOs)
+                .step(CheckResources {
+                    min_cpus: limits.min_cpus,
+                    master_mib: limits.min_master_memory_mib,
+                    worker_mib: limits.min_worker_memory_mib,
+                })
+                .step(CheckKernel {
+                    modules: limits.kernel_modules.clone().unwrap_or_else(|| {
+                        let mut m = vec!["br_netfilter".to_string(), "overlay".to_string()];
+                        match ctx.cluster.proxy_mode() {
+                            ProxyMode::Ipvs => m.push("ip_vs".to_string()),
+                            ProxyMode::Nftables => m.push("nf_tables".to_string()),
+                            ProxyMode::Iptables => {}
+                        }
+                        m
+                    }),
+                })
+                .step(CheckHostname)
+                .step(CheckClock {
+                    max_skew: limits.max_clock_skew_seconds,
+                })
+                .step(CheckRemnants {
+                    cluster: cluster.clone(),
+                })
+                .step(CheckPorts { cluster })
+                .step(CheckResolvConf)
+                .step(CheckHostSettings),
+        ])
     }
 }
 
@@ -142,7 +154,7 @@ impl CheckResources {
     }
 }
 
-/// Kernel version and the modules Kubernetes needs.
+/// The kernel modules Kubernetes needs (the kernel's version: [`CheckHostRequirements`]).
 pub struct CheckKernel {
     modules: Vec<String>,
 }
@@ -152,11 +164,8 @@ impl CheckKernel {
     fn check(&self, _: &Node) -> Check {
         let modules: Vec<String> = self.modules.iter().map(|m| shell::quote(m)).collect();
         Check::new(
-            "kernel",
-            format!("v=$(uname -r)\nmaj=${{v%%.*}}; rest=${{v#*.}}; min=${{rest%%.*}}\n\
-             if [ \"$maj\" -lt 3 ] || {{ [ \"$maj\" -eq 3 ] && [ \"$min\" -lt 10 ]; }}; then echo \"kernel $v is too old: Kubernetes needs 3.10 or newer (4.19+ recommended)\" >&2; exit 1; fi\n\
-             if [ \"$maj\" -lt 4 ] || {{ [ \"$maj\" -eq 4 ] && [ \"$min\" -lt 19 ]; }}; then echo \"WARNING: kernel $v is older than 4.19; upgrade the kernel for IPVS and cgroup v2\"; fi\n\
-             have() {{ [ -d /sys/module/$1 ] || grep -q \"^$1 \" /proc/modules 2>/dev/null || case $1 in overlay) grep -qw overlay /proc/filesystems;; br_netfilter) [ -d /proc/sys/net/bridge ];; ip_vs) [ -e /proc/net/ip_vs ];; *) false;; esac; }}\n\
+            "kernel modules",
+            format!("have() {{ [ -d /sys/module/$1 ] || grep -q \"^$1 \" /proc/modules 2>/dev/null || case $1 in overlay) grep -qw overlay /proc/filesystems;; br_netfilter) [ -d /proc/sys/net/bridge ];; ip_vs) [ -e /proc/net/ip_vs ];; nf_tables) [ -d /sys/module/nf_tables ];; *) false;; esac; }}\n\
              missing=''\nfor m in {}; do\n  have $m || modprobe $m 2>/dev/null || missing=\"$missing $m\"\ndone\n\
              if [ -n \"$missing\" ]; then echo \"kernel modules not available:$missing (modprobe failed); install the kernel's module package or load them (spec.system.preflight.kernelModules lists what is required)\" >&2; exit 1; fi",
             modules.join(" ")),
