@@ -38,7 +38,8 @@ file, 4 bundle refused by verify, 5 a download failed. The guide: installer/docs
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print the files and images a cluster needs (nothing is downloaded).
+    /// Print the files, images and OS packages a cluster needs (only the OS repositories'
+    /// signed indexes are downloaded).
     #[command(after_help = RESOLVE_EXAMPLES)]
     Resolve(ResolveArgs),
     /// Check a cluster.yaml and report every problem.
@@ -181,6 +182,11 @@ pub struct BundleArgs {
     /// the catalog entry that pins them next time. Without it such files are refused.
     #[arg(long)]
     pub accept_unpinned: bool,
+    /// OS repositories (spec.system.osReleases): reuse a signed index (InRelease, repomd.xml)
+    /// cached less than this many seconds ago instead of fetching it again (0: always fetch).
+    /// It is verified again either way.
+    #[arg(long, default_value_t = 86_400, value_name = "SECONDS")]
+    pub os_index_max_age: u64,
     /// Sign the bundle with this minisign secret key (`kubexm-build keygen`): writes
     /// FILE.minisig over the content digest (and signs the split index with --split).
     #[arg(long, value_name = "KEY")]
@@ -259,6 +265,14 @@ pub struct ResolveArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Cache for the OS repositories' signed indexes (default: ~/.cache/kubexm). Only used when
+    /// the cluster lists spec.system.osReleases: their indexes are fetched and verified to list
+    /// the packages, no package is downloaded.
+    #[arg(long, value_name = "DIR", env = "KUBEXM_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Reuse a signed index cached less than this many seconds ago (0: always fetch).
+    #[arg(long, default_value_t = 86_400, value_name = "SECONDS")]
+    pub os_index_max_age: u64,
 }
 
 /// Output formats.

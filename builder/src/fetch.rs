@@ -207,6 +207,13 @@ impl Fetcher {
         })
     }
 
+    /// A small document no sum can be known for in advance (a signed repository index), retried
+    /// like downloads, never cached; its signature is checked by the caller. `hint` follows the
+    /// status in errors.
+    pub async fn get_document(&self, url: &str, hint: &'static str) -> Result<Vec<u8>, FetchError> {
+        self.get_small(url, hint).await
+    }
+
     /// A document of at most [`MAX_UNPINNED`] bytes, in memory, retried on transport errors,
     /// 429 and 5xx; any other status fails at once with `hint`.
     async fn get_small(&self, url: &str, hint: &'static str) -> Result<Vec<u8>, FetchError> {

@@ -9,6 +9,7 @@ mod exit;
 mod fetch;
 mod images;
 mod oci_layout;
+mod osrepo;
 mod output;
 mod progress;
 mod sbom;

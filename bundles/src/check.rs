@@ -117,16 +117,32 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
                 });
             }
         }
-        match sums.get(&file.path) {
+    }
+    let repo_files = manifest.os_repos.iter().flat_map(|r| {
+        r.packages
+            .iter()
+            .map(|p| (p.path.as_str(), Some(p.sha256.as_str())))
+            .chain([
+                (r.signing_key.armored.as_str(), None),
+                (r.signing_key.binary.as_str(), None),
+            ])
+    });
+    for (path, sha256) in manifest
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), Some(f.sha256.as_str())))
+        .chain(repo_files)
+    {
+        match sums.get(path) {
             None => {
                 return Err(ManifestProblem::FileMissing {
-                    path: file.path.clone(),
+                    path: path.to_owned(),
                 })
             }
-            Some(sum) if *sum != file.sha256 => {
+            Some(sum) if sha256.is_some_and(|s| s != sum) => {
                 return Err(ManifestProblem::FileSum {
-                    path: file.path.clone(),
-                    manifest: file.sha256.clone(),
+                    path: path.to_owned(),
+                    manifest: sha256.unwrap_or_default().to_owned(),
                     sums: sum.clone(),
                 })
             }
@@ -172,6 +188,7 @@ pub(crate) mod tests {
                 roles: ["etcd".to_owned()].into(),
             }],
             images: vec![],
+            os_repos: vec![],
             sizes: std::collections::BTreeMap::new(),
         }
     }

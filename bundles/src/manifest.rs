@@ -16,6 +16,8 @@ pub const CLUSTER_PATH: &str = "cluster.yaml";
 pub const CATALOG_PATH: &str = "catalog.yaml";
 /// Root of the OCI image layout.
 pub const IMAGES_DIR: &str = "images";
+/// Root of the OS package repositories: `repos/<release>/`.
+pub const REPOS_DIR: &str = "repos";
 
 /// The whole `bundle.json`: the first entry of every bundle. The bundle format (entry order,
 /// tree, `SHA256SUMS`, reproducibility and verification rules) is specified in `bundles/README.md`.
@@ -47,6 +49,83 @@ pub struct BundleManifest {
     /// formatVersion 1.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sizes: BTreeMap<String, u64>,
+    /// OS package repositories under `repos/`, one per release of `spec.system.osReleases`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub os_repos: Vec<OsRepoRecord>,
+}
+
+/// One OS package repository (`repos/<release>/`), signed with a key made for this bundle.
+///
+/// Debian family: a flat repository (`deb [signed-by=KEY] URL/repos/<release> ./`) with
+/// `InRelease`, `Release`, `Release.gpg`, `Packages`, `Packages.gz` and `pool/*.deb`. RPM family:
+/// `repodata/repomd.xml` (+ `.asc`), `repodata/<sha256>-primary.xml.gz` and `Packages/*.rpm`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsRepoRecord {
+    /// Release name (`debian-12`).
+    pub release: String,
+    /// `deb` or `rpm`.
+    pub family: String,
+    /// `ID` of `/etc/os-release` on the nodes it serves.
+    pub os_id: String,
+    /// `VERSION_ID` of `/etc/os-release` (or its major part) on the nodes it serves.
+    pub version_id: String,
+    /// The repository's directory in the bundle (`repos/debian-12`).
+    pub path: String,
+    /// The key the repository is signed with.
+    pub signing_key: SigningKeyRecord,
+    /// The distribution indexes the packages were taken from, each verified.
+    pub sources: Vec<OsSourceRecord>,
+    /// Every package file in the repository.
+    pub packages: Vec<OsPackageRecord>,
+}
+
+/// The public half of the key a bundle's repositories are signed with (the secret half is never
+/// stored anywhere).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SigningKeyRecord {
+    /// OpenPGP fingerprint, upper-case hex.
+    pub fingerprint: String,
+    /// ASCII-armored public key in the bundle (dnf's `gpgkey=`).
+    pub armored: String,
+    /// Binary public key in the bundle (apt's `signed-by=`).
+    pub binary: String,
+}
+
+/// A distribution index the repository was built from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsSourceRecord {
+    /// The signed index (`…/dists/bookworm/InRelease`, `…/repodata/repomd.xml`), after the
+    /// zone's rewrites.
+    pub url: String,
+    /// sha256 of the signed index as fetched.
+    pub sha256: String,
+    /// Fingerprints of the pinned archive keys whose signatures verified.
+    pub signed_by: Vec<String>,
+}
+
+/// One package file of an OS repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsPackageRecord {
+    /// Package name.
+    pub name: String,
+    /// Version as the distribution writes it.
+    pub version: String,
+    /// Architecture (`amd64`, `all`, `x86_64`, `noarch`).
+    pub arch: String,
+    /// Path in the bundle.
+    pub path: String,
+    /// sha256 (also in the distribution's signed index).
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where it was downloaded from.
+    pub url: String,
+    /// Why it is there (`requested by node preparation`, `haproxy=… depends on libc6 (>= 2.34)`).
+    pub reason: String,
 }
 
 /// One file under `files/`.

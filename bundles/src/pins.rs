@@ -102,6 +102,7 @@ mod tests {
                 roles: ["etcd".to_owned()].into(),
             }],
             images: vec![],
+            os_repos: vec![],
             sizes: sizes.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect(),
         }
     }

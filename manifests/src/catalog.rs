@@ -15,6 +15,7 @@ use thiserror::Error;
 use crate::display::{Untrusted, UntrustedMax};
 use crate::model::Arch;
 use crate::name::check_component;
+use crate::osrelease::{OsRelease, BUILTIN_OS_RELEASES};
 use crate::version::KubeVersion;
 use crate::yaml::{self, YamlError};
 
@@ -110,6 +111,9 @@ pub struct CatalogDoc {
     /// Image groups: group name → version → image references.
     #[serde(default)]
     pub addon_images: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    /// OS releases (replaced by name).
+    #[serde(default)]
+    pub os_releases: Vec<OsRelease>,
 }
 
 /// A component ready to resolve.
@@ -141,6 +145,8 @@ pub struct Catalog {
     pub kubernetes: BTreeMap<KubeVersion, KubernetesRelease>,
     /// Image groups.
     pub addon_images: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    /// OS releases by name.
+    pub os_releases: BTreeMap<String, OsRelease>,
 }
 
 /// A catalog that cannot be used.
@@ -177,6 +183,8 @@ impl Catalog {
         let doc = parse_doc(BUILTIN_CATALOG, "built-in catalog")?;
         let mut catalog = Catalog::default();
         catalog.merge(doc, "built-in catalog")?;
+        let os = parse_doc(BUILTIN_OS_RELEASES, "built-in OS releases")?;
+        catalog.merge(os, "built-in OS releases")?;
         Ok(catalog)
     }
 
@@ -261,6 +269,10 @@ impl Catalog {
         }
         for (group, versions) in doc.addon_images {
             self.addon_images.entry(group).or_default().extend(versions);
+        }
+        for rel in doc.os_releases {
+            problems.extend(rel.check());
+            self.os_releases.insert(rel.name.clone(), rel);
         }
         problems.extend(self.check());
         if problems.is_empty() {

@@ -23,6 +23,8 @@ pub mod kube_version;
 pub mod load;
 pub mod model;
 pub mod name;
+pub mod ospackages;
+pub mod osrelease;
 pub mod ranges;
 pub mod resolve;
 pub mod secret;

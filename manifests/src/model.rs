@@ -813,6 +813,12 @@ pub struct System {
     /// Extra Debian packages on apt-based hosts.
     #[serde(default)]
     pub debs: Vec<String>,
+    /// The OS releases the hosts run (`debian-12`, `ubuntu-22.04`, `rocky-9`; the catalog's
+    /// `osReleases`). For each, the bundle carries a signed repository of the OS packages KubeXM
+    /// installs with their dependencies, and the install uses it as the nodes' only package
+    /// source. Empty: nodes install OS packages from their own sources.
+    #[serde(default)]
+    pub os_releases: Vec<String>,
     /// Shell scripts run on every node before node preparation: paths on the build host
     /// (relative to cluster.yaml's directory), bundled by `kubexm-build` with their sha256,
     /// copied to `/etc/kubexm/scripts/pre_install_<host>.sh` (several: `…_<host>-01.sh`,

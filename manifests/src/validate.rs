@@ -139,6 +139,7 @@ pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster
     check_load_balancer(&file, &roles, &mut c);
     check_registry(&file, &roles, &mut c);
     check_system_and_extra(&file, &mut c);
+    check_os_releases(&file, catalog, &mut c);
     check_addons(&file, &mut c);
     match version {
         Some(version) if c.problems.is_empty() => Ok(ValidCluster {
@@ -1107,6 +1108,67 @@ fn check_system_and_extra(f: &ClusterFile, c: &mut Checker) {
                 format!("spec.extra.resolves[{i}].address"),
                 format!("`{}` is not an IP address", r.address),
                 "give a name server's IP",
+            );
+        }
+    }
+}
+
+/// `spec.system.osReleases` names catalog releases, each once; `system.debs`/`rpms` are package
+/// names (they are passed to apt/dnf and looked up in the repositories' indexes).
+fn check_os_releases(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) {
+    let s = &f.spec.system;
+    let known = || {
+        catalog
+            .os_releases
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut seen = BTreeSet::new();
+    for (i, name) in s.os_releases.iter().enumerate() {
+        if !catalog.os_releases.contains_key(name) {
+            c.add(
+                format!("spec.system.osReleases[{i}]"),
+                format!("`{name}` is not an OS release the catalog knows"),
+                format!(
+                    "use one of: {}; or describe the release (repositories and signing keys) under osReleases in a catalog file passed with --catalog",
+                    known()
+                ),
+            );
+        } else if !seen.insert(name.as_str()) {
+            c.add(
+                format!("spec.system.osReleases[{i}]"),
+                format!("`{name}` is listed twice"),
+                "list each release once",
+            );
+        }
+    }
+    for (i, d) in s.debs.iter().enumerate() {
+        let ok = d.len() >= 2
+            && d.len() <= 128
+            && d.as_bytes()[0].is_ascii_alphanumeric()
+            && d.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b));
+        if !ok {
+            c.add(
+                format!("spec.system.debs[{i}]"),
+                format!("`{d}` is not a Debian package name"),
+                "use the package's name as apt knows it: lowercase letters, digits, `+`, `-`, `.`",
+            );
+        }
+    }
+    for (i, r) in s.rpms.iter().enumerate() {
+        let ok = !r.is_empty()
+            && r.len() <= 128
+            && r.as_bytes()[0].is_ascii_alphanumeric()
+            && r.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+-._".contains(&b));
+        if !ok {
+            c.add(
+                format!("spec.system.rpms[{i}]"),
+                format!("`{r}` is not an RPM package name"),
+                "use the package's name as dnf knows it: letters, digits, `+`, `-`, `.`, `_`",
             );
         }
     }

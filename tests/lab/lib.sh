@@ -21,8 +21,9 @@ build_tools() {
   BIN=${CARGO_TARGET_DIR:-$REPO/target}/debug
 }
 
-# The local mirror served over HTTP, a source registry filled with stand-in images, and
-# `kubexm-build bundle` of the lab cluster from them: $work/lab.tar.zst.
+# The local mirror and the lab's Debian archive served over HTTP, a source registry filled with
+# stand-in images, and `kubexm-build bundle` of the lab cluster ($CLUSTER_YAML, default
+# tests/lab/cluster.yaml) from them: $work/lab.tar.zst.
 build_bundle() {
   local mirror http_port reg_port
   mirror=$("$HERE/mirror/build-mirror")
@@ -38,11 +39,20 @@ http: {addr: 127.0.0.1:$reg_port}
 EOF2
   docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
   pids+=($!)
+  # Debian's archive for the OS packages, when the cluster lists osReleases: [debian-12].
+  local debmirror deb_port=28081 cluster=${CLUSTER_YAML:-$HERE/cluster.yaml}
+  if grep -q '^    osReleases:' "$cluster"; then
+    debmirror=$("$HERE/mirror/build-debmirror")
+    deb_port=$(free_port)
+    (cd "$debmirror" && exec python3 -m http.server --bind 127.0.0.1 "$deb_port") >"$work/http-deb.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$deb_port/debian/dists/bookworm/InRelease"
+  fi
   wait_http "http://127.0.0.1:$http_port/"
   wait_http "http://127.0.0.1:$reg_port/v2/"
-  sed -e "s/127.0.0.1:28080/127.0.0.1:$http_port/; s/127.0.0.1:25000/127.0.0.1:$reg_port/" \
+  sed -e "s/127.0.0.1:28080/127.0.0.1:$http_port/; s/127.0.0.1:28081/127.0.0.1:$deb_port/; s/127.0.0.1:25000/127.0.0.1:$reg_port/" \
     "$HERE/mirror/zone-lab.yaml" >"$work/zone.yaml"
-  local args=(-f "$HERE/cluster.yaml" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
+  local args=(-f "$cluster" --catalog "$HERE/mirror/catalog-lab.yaml" --zone-file "$work/zone.yaml")
   "$BIN/kubexm-build" resolve "${args[@]}" -o json >"$work/resolve.json"
   "$HERE/mirror/fill-registry" "$work/resolve.json" >/dev/null
   KUBEXM_CACHE_DIR=$work/cache "$BIN/kubexm-build" bundle "${args[@]}" -o "$work/lab.tar.zst" >/dev/null 2>&1 ||
@@ -68,14 +78,37 @@ sshx() { # node cmd...
     -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 "root@${!ipv}" "$@"
 }
 
+# with_os_releases IN OUT: the cluster.yaml IN listing `osReleases: [debian-12]` (the bundle
+# carries the OS packages as a signed repository, the nodes' only package source).
+with_os_releases() {
+  sed 's/^  system:$/  system:\n    osReleases: [debian-12]/' "$1" >"$2"
+  grep -q '^    osReleases: \[debian-12\]$' "$2" || die "could not add osReleases to $1"
+}
+
 # node_state NODE: a fingerprint of what an install changes and a delete must put back (files
-# KubeXM edits, directories it fills, services it enables), compared before and after.
+# KubeXM edits, directories it fills, services it enables), compared before and after. The OS
+# packages an install brings from the bundle stay installed after a delete (an air-gapped host may
+# have no way to get them back): when record_packages ran, what belongs to packages that were not
+# there before is left out, unless KubeXM wrote it.
+PKGS_BEFORE=/var/tmp/kubexm-lab-packages-before
+record_packages() { sshx "$1" "dpkg-query -W -f='\${Package}\n' >$PKGS_BEFORE"; }
 node_state() {
   sshx "$1" 'hostname; cat /etc/hostname
+    new=$( [ -e '"$PKGS_BEFORE"' ] && dpkg-query -W -f="\${Package}\n" | grep -vxFf '"$PKGS_BEFORE"' || true)
+    owned=$(for p in $new; do dpkg -L "$p" 2>/dev/null; done | sort -u)
+    ucf_new() { # a configuration file a new package made in its maintainer scripts (ucf), e.g. chrony.conf
+      local p; p=$(ucfq -w "$1" 2>/dev/null | cut -d: -f2) || return 1
+      [ -n "$p" ] && printf "%s\n" $new | grep -qxF -- "$p"; }
+    from_new() { [ -n "$owned" ] && { printf "%s\n" "$owned" | grep -qxF -- "$1" || ucf_new "$1"; }; }
     for f in /etc/hosts /etc/resolv.conf /etc/chrony/chrony.conf /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf /etc/fstab; do
-      if [ -e "$f" ]; then md5sum "$f"; else echo "absent $f"; fi; done
-    for d in /usr/local/bin /usr/local/sbin /etc/sysctl.d /etc/modules-load.d /opt /var/lib/containerd /var/lib /etc/ssl; do echo "$d: $(ls -A "$d" 2>&1 | tr "\n" " ")"; done
-    for u in haproxy keepalived; do echo "$u $(systemctl is-enabled $u 2>&1)"; done'
+      if from_new "$f" && ! head -n 1 "$f" 2>/dev/null | grep -q "^# Written by KubeXM"; then echo "absent or a new package'"'"'s $f"
+      elif [ -e "$f" ]; then md5sum "$f"; else echo "absent or a new package'"'"'s $f"; fi; done
+    for d in /usr/local/bin /usr/local/sbin /etc/sysctl.d /etc/modules-load.d /opt /var/lib/containerd /var/lib /etc/ssl; do
+      echo "$d: $(ls -A "$d" 2>&1 | while read -r e; do from_new "$d/$e" || echo "$e"; done | tr "\n" " ")"; done
+    for u in haproxy keepalived; do
+      s=$(systemctl is-enabled $u 2>/dev/null) || true
+      case "$s" in ""|disabled) echo "$u not enabled";; *) echo "$u $s";; esac; done
+    echo "sources.list.d: $(ls -A /etc/apt/sources.list.d 2>&1 | tr "\n" " ")"; if [ -e /etc/apt/sources.list ]; then md5sum /etc/apt/sources.list; else echo "no /etc/apt/sources.list"; fi'
 }
 
 install() {
@@ -133,6 +166,40 @@ check_install() {
   echo "   VIP $LAB_VIP held by exactly one node ($VIP_HOLDER)"
 }
 
+# The OS packages came from the bundle's signed repository, on nodes that have no package source
+# of their own (prints a line per check; dies with what is wrong). DPKG_LOG_LINES_<node> is the
+# length of /var/log/dpkg.log before the install (set by record_dpkg_log).
+record_dpkg_log() {
+  local n
+  for n in node1 node2 node3; do
+    printf -v "DPKG_LOG_LINES_$n" '%s' "$(sshx $n 'wc -l </var/log/dpkg.log')"
+  done
+}
+check_os_packages() { # [LB PACKAGE...] (default: haproxy keepalived)
+  local n lines installed lb=("$@")
+  [ $# -gt 0 ] || lb=(haproxy keepalived)
+  for n in node1 node2 node3; do
+    sshx $n "grep -qx 'Signed-By: /var/lib/kubexm/repos/kubexm-repo-key.gpg' /etc/apt/sources.list.d/kubexm.sources && ! grep -qi trusted /etc/apt/sources.list.d/kubexm.sources" ||
+      die "$n: no signed source for the bundle's repository"
+    [ "$(sshx $n 'ls -A /etc/apt/sources.list.d; ls /etc/apt/sources.list 2>/dev/null || true')" = kubexm.sources ] ||
+      die "$n: the bundle's source is not the node's only apt source"
+    sshx $n "gpgv --keyring /var/lib/kubexm/repos/kubexm-repo-key.gpg /var/lib/kubexm/repos/debian-12/InRelease" >/dev/null 2>&1 ||
+      die "$n: gpgv does not accept the repository's InRelease with the bundle's key"
+    for p in socat conntrack ipset ipvsadm ebtables chrony "${lb[@]}"; do
+      sshx $n "dpkg-query -W -f='\${Status}' $p 2>/dev/null | grep -q 'install ok installed'" || die "$n: $p is not installed"
+    done
+    lines=DPKG_LOG_LINES_$n
+    installed=$(sshx $n "tail -n +$((${!lines} + 1)) /var/log/dpkg.log | awk '\$3 == \"install\" {print \$4}' | cut -d: -f1 | sort -u | tr '\n' ' '")
+    grep -qw socat <<<"$installed" || die "$n: socat was not installed by this install (dpkg.log: $installed)"
+    # Already there (the rootfs has them): not installed again.
+    for p in curl openssl iptables; do
+      ! grep -qw "$p" <<<"$installed" || die "$n: $p was present but installed again"
+    done
+    # apt never read the node's own sources or wrote its own lists.
+    sshx $n "! ls /var/lib/apt/lists/ 2>/dev/null | grep -q _Packages" || die "$n: apt fetched lists from the node's own sources"
+    echo "   $n: $(wc -w <<<"$installed") OS packages installed from the bundle's signed repository alone (Signed-By its key, gpgv accepts its InRelease); curl/openssl/iptables already there, not reinstalled"
+  done
+}
 # --- day-2 (tests/lab/day2) ---
 
 # kubexm ARGS...: kubexm-install ARGS (a verb, e.g. `etcd add-member`, and its flags) in the lab

@@ -17,6 +17,7 @@ use crate::credentials::Credentials;
 use crate::fetch::{Fetcher, Retry};
 use crate::images::{ImageRequest, PulledImage, Puller, RegistryAccess};
 use crate::oci_layout;
+use crate::osrepo;
 use crate::progress::Progress;
 
 /// Runs the whole build.
@@ -73,9 +74,22 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .build()
         .context("Failed to start the async runtime")?;
-    let (files, images, addon_files) = runtime.block_on(async {
+    let policy = osrepo::IndexPolicy::new(std::time::Duration::from_secs(args.os_index_max_age));
+    let (files, images, addon_files, repos) = runtime.block_on(async {
         let fetcher = Fetcher::new(cache.clone(), retry, progress.clone())
             .context("Failed to set up the HTTP client")?;
+        // The OS repositories first: a package missing from a release fails the build before
+        // anything large is downloaded.
+        let repos = osrepo::resolve_all(
+            &inputs.cluster,
+            &inputs.catalog,
+            &inputs.zone,
+            &fetcher,
+            &cache,
+            policy,
+        )
+        .await
+        .context("Failed to resolve the OS packages")?;
         // One download per distinct sha256 (identical files share one cache entry), each on
         // its own task so hashing spreads over the cores.
         let mut seen = BTreeSet::new();
@@ -117,13 +131,18 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         // Files and images at the same time: on a real network each connection is limited by
         // latency and its own bandwidth, so both kinds of transfer overlap (each side keeps at
         // most `jobs` transfers in flight).
-        let (_, images) = tokio::try_join!(
+        let (_, images, ()) = tokio::try_join!(
             async { downloads.await.context("Failed to download the files") },
             async {
                 puller
                     .pull_all(&requests)
                     .await
                     .context("Failed to pull the images")
+            },
+            async {
+                osrepo::download(&repos, &fetcher, jobs)
+                    .await
+                    .context("Failed to download the OS packages")
             },
         )?;
         let files: Vec<PathBuf> = lists
@@ -144,7 +163,7 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             crate::addons::collect_scripts(&lists.scripts, &base_dir, &cache)
                 .context("Failed to read the custom scripts")?,
         );
-        anyhow::Ok((files, images, addon_files))
+        anyhow::Ok((files, images, addon_files, repos))
     })?;
 
     let cluster_yaml = std::fs::read_to_string(&args.source.file)
@@ -174,6 +193,16 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         None => None,
     };
     let mut entries = bundle_entries(&cache, &lists, &images, cluster_yaml, catalog_yaml)?;
+    // Signed at SOURCE_DATE_EPOCH when set; else now (the key is new for every bundle anyway).
+    let sign_at = if mtime > 0 {
+        u32::try_from(mtime).unwrap_or(u32::MAX)
+    } else {
+        policy.now
+    };
+    let (repo_entries, repo_records) =
+        osrepo::bundle_parts(&repos, &cache, &lists.cluster, sign_at)?;
+    entries.extend(repo_entries);
+    manifest.os_repos = repo_records;
     entries.extend(addon_files.iter().map(|a| Entry {
         path: a.record.path.clone(),
         source: Source::Stored(a.blob.clone()),
@@ -212,6 +241,16 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     let sbom_path = bundle_extras::beside(&output, crate::sbom::SBOM_SUFFIX);
     kubexm_bundles::atomic::write(&sbom_path, &bom, 0o644)
         .with_context(|| format!("Failed to write `{}`", sbom_path.display()))?;
+    for r in &manifest.os_repos {
+        writeln!(
+            out,
+            "OS repository {}: {} packages, {} bytes, signed with key {}",
+            r.path,
+            r.packages.len(),
+            r.packages.iter().map(|p| p.size).sum::<u64>(),
+            r.signing_key.fingerprint
+        )?;
+    }
     writeln!(
         out,
         "wrote {} ({} files, {} images, {} entries, {} → {} bytes, sha256 {}); SBOM {}",
@@ -376,6 +415,7 @@ fn bundle_manifest(
                 roles: roles(&b.roles),
             })
             .collect(),
+        os_repos: Vec::new(),
         images: lists
             .images
             .iter()

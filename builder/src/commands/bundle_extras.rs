@@ -116,6 +116,9 @@ pub fn make_delta(
     let delta_manifest = BundleManifest {
         files: Vec::new(),
         images: Vec::new(),
+        // The OS repositories' files are entries like any other: the delta carries them (or
+        // the site holds them) and the completed bundle's manifest lists them.
+        os_repos: Vec::new(),
         ..manifest.clone()
     };
     Ok((delta_manifest, out, summary))

@@ -2,23 +2,97 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use kubexm_manifests::resolve::{resolve, Resolution, Role};
 
 use super::{problems_error, Inputs};
+use crate::cache::Cache;
 use crate::cli::{Output, ResolveArgs};
+use crate::fetch::{Fetcher, Retry};
+use crate::osrepo::{resolve_all, IndexPolicy, ResolvedRepo};
+use crate::progress::Progress;
 
 /// Resolves and prints.
 pub fn run(args: &ResolveArgs, out: &mut dyn Write) -> Result<()> {
     let inputs = Inputs::load(&args.source)?;
     let lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
         .map_err(|p| problems_error(&args.source.file, &p))?;
+    let repos = os_repos(args, &inputs)?;
     match args.output {
         Output::Json => {
-            serde_json::to_writer_pretty(&mut *out, &lists)?;
+            let mut value = serde_json::to_value(&lists)?;
+            if let (Some(map), false) = (value.as_object_mut(), repos.is_empty()) {
+                map.insert("osRepos".to_owned(), serde_json::to_value(&repos)?);
+            }
+            serde_json::to_writer_pretty(&mut *out, &value)?;
             writeln!(out)?;
         }
-        Output::Table => write_table(&lists, out)?,
+        Output::Table => {
+            write_table(&lists, out)?;
+            write_os_repos(&repos, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The OS repositories' package lists (`spec.system.osReleases`): their signed indexes are
+/// fetched and verified, nothing from the pools is downloaded.
+fn os_repos(args: &ResolveArgs, inputs: &Inputs) -> Result<Vec<ResolvedRepo>> {
+    if inputs.cluster.file.spec.system.os_releases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cache_root = args.cache_dir.clone().unwrap_or_else(Cache::default_root);
+    let cache = Cache::open(&cache_root).context("Failed to open the cache")?;
+    let fetcher = Fetcher::new(cache.clone(), Retry::default(), Progress::auto())
+        .context("Failed to set up the HTTP client")?;
+    let policy = IndexPolicy::new(std::time::Duration::from_secs(args.os_index_max_age));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("Failed to start the async runtime")?;
+    runtime
+        .block_on(resolve_all(
+            &inputs.cluster,
+            &inputs.catalog,
+            &inputs.zone,
+            &fetcher,
+            &cache,
+            policy,
+        ))
+        .context("Failed to resolve the OS packages")
+}
+
+/// The OS packages section of the table.
+fn write_os_repos(repos: &[ResolvedRepo], out: &mut dyn Write) -> std::io::Result<()> {
+    for r in repos {
+        writeln!(
+            out,
+            "\nOS PACKAGES {} ({} packages, {} bytes; indexes signed by {})",
+            r.release,
+            r.packages.len(),
+            r.bytes(),
+            r.sources
+                .iter()
+                .flat_map(|s| s.signed_by.iter().map(String::as_str))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        let rows: Vec<[String; 5]> = r
+            .packages
+            .iter()
+            .map(|p| {
+                [
+                    p.name.clone(),
+                    p.version.clone(),
+                    p.arch.clone(),
+                    p.size.to_string(),
+                    p.reason.clone(),
+                ]
+            })
+            .collect();
+        table(out, ["NAME", "VERSION", "ARCH", "SIZE", "WHY"], &rows)?;
     }
     Ok(())
 }

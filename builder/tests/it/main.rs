@@ -6,4 +6,6 @@ mod bundle_faults;
 mod bundle_trust;
 mod discover;
 mod import_cli;
+mod os_repo;
+mod os_rpm;
 mod resolve_cli;

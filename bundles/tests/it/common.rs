@@ -42,6 +42,7 @@ pub(crate) fn manifest(files: Vec<FileRecord>, images: Vec<ImageRecord>) -> Bund
         created: 1_700_000_000,
         files,
         images,
+        os_repos: Vec::new(),
         sizes: std::collections::BTreeMap::new(),
     }
 }

@@ -211,6 +211,8 @@ impl Session {
             cluster,
             bundle: self.bundle.clone(),
             resolution: self.resolution.clone(),
+            // Day-2 runs with a bundle: its repositories (bundle.json) are what nodes get.
+            os_releases: std::collections::BTreeMap::new(),
         })
     }
 

@@ -42,6 +42,9 @@ pub struct InstallContext {
     /// What the cluster needs per the catalog (upstream zone), used for the plan's file and
     /// image records when there is no bundle; `None` when it cannot be resolved.
     pub resolution: Option<Resolution>,
+    /// The catalog's entries for `spec.system.osReleases` (how nodes of each are recognised,
+    /// for plans without a bundle).
+    pub os_releases: std::collections::BTreeMap<String, kubexm_manifests::osrelease::OsRelease>,
 }
 
 /// An unpacked bundle.
@@ -279,6 +282,15 @@ pub fn load_context(
         &kubexm_manifests::zone::Zone::upstream(),
     )
     .ok();
+    let os_releases = cluster
+        .file
+        .spec
+        .system
+        .os_releases
+        .iter()
+        .filter_map(|name| catalog.os_releases.get(name))
+        .map(|r| (r.name.clone(), r.clone()))
+        .collect();
     Ok(InstallContext {
         cluster,
         nodes,
@@ -286,6 +298,7 @@ pub fn load_context(
         keys: KeyDir::new(pki_dir.clone(), Keys::Plan),
         pki_dir,
         resolution,
+        os_releases,
     })
 }
 

@@ -56,11 +56,26 @@ pub fn keep_original(path: &str, unit: &str) -> Op {
     let u = shell::quote(unit);
     Op::Run(
         RunCommand::new(format!(
-            "set -e\no={o}\nmkdir -p \"$(dirname -- \"$o\")\"\nif [ -e {p} ] && ! {kx}; then cp -a -- {p} \"$o\"; else : > \"$o.absent\"; fi\nif systemctl is-enabled -q {u} 2>/dev/null; then echo enabled; else echo disabled; fi > \"$o.unit\"",
+            "set -e\no={o}\nmkdir -p \"$(dirname -- \"$o\")\"\nif [ -e {p} ] && ! {kx}; then cp -a -- {p} \"$o\"; else : > \"$o.absent\"; fi\n[ -e \"$o.unit\" ] || if systemctl is-enabled -q {u} 2>/dev/null; then echo enabled; else echo disabled; fi > \"$o.unit\"",
             kx = written_by_kubexm(path),
         ))
         .unless(format!("[ -e {o} ] || [ -e {o}.absent ]"))
         .undo(format!("rm -f -- {o} {o}.absent {o}.unit")),
+    )
+}
+
+/// Install side, before KubeXM installs the OS package that brings `unit`: notes whether `unit`
+/// was enabled then (`ORIG_DIR/<path>.unit`, kept by [`keep_original`]), so that a unit the
+/// package enabled on its own is left disabled again by [`restore_original`].
+pub fn keep_unit_state(path: &str, unit: &str) -> Op {
+    let o = shell::quote(&format!("{ORIG_DIR}{path}"));
+    let u = shell::quote(unit);
+    Op::Run(
+        RunCommand::new(format!(
+            "set -e\no={o}\nmkdir -p \"$(dirname -- \"$o\")\"\nif systemctl is-enabled -q {u} 2>/dev/null; then echo enabled; else echo disabled; fi > \"$o.unit\""
+        ))
+        .unless(format!("[ -e {o}.unit ]"))
+        .undo(format!("rm -f -- {o}.unit")),
     )
 }
 

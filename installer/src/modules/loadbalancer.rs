@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use crate::context::InstallContext;
 use crate::pipeline::ops::{
-    Check, Op, Package, RenderTemplate, RunCommand, Systemd, SystemdAction, WaitFor,
+    Check, Op, Package, PackageSource, RenderTemplate, RunCommand, Systemd, SystemdAction, WaitFor,
 };
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use kubexm_manifests::model::{ExternalLbType, LbMode};
@@ -103,6 +103,14 @@ impl Proxy {
             Proxy::Nginx => "nginx",
         }
     }
+
+    /// The proxy's configuration file (owned by its OS package; KubeXM writes it).
+    fn conf(self) -> &'static str {
+        match self {
+            Proxy::Haproxy => "/etc/haproxy/haproxy.cfg",
+            Proxy::Nginx => "/etc/nginx/nginx.conf",
+        }
+    }
 }
 
 impl Module for LoadBalancerModule {
@@ -169,7 +177,11 @@ impl Module for LoadBalancerModule {
         let first = hosts.first().cloned().unwrap_or_default();
         Ok(vec![
             Task::new("install-loadbalancer", hosts.clone())
-                .step(LbPackages { proxy })
+                .step(KeepUnitStates { proxy })
+                .step(LbPackages {
+                    proxy,
+                    source: super::osrepo::package_source(ctx),
+                })
                 .step(LbSysctl {
                     common: common.clone(),
                 })
@@ -206,9 +218,29 @@ pub struct Backend {
     pub port: u16,
 }
 
-/// keepalived and the proxy from the OS packages (skipped when installed).
+/// Whether keepalived and the proxy were enabled before their packages are installed (a package
+/// install may enable them), so the delete leaves them as they were.
+pub struct KeepUnitStates {
+    proxy: Proxy,
+}
+
+impl Step for KeepUnitStates {
+    fn name(&self) -> &str {
+        "keep-lb-unit-states"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![
+            super::delete::keep_unit_state(self.proxy.conf(), self.proxy.unit()),
+            super::delete::keep_unit_state("/etc/keepalived/keepalived.conf", "keepalived"),
+        ])
+    }
+}
+
+/// keepalived and the proxy from the OS packages (skipped when installed;
+/// [`kubexm_manifests::ospackages`], the list the bundle's repositories are built from).
 pub struct LbPackages {
     proxy: Proxy,
+    source: PackageSource,
 }
 
 impl Step for LbPackages {
@@ -216,15 +248,16 @@ impl Step for LbPackages {
         "install-lb-packages"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (debs, rpms) = match self.proxy {
-            Proxy::Haproxy => (v(&["haproxy", "keepalived"]), v(&["haproxy", "keepalived"])),
-            Proxy::Nginx => (
-                v(&["nginx", "libnginx-mod-stream", "keepalived"]),
-                v(&["nginx", "nginx-mod-stream", "keepalived"]),
-            ),
+        let set = match self.proxy {
+            Proxy::Haproxy => kubexm_manifests::ospackages::LB_HAPROXY,
+            Proxy::Nginx => kubexm_manifests::ospackages::LB_NGINX,
         };
-        Ok(vec![Op::Package(Package { debs, rpms })])
+        let v = |s: &[&str]| s.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        Ok(vec![Op::Package(Package {
+            debs: v(set.debs),
+            rpms: v(set.rpms),
+            source: self.source.clone(),
+        })])
     }
 }
 
@@ -278,15 +311,12 @@ impl ProxyConfig {
             Proxy::Haproxy => RenderTemplate::new(
                 "lb/haproxy.cfg.tera",
                 &context,
-                "/etc/haproxy/haproxy.cfg",
+                Proxy::Haproxy.conf(),
                 0o644,
             ),
-            Proxy::Nginx => RenderTemplate::new(
-                "lb/nginx.conf.tera",
-                &context,
-                "/etc/nginx/nginx.conf",
-                0o644,
-            ),
+            Proxy::Nginx => {
+                RenderTemplate::new("lb/nginx.conf.tera", &context, Proxy::Nginx.conf(), 0o644)
+            }
         }
     }
 }
@@ -461,10 +491,11 @@ impl Module for LoadBalancerDeleteModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         use super::delete::{restore_original, Ops};
         let lb = &self.0.cluster.file.spec.load_balancer;
-        let (proxy, conf) = match lb.external.kind {
-            ExternalLbType::KubexmKn => (Proxy::Nginx, "/etc/nginx/nginx.conf"),
-            _ => (Proxy::Haproxy, "/etc/haproxy/haproxy.cfg"),
+        let proxy = match lb.external.kind {
+            ExternalLbType::KubexmKn => Proxy::Nginx,
+            _ => Proxy::Haproxy,
         };
+        let conf = proxy.conf();
         let mut ops = vec![
             restore_original("/etc/keepalived/keepalived.conf", "keepalived"),
             restore_original(conf, proxy.unit()),

@@ -1,13 +1,16 @@
 //! Module 1: node preparation. SELinux, swap, firewall, hostname, /etc/hosts, resolvers, time,
 //! kernel settings and OS packages on every node; each step idempotent and reverted on failure.
 
+use kubexm_manifests::ospackages::PackageSet;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::context::{InstallContext, NODE_MARKER};
-use crate::pipeline::ops::{ManagedBlock, Op, Package, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{
+    ManagedBlock, Op, Package, PackageSource, RenderTemplate, RunCommand, UploadFile,
+};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
 
@@ -42,9 +45,10 @@ impl Module for NodePrepModule {
         let cluster = ctx.cluster.cluster_name().to_string();
         Ok(vec![Task::new("prepare-nodes", ctx.all())
             .step(InstallDependencies {
-                proxy: super::proxy_deps::packages(ctx.cluster.proxy_mode()),
+                proxy: kubexm_manifests::ospackages::kube_proxy(ctx.cluster.proxy_mode()),
                 debs: spec.system.debs.clone(),
                 rpms: spec.system.rpms.clone(),
+                source: super::osrepo::package_source(ctx),
             })
             .step(DisableSelinux)
             .step(DisableSwap)
@@ -69,12 +73,15 @@ impl Module for NodePrepModule {
     }
 }
 
-/// OS packages Kubernetes nodes need (skipped when installed).
+/// OS packages Kubernetes nodes need (skipped when installed): node preparation, the runtime
+/// dependencies and kube-proxy's tools ([`kubexm_manifests::ospackages`], the list the bundle's
+/// repositories are built from) and `system.debs`/`system.rpms`.
 pub struct InstallDependencies {
-    /// What kube-proxy's mode needs ([`super::proxy_deps`]).
-    proxy: &'static [&'static str],
+    /// What kube-proxy's mode needs ([`kubexm_manifests::ospackages::kube_proxy`]).
+    proxy: PackageSet,
     debs: Vec<String>,
     rpms: Vec<String>,
+    source: PackageSource,
 }
 
 impl Step for InstallDependencies {
@@ -82,30 +89,29 @@ impl Step for InstallDependencies {
         "install-dependencies"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let mut base = vec![
-            "socat",
-            "conntrack",
-            "ebtables",
-            "chrony",
-            "curl",
-            "tar",
-            "openssl",
-        ];
-        base.extend(self.proxy);
-        let mut debs: Vec<String> = base.iter().map(|s| s.to_string()).collect();
-        debs.extend(self.debs.iter().cloned());
-        let mut rpms: Vec<String> = base
-            .iter()
-            .map(|s| {
-                if *s == "conntrack" {
-                    "conntrack-tools".to_string()
-                } else {
-                    s.to_string()
+        use kubexm_manifests::ospackages::{NODE_PREP, RUNTIME_DEPS};
+        use kubexm_manifests::osrelease::Family;
+        let names = |family: Family, extra: &[String]| {
+            let mut v: Vec<String> = Vec::new();
+            for n in NODE_PREP
+                .names(family)
+                .iter()
+                .chain(RUNTIME_DEPS.names(family))
+                .chain(self.proxy.names(family))
+                .map(|s| (*s).to_string())
+                .chain(extra.iter().cloned())
+            {
+                if !v.contains(&n) {
+                    v.push(n);
                 }
-            })
-            .collect();
-        rpms.extend(self.rpms.iter().cloned());
-        Ok(vec![Op::Package(Package { debs, rpms })])
+            }
+            v
+        };
+        Ok(vec![Op::Package(Package {
+            debs: names(Family::Deb, &self.debs),
+            rpms: names(Family::Rpm, &self.rpms),
+            source: self.source.clone(),
+        })])
     }
 }
 

@@ -43,7 +43,7 @@ use crate::facts::ClusterFacts;
 use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, kubeadm, kubexm, loadbalancer, network, os, preflight, registry, runtime, scripts,
+    etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -89,6 +89,9 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
     );
     let mut phases: Vec<Phase> = vec![
         Phase::new("preflight", preflight::PreflightModule(d.clone())).scope(new.clone()),
+        // The bundle's OS package repository wherever node preparation may install packages
+        // (already there on the other nodes: nothing to upload).
+        Phase::new("os-repository", osrepo::OsRepoModule(d.clone())),
         Phase::new("pre-install", scripts::PreInstallModule(d.clone())).scope(new.clone()),
         Phase::new("node-prep", os::NodePrepModule(d.clone())),
         Phase::new("etcd-certificates", etcd::EtcdModule(d.clone()))

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::context::InstallContext;
 use crate::modules::{
-    addons, dns, etcd, kubeadm, kubexm, loadbalancer, network, os, preflight, registry, runtime,
-    scripts,
+    addons, dns, etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
+    runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -16,6 +16,7 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         name: "install".to_string(),
         modules: vec![
             Box::new(preflight::PreflightModule(ctx.clone())),
+            Box::new(osrepo::OsRepoModule(ctx.clone())),
             Box::new(scripts::PreInstallModule(ctx.clone())),
             Box::new(os::NodePrepModule(ctx.clone())),
             Box::new(etcd::EtcdModule(ctx.clone())),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
-use crate::modules::{etcd, kubeadm, kubexm, loadbalancer, os, registry, runtime, scripts};
+use crate::modules::{etcd, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts};
 use crate::pipeline::Pipeline;
 
 /// The `delete` pipeline, modules in reverse install order.
@@ -21,6 +21,7 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(registry::delete_module(ctx)),
             Box::new(loadbalancer::delete_module(ctx)),
             Box::new(etcd::delete_module(ctx)),
+            Box::new(osrepo::delete_module(ctx)),
             // The scripts' copies, stamps and logs (/etc/kubexm/scripts goes with node
             // preparation's /etc/kubexm too); what the scripts did is their authors' to undo.
             Box::new(scripts::delete_module(ctx)),

@@ -96,6 +96,7 @@ pub(crate) fn lab_bundle(dir: &Path) -> PathBuf {
                 roles: i.roles.iter().map(|r| r.as_str().to_string()).collect(),
             })
             .collect(),
+        os_repos: Vec::new(),
         sizes: Default::default(),
     };
     let entry = |path: &str, bytes: Vec<u8>| Entry {

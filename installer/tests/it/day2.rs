@@ -78,6 +78,7 @@ fn with_roles(
         pki_dir: full.pki_dir.clone(),
         keys: full.keys.clone(),
         resolution: full.resolution.clone(),
+        os_releases: full.os_releases.clone(),
     })
 }
 
@@ -300,7 +301,12 @@ fn add_node_runs_the_operators_scripts_on_the_new_node_only() {
     let p = add_plan(&three, &four, &new, &facts);
     assert_eq!(hosts(&p, "pre-install", "pre-install"), ["node4"]);
     assert_eq!(hosts(&p, "post-install", "post-install"), ["node4"]);
-    assert_eq!(position(&p, "pre-install"), position(&p, "preflight") + 1);
+    // After the OS repository, which comes right after preflight (as in the create pipeline).
+    assert_eq!(position(&p, "os-repository"), position(&p, "preflight") + 1);
+    assert_eq!(
+        position(&p, "pre-install"),
+        position(&p, "os-repository") + 1
+    );
     assert_eq!(position(&p, "post-install") + 1, p.modules.len());
     assert!(position(&p, "network") < position(&p, "post-install"));
     let text = p.to_text();

@@ -42,6 +42,7 @@ fn delete_plan_of_the_lab_cluster() {
             "delete-registry",
             "delete-loadbalancer",
             "delete-etcd",
+            "delete-os-repository",
             "delete-scripts",
             "delete-node-prep"
         ],

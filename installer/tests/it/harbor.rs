@@ -536,6 +536,7 @@ fn seeding_creates_the_listed_projects_with_their_visibility_first() {
         created: 0,
         files: Vec::new(),
         images: Vec::new(),
+        os_repos: Vec::new(),
         sizes: Default::default(),
     };
     let opts = SeedOptions {

@@ -43,6 +43,7 @@ pub(crate) fn manifest_with(files: &[(&str, &[u8])]) -> BundleManifest {
         arches: ["amd64".to_owned()].into(),
         created: 1_700_000_000,
         sizes: BTreeMap::new(),
+        os_repos: Vec::new(),
         files: files
             .iter()
             .map(|(path, content)| {

@@ -868,6 +868,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
         modules,
         [
             "preflight",
+            "os-repository",
             "pre-install",
             "node-prep",
             "etcd",

@@ -15,6 +15,7 @@ mod kubeadm;
 mod kubexm;
 mod lb;
 mod network;
+mod osrepo;
 mod pipeline;
 mod plan_cli;
 mod preflight;

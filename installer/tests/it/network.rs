@@ -282,6 +282,7 @@ fn with_bundle(
         created: 0,
         files: records,
         images,
+        os_repos: Vec::new(),
         sizes: Default::default(),
     };
     let ctx = Arc::new(

@@ -96,8 +96,19 @@ fn plan_as_json_lists_modules_tasks_steps_and_ops() {
         .iter()
         .map(|m| m["name"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(modules[..3], ["preflight", "pre-install", "node-prep"]);
-    let hosts_block = &v["modules"][2]["tasks"][0]["steps"]
+    assert_eq!(
+        modules[..4],
+        ["preflight", "os-repository", "pre-install", "node-prep"]
+    );
+    assert_eq!(
+        v["modules"][1]["skipped"]
+            .as_str()
+            .map(|s| s.contains("osReleases is empty")),
+        Some(true),
+        "{}",
+        v["modules"][1]
+    );
+    let hosts_block = &v["modules"][3]["tasks"][0]["steps"]
         .as_array()
         .expect("steps")
         .iter()

@@ -216,7 +216,9 @@ fn node_preparation_installs_what_the_proxy_mode_needs() {
                     p.debs,
                     p.rpms
                         .iter()
-                        .map(|r| r.replace("conntrack-tools", "conntrack"))
+                        .map(|r| r
+                            .replace("conntrack-tools", "conntrack")
+                            .replace("procps-ng", "procps"))
                         .collect::<Vec<_>>()
                 );
                 p.debs.clone()

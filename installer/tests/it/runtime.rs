@@ -221,6 +221,7 @@ fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
             platforms: Default::default(),
             roles: Default::default(),
         }],
+        os_repos: Vec::new(),
         sizes: Default::default(),
     };
     let work = tempfile::tempdir().expect("tempdir");

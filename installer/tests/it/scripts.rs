@@ -174,7 +174,10 @@ fn the_script_modules_run_first_and_last_and_their_delete_before_node_preparatio
     )
     .expect("plan");
     let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names[..3], ["preflight", "pre-install", "node-prep"]);
+    assert_eq!(
+        names[..4],
+        ["preflight", "os-repository", "pre-install", "node-prep"]
+    );
     assert_eq!(names.last(), Some(&"post-install"));
     let text = p.to_text();
     for want in [

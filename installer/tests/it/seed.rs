@@ -118,6 +118,7 @@ pub(crate) fn tree(source: &Registry, extra: usize) -> Tree {
         created: 0,
         files: Vec::new(),
         images: records,
+        os_repos: Vec::new(),
         sizes: Default::default(),
     };
     Tree {

@@ -66,6 +66,7 @@ fn manifest(files: Vec<FileRecord>) -> BundleManifest {
         created: 1_700_000_000,
         files,
         images: Vec::new(),
+        os_repos: Vec::new(),
         sizes: Default::default(),
     }
 }

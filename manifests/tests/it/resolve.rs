@@ -520,3 +520,54 @@ snap!(v1_23_17_docker_dockershim, "default", |f| {
     f.spec.kubernetes.version = "v1.23.17".into();
     f.spec.runtime.kind = RuntimeType::Docker;
 });
+
+#[test]
+fn os_packages_follow_the_cluster() {
+    use kubexm_manifests::ospackages::{
+        for_cluster, kube_proxy, LB_HAPROXY, LB_NGINX, NODE_PREP, RUNTIME_DEPS,
+    };
+    use kubexm_manifests::osrelease::Family;
+    use kubexm_manifests::resolve::Role;
+    let catalog = crate::common::builtin();
+    let mut f = crate::common::base();
+    f.spec.system.debs = vec!["jq".into(), "socat".into()];
+    f.spec.load_balancer.mode = kubexm_manifests::model::LbMode::External;
+    f.spec.load_balancer.vip = Some("10.0.0.100".into());
+    f.spec.load_balancer.interface = Some("eth0".into());
+    f.spec.load_balancer.external.kind = kubexm_manifests::model::ExternalLbType::KubexmKn;
+    f.spec.role_groups.loadbalancer = vec!["w1".into()];
+    let cluster = kubexm_manifests::validate::validate(f, &catalog).expect("valid");
+    let debs = for_cluster(&cluster, Family::Deb);
+    let names: Vec<&str> = debs.iter().map(|n| n.name.as_str()).collect();
+    let mut want: Vec<&str> = NODE_PREP.debs.to_vec();
+    want.extend(RUNTIME_DEPS.debs);
+    for p in kube_proxy(cluster.proxy_mode()).debs {
+        if !want.contains(p) {
+            want.push(p);
+        }
+    }
+    want.push("jq");
+    want.extend(LB_NGINX.debs);
+    assert_eq!(
+        names, want,
+        "socat is listed once (node preparation asks first)"
+    );
+    let jq = debs.iter().find(|n| n.name == "jq").expect("jq");
+    assert_eq!(jq.reason, "spec.system.debs[0]");
+    assert!(jq.roles.is_empty(), "system.debs go on every host");
+    let nginx = debs.iter().find(|n| n.name == "nginx").expect("nginx");
+    assert_eq!(nginx.roles, [Role::Loadbalancer].into());
+    assert!(!names
+        .iter()
+        .any(|n| LB_HAPROXY.debs.contains(n) && *n != "keepalived"));
+    let rpms: Vec<String> = for_cluster(&cluster, Family::Rpm)
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    assert!(
+        rpms.contains(&"conntrack-tools".to_owned())
+            && rpms.contains(&"nginx-mod-stream".to_owned()),
+        "{rpms:?}"
+    );
+    assert!(!rpms.contains(&"jq".to_owned()), "system.debs are not rpms");
+}

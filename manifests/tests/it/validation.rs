@@ -819,3 +819,69 @@ fn cidr_lists_are_normalised_once_in_the_model() {
         "10.233.0.0/18,fd85:ee78:d8a6:8700::/112"
     );
 }
+
+#[test]
+fn os_releases_and_package_names() {
+    expect(
+        |f| f.spec.system.os_releases = vec!["debian-99".into()],
+        "spec.system.osReleases[0]",
+        "`debian-99` is not an OS release the catalog knows",
+    );
+    expect(
+        |f| f.spec.system.os_releases = vec!["debian-12".into(), "debian-12".into()],
+        "spec.system.osReleases[1]",
+        "listed twice",
+    );
+    expect(
+        |f| f.spec.system.debs = vec!["Bad_Name".into()],
+        "spec.system.debs[0]",
+        "`Bad_Name` is not a Debian package name",
+    );
+    expect(
+        |f| f.spec.system.rpms = vec!["x; rm -rf /".into()],
+        "spec.system.rpms[0]",
+        "is not an RPM package name",
+    );
+    let ok = problems_with(&builtin(), |f| {
+        f.spec.system.os_releases = vec!["debian-12".into(), "rocky-9".into()];
+        f.spec.system.debs = vec!["nfs-common".into(), "libnginx-mod-stream".into()];
+        f.spec.system.rpms = vec!["nginx-mod-stream".into()];
+    });
+    assert_eq!(ok, Vec::<Problem>::new());
+    let hint = problems_with(&builtin(), |f| f.spec.system.os_releases = vec!["x".into()]);
+    assert!(
+        hint[0].hint.contains("debian-12") && hint[0].hint.contains("--catalog"),
+        "{hint:?}"
+    );
+}
+
+#[test]
+fn os_releases_can_be_added_or_replaced_by_a_catalog_and_are_checked() {
+    let mut c = builtin();
+    let doc: kubexm_manifests::catalog::CatalogDoc = serde_saphyr::from_str(
+        "osReleases:\n  - name: debian-12\n    family: deb\n    osId: debian\n    versionId: '12'\n    keyring: /srv/keys/internal.gpg\n    signingKeys: ['0123 4567 89AB CDEF 0123  4567 89AB CDEF 0123 4567']\n    repositories:\n      - {url: 'https://mirror.corp/debian', suite: bookworm, components: [main]}\n",
+    )
+    .expect("override parses");
+    c.merge(doc, "site catalog").expect("override merges");
+    let d = &c.os_releases["debian-12"];
+    assert_eq!(d.keyring, "/srv/keys/internal.gpg");
+    assert_eq!(d.repositories.len(), 1);
+
+    let mut c = builtin();
+    let bad: kubexm_manifests::catalog::CatalogDoc = serde_saphyr::from_str(
+        "osReleases:\n  - name: Bad/Name\n    family: rpm\n    osId: x\n    versionId: '1'\n    keyring: k\n    signingKeys: [nothex]\n    repositories:\n      - {url: 'ftp://x', suite: s}\n",
+    )
+    .expect("parses");
+    let e = c
+        .merge(bad, "bad catalog")
+        .expect_err("refused")
+        .to_string();
+    for needle in [
+        "`Bad/Name`: a name is lowercase",
+        "signingKeys `nothex` is not a key fingerprint",
+        "repositories[0].url `ftp://x` must be an http://",
+        "repositories[0] of an rpm release takes only `url`",
+    ] {
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+}

@@ -131,6 +131,57 @@ pub struct Package {
     pub debs: Vec<String>,
     /// Names on RPM-family systems.
     pub rpms: Vec<String>,
+    /// Where they come from.
+    pub source: PackageSource,
+}
+
+/// Where [`Package`] installs from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackageSource {
+    /// The node's own configured sources.
+    Node,
+    /// One repository only (the bundle's, set up on the node by an earlier step); the node's own
+    /// sources are neither used nor changed.
+    Only {
+        /// apt: a deb822 sources file used as the only source list.
+        apt_sources: String,
+        /// apt: the directory for lists and caches, apart from the node's own.
+        apt_state: String,
+        /// dnf/yum: the repository id enabled alone.
+        rpm_repo: String,
+    },
+}
+
+impl PackageSource {
+    /// The install commands for `$missing`, per package manager.
+    fn install_script(&self) -> String {
+        match self {
+            PackageSource::Node => "if command -v apt-get >/dev/null 2>&1; then\n  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing\nelif command -v dnf >/dev/null 2>&1; then\n  dnf install -y $missing\nelse\n  yum install -y $missing\nfi".to_string(),
+            PackageSource::Only {
+                apt_sources,
+                apt_state,
+                rpm_repo,
+            } => {
+                let (src, state, repo) = (
+                    shell::quote(apt_sources),
+                    shell::quote(apt_state),
+                    shell::quote(rpm_repo),
+                );
+                format!(
+                    "if command -v apt-get >/dev/null 2>&1; then\n  \
+                       o=\"-o Dir::Etc::SourceList={src} -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists={state}/lists -o Dir::Cache={state}/cache\"\n  \
+                       mkdir -p {state}/lists/partial {state}/cache/archives/partial\n  \
+                       apt-get $o update -q >&2 || {{ echo \"apt-get update from {src} (the bundle's repository) failed\" >&2; exit 1; }}\n  \
+                       DEBIAN_FRONTEND=noninteractive apt-get $o install -y --no-install-recommends $missing\n\
+                     elif command -v dnf >/dev/null 2>&1; then\n  \
+                       dnf --disablerepo='*' --enablerepo={repo} install -y $missing\n\
+                     else\n  \
+                       yum --disablerepo='*' --enablerepo={repo} install -y $missing\n\
+                     fi"
+                )
+            }
+        }
+    }
 }
 
 impl Package {
@@ -155,9 +206,17 @@ impl GenericStep for Package {
         OpPlan {
             kind: "package",
             detail: format!(
-                "install deb: {} | rpm: {}",
+                "install deb: {} | rpm: {}{}",
                 self.debs.join(" "),
-                self.rpms.join(" ")
+                self.rpms.join(" "),
+                match &self.source {
+                    PackageSource::Node => String::new(),
+                    PackageSource::Only {
+                        apt_sources,
+                        rpm_repo,
+                        ..
+                    } => format!(" (only from the bundle's repository: apt {apt_sources}, dnf/yum repo {rpm_repo})"),
+                }
             ),
             input: None,
         }
@@ -170,8 +229,9 @@ impl GenericStep for Package {
 
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
         let script = format!(
-            "set -e\nmissing=$({})\n[ -z \"$missing\" ] && exit 0\nif command -v apt-get >/dev/null 2>&1; then\n  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing\nelif command -v dnf >/dev/null 2>&1; then\n  dnf install -y $missing\nelse\n  yum install -y $missing\nfi",
-            self.missing_script()
+            "set -e\nmissing=$({})\n[ -z \"$missing\" ] && exit 0\n{}",
+            self.missing_script(),
+            self.source.install_script()
         );
         run_ok(runner, &script, Duration::from_secs(900))
             .await
@@ -270,5 +330,39 @@ impl GenericStep for Check {
     }
     fn mutates(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PackageSource;
+
+    #[test]
+    fn the_bundle_source_is_the_only_one_apt_and_dnf_see() {
+        let only = PackageSource::Only {
+            apt_sources: "/etc/apt/sources.list.d/kubexm.sources".into(),
+            apt_state: "/var/lib/kubexm/apt".into(),
+            rpm_repo: "kubexm-bundle".into(),
+        }
+        .install_script();
+        for want in [
+            "-o Dir::Etc::SourceList=/etc/apt/sources.list.d/kubexm.sources -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists=/var/lib/kubexm/apt/lists -o Dir::Cache=/var/lib/kubexm/apt/cache",
+            "apt-get $o update -q",
+            "apt-get $o install -y --no-install-recommends $missing",
+            "dnf --disablerepo='*' --enablerepo=kubexm-bundle install -y $missing",
+            "yum --disablerepo='*' --enablerepo=kubexm-bundle install -y $missing",
+        ] {
+            assert!(only.contains(want), "{want}:\n{only}");
+        }
+        assert!(
+            !only.contains("trusted")
+                && !only.contains("nogpgcheck")
+                && !only.contains("allow-unauthenticated")
+        );
+        let node = PackageSource::Node.install_script();
+        assert!(
+            node.contains("apt-get install -y --no-install-recommends $missing")
+                && !node.contains("SourceList")
+        );
     }
 }

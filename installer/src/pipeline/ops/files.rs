@@ -115,6 +115,114 @@ impl GenericStep for UploadFile {
     }
 }
 
+/// One file of an [`UploadTree`].
+#[derive(Debug, Clone)]
+pub struct TreeFile {
+    /// The file on the control host.
+    pub source: std::path::PathBuf,
+    /// Its path below the tree's directory (relative, `/`-separated, no `..`).
+    pub path: String,
+    /// Its sha256 (lowercase hex).
+    pub sha256: String,
+    /// Its size in bytes (for the plan).
+    pub size: u64,
+}
+
+/// Many files into one directory that KubeXM owns (a bundle's package repository): checked all
+/// at once (`sha256sum -c`), missing or different files uploaded, each sha256-verified; reverted
+/// by removing the directory. Directories end up world-readable (apt reads repositories as the
+/// unprivileged `_apt` user).
+#[derive(Debug, Clone)]
+pub struct UploadTree {
+    /// The files.
+    pub files: Vec<TreeFile>,
+    /// The directory on the node.
+    pub dest: String,
+}
+
+impl UploadTree {
+    /// `sha256sum -c` input for the tree: `HEX  PATH` lines, sorted by path.
+    fn checklist(&self) -> String {
+        let mut lines: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| format!("{}  {}\n", f.sha256, f.path))
+            .collect();
+        lines.sort();
+        lines.concat()
+    }
+
+    fn check_script(&self) -> String {
+        format!(
+            "cd {} 2>/dev/null && printf '%s' {} | sha256sum -c --quiet --strict >/dev/null 2>&1",
+            shell::quote(&self.dest),
+            shell::quote(&self.checklist())
+        )
+    }
+}
+
+#[async_trait]
+impl GenericStep for UploadTree {
+    fn plan(&self) -> OpPlan {
+        let bytes: u64 = self.files.iter().map(|f| f.size).sum();
+        OpPlan {
+            kind: "upload-tree",
+            detail: format!(
+                "{} files ({bytes} bytes) -> {}/",
+                self.files.len(),
+                self.dest
+            ),
+            input: Some(format!(
+                "sha256:{}",
+                kubexm_bundles::hash::sha256_hex(self.checklist().as_bytes())
+            )),
+        }
+    }
+
+    async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError> {
+        run_test(runner, &self.check_script()).await
+    }
+
+    async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        for f in &self.files {
+            // Skipped by the runner when the node already has this content.
+            runner
+                .upload(&Upload {
+                    source: UploadSource::File(f.source.clone()),
+                    sha256: f.sha256.clone(),
+                    dest: format!("{}/{}", self.dest.trim_end_matches('/'), f.path),
+                    mode: 0o644,
+                    sudo: true,
+                })
+                .await?;
+        }
+        let d = shell::quote(&self.dest);
+        run_ok(
+            runner,
+            &format!("find {d} -type d -exec chmod 0755 {{}} +"),
+            Duration::from_secs(120),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn verify(&self, runner: &dyn Runner) -> Result<(), StepError> {
+        if run_test(runner, &self.check_script()).await? {
+            Ok(())
+        } else {
+            Err(StepError::Verify(format!(
+                "after uploading {} files to {}, `sha256sum -c` still fails",
+                self.files.len(),
+                self.dest
+            )))
+        }
+    }
+
+    fn revert(&self) -> Option<String> {
+        Some(format!("rm -rf -- {}", shell::quote(&self.dest)))
+    }
+}
+
 /// A template from `templates/` rendered on the control host and written to the node.
 #[derive(Debug, Clone)]
 pub struct RenderTemplate {

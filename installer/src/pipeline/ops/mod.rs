@@ -12,10 +12,10 @@ mod seed;
 mod systemd;
 mod wait;
 
-pub use command::{Check, Package, RunCommand};
+pub use command::{Check, Package, PackageSource, RunCommand};
 pub use files::{
-    CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, UploadFile,
-    BLOCK_BEGIN, BLOCK_END,
+    CopyFile, CreateDir, ExtractTarball, ManagedBlock, RenderTemplate, SetPermission, TreeFile,
+    UploadFile, UploadTree, BLOCK_BEGIN, BLOCK_END,
 };
 pub use learn::{FactParser, FetchFile, LearnFacts};
 pub use require::{Require, Verdict};
@@ -120,6 +120,8 @@ pub enum Op {
     Package(Package),
     /// Upload a file.
     Upload(UploadFile),
+    /// Upload many files into a directory KubeXM owns.
+    UploadTree(UploadTree),
     /// Render a template to a file.
     Template(RenderTemplate),
     /// Create a directory.
@@ -154,6 +156,7 @@ impl Op {
             Op::Check(o) => o,
             Op::Package(o) => o,
             Op::Upload(o) => o,
+            Op::UploadTree(o) => o,
             Op::Template(o) => o,
             Op::Mkdir(o) => o,
             Op::Chmod(o) => o,
