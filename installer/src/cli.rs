@@ -208,6 +208,7 @@ const RESTORE_EXAMPLES: &str = "Examples:
 pub(crate) enum BackupCommand {
     /// Write a new random backup key (256 bits, hex) to a file only its owner can read; an
     /// existing file is never overwritten.
+    #[command(after_help = BACKUP_EXAMPLES)]
     Keygen {
         /// Where the key goes.
         #[arg(long, value_name = "FILE")]
@@ -217,6 +218,7 @@ pub(crate) enum BackupCommand {
     #[command(after_help = BACKUP_EXAMPLES)]
     Create(BackupCreateArgs),
     /// Decrypt a backup and check every entry against its manifest; print what it holds.
+    #[command(after_help = BACKUP_EXAMPLES)]
     Verify {
         /// The backup file.
         #[arg(long, value_name = "FILE")]

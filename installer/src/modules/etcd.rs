@@ -688,9 +688,16 @@ impl Step for RemoveEtcd {
             format!("{}/etcd", l.bin_dir),
             format!("{}/etcdctl", l.bin_dir),
         ];
-        let dirs = [l.cert_dir.clone(), l.data_dir.clone()];
+        let dirs = [
+            l.cert_dir.clone(),
+            l.data_dir.clone(),
+            // What `restore` leaves beside the data: its marker (the restore id).
+            format!("{}.kubexm-restore", l.data_dir),
+        ];
         let rm_files: Vec<String> = paths.iter().map(|p| q(p)).collect();
-        let rm_dirs: Vec<String> = dirs.iter().map(|p| q(p)).collect();
+        let mut rm_dirs: Vec<String> = dirs.iter().map(|p| q(p)).collect();
+        // ... and the data each restore replaced (`<data>.before-restore-<id>`).
+        rm_dirs.push(format!("{}.before-restore-*", q(&l.data_dir)));
         let gone: Vec<String> = paths
             .iter()
             .chain(dirs.iter())
@@ -706,7 +713,11 @@ impl Step for RemoveEtcd {
                     // The default certificate directory's parent (`/etc/ssl/etcd`) is KubeXM's too.
                     parent = if l.cert_dir == CERT_DIR { "/etc/ssl/etcd" } else { "" },
                 ))
-                .unless(gone.join(" && ")),
+                .unless(format!(
+                    "{} && ! ls -d {}.before-restore-* >/dev/null 2>&1",
+                    gone.join(" && "),
+                    q(&l.data_dir)
+                )),
             ),
         ])
     }

@@ -529,8 +529,8 @@ impl Module for NodePrepDeleteModule {
             .step(Ops {
                 name: "remove-kubexm-dirs",
                 ops: vec![run(
-                    "rm -rf -- /etc/kubexm /var/lib/kubexm/artifacts /var/lib/kubexm/extract\nrmdir /var/lib/kubexm 2>/dev/null || true".to_string(),
-                    "[ ! -e /etc/kubexm ] && [ ! -e /var/lib/kubexm/artifacts ] && [ ! -e /var/lib/kubexm/extract ]".to_string(),
+                    "rm -rf -- /etc/kubexm /var/lib/kubexm/artifacts /var/lib/kubexm/extract /var/lib/kubexm/restore /var/lib/kubexm/backup\nrmdir /var/lib/kubexm 2>/dev/null || true".to_string(),
+                    "[ ! -e /etc/kubexm ] && [ ! -e /var/lib/kubexm/artifacts ] && [ ! -e /var/lib/kubexm/extract ] && [ ! -e /var/lib/kubexm/restore ] && [ ! -e /var/lib/kubexm/backup ]".to_string(),
                 )],
             })])
     }

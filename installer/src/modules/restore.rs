@@ -27,8 +27,10 @@ use crate::pipeline::ops::{CreateDir, Op, RunCommand, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::{shell, UploadSource};
 
-/// Where the snapshot is placed on each member.
+/// Where the snapshot is placed on each member (removed once restored).
 pub const SNAPSHOT_ON_NODE: &str = "/var/lib/kubexm/restore/snapshot.db";
+/// Its directory.
+pub const RESTORE_DIR: &str = "/var/lib/kubexm/restore";
 /// Where kubeadm's control-plane manifests wait while etcd is replaced.
 pub const PARKED: &str = "/etc/kubernetes/kubexm-restore-parked";
 const MANIFESTS: &str = "/etc/kubernetes/manifests";
@@ -155,7 +157,7 @@ impl Step for StopControlPlane {
 
 fn unpark() -> String {
     format!(
-        "for c in {}; do if [ -f {PARKED}/$c.yaml ]; then mv -f {PARKED}/$c.yaml {MANIFESTS}/; fi; done",
+        "for c in {}; do if [ -f {PARKED}/$c.yaml ]; then mv -f {PARKED}/$c.yaml {MANIFESTS}/; fi; done; rmdir {PARKED} 2>/dev/null || true",
         COMPONENTS.join(" ")
     )
 }
@@ -267,7 +269,7 @@ impl Step for RestoreData {
         let s = &self.0.snapshot;
         Ok(vec![
             Op::Mkdir(CreateDir {
-                path: "/var/lib/kubexm/restore".into(),
+                path: RESTORE_DIR.into(),
                 mode: 0o700,
             }),
             Op::Upload(UploadFile {
@@ -289,6 +291,8 @@ impl Step for RestoreData {
                     ))
                     .timeout(Duration::from_secs(600)),
             ),
+            // The snapshot holds every Secret of the cluster: no copy stays on the node.
+            Op::Run(RunCommand::new(format!("rm -rf {RESTORE_DIR}"))),
         ])
     }
     fn policy(&self) -> Policy {
@@ -408,8 +412,7 @@ impl Step for StartControlPlane {
                 )
             }
             KubernetesType::Kubeadm => (
-                RunCommand::new(unpark())
-                    .unless(format!("[ ! -d {PARKED} ] || [ -z \"$(ls -A {PARKED})\" ]")),
+                RunCommand::new(unpark()).unless(format!("[ ! -d {PARKED} ]")),
                 format!(
                     "{} --kubeconfig {} --server {api} get --raw=/readyz >/dev/null 2>&1",
                     super::kubeadm::binaries::KUBECTL,
@@ -459,16 +462,24 @@ impl Module for RestartNodeAgentsModule {
     }
 }
 
-/// `systemctl try-restart kubelet kube-proxy` (only what runs).
+/// `systemctl try-restart kubelet kube-proxy` (only what runs), then the kubelet must answer
+/// its health endpoint again (`127.0.0.1:10248`, the KubeletConfiguration default) before the
+/// restore counts as done: until then `kubectl logs`/`exec` to the node fail.
 pub struct RestartNodeAgents;
 
 impl Step for RestartNodeAgents {
     fn name(&self) -> &str {
         "restart-node-agents"
     }
-    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        Ok(vec![Op::Run(RunCommand::new(
-            "systemctl try-restart kubelet kube-proxy",
-        ))])
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(vec![
+            Op::Run(RunCommand::new("systemctl try-restart kubelet kube-proxy")),
+            Op::Wait(WaitFor {
+                what: format!("the kubelet on {} healthy after its restart", node.name),
+                check: "! systemctl is-enabled -q kubelet || curl -fsS --max-time 3 -o /dev/null http://127.0.0.1:10248/healthz".into(),
+                timeout: Duration::from_secs(180),
+                interval: Duration::from_secs(2),
+            }),
+        ])
     }
 }

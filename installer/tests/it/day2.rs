@@ -818,7 +818,7 @@ fn kubexm_path_add_master_reissues_the_api_server_certificate_one_master_at_a_ti
 }
 
 /// `kubexm-install ARGS` in `work`.
-fn cli(work: &Path, args: &[&str]) -> std::process::Output {
+pub(crate) fn cli(work: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
         .arg("--work-dir")
         .arg(work)

@@ -155,3 +155,84 @@ fn the_kubexm_path_stops_and_starts_units_and_stacked_etcd_is_not_restored() {
         outline(&p)
     );
 }
+
+use crate::day2::cli;
+
+/// keygen never overwrites a key; verify refuses a backup changed by one byte, and a key file
+/// others can read; restore needs a recorded cluster and says how to get one.
+#[test]
+fn cli_backup_keys_and_verification() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().expect("tempdir");
+    let key = work.path().join("k.key");
+    let k = key.display().to_string();
+    let out = cli(work.path(), &["backup", "keygen", "--key-file", &k]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::metadata(&key).expect("key").permissions().mode() & 0o777,
+        0o600
+    );
+    let first = std::fs::read(&key).expect("read");
+    let again = cli(work.path(), &["backup", "keygen", "--key-file", &k]);
+    assert!(!again.status.success());
+    assert_eq!(
+        std::fs::read(&key).expect("read"),
+        first,
+        "an existing key is never overwritten"
+    );
+
+    // A backup made by the library with that key, then changed by one byte.
+    let loaded = kubexm_install::backup::BackupKey::load(&key).expect("key loads");
+    let mut s =
+        kubexm_install::backup::Staging::new(&work.path().join("scratch")).expect("staging");
+    std::fs::write(s.path_for("etcd/snapshot.db").expect("path"), b"snap").expect("write");
+    s.add("etcd/snapshot.db", "etcd snapshot").expect("add");
+    let file = work.path().join("b.kxbak");
+    s.seal(&loaded, "lab", "node1", &file).expect("seal");
+    let f = file.display().to_string();
+    let ok = cli(
+        work.path(),
+        &["backup", "verify", "--backup", &f, "--key-file", &k],
+    );
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success() && said.contains("cluster lab") && said.contains("etcd/snapshot.db"),
+        "{said}"
+    );
+    let mut bytes = std::fs::read(&file).expect("read");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&file, &bytes).expect("write");
+    let bad = cli(
+        work.path(),
+        &["backup", "verify", "--backup", &f, "--key-file", &k],
+    );
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("wrong key, or the file was changed"),
+        "{err}"
+    );
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let open = cli(
+        work.path(),
+        &["backup", "verify", "--backup", &f, "--key-file", &k],
+    );
+    let err = String::from_utf8_lossy(&open.stderr);
+    assert!(!open.status.success() && err.contains("chmod 600"), "{err}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    let r = cli(
+        work.path(),
+        &["restore", "--backup", &f, "--key-file", &k, "--yes"],
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("no cluster is recorded"),
+        "{err}"
+    );
+}
