@@ -197,7 +197,9 @@ const BACKUP_EXAMPLES: &str = "Examples:
   kubexm-install backup keygen --key-file /root/kubexm-backup.key    # once; keep a copy off the site
   kubexm-install backup create --key-file /root/kubexm-backup.key   # WORK/backups/<cluster>-<time>.kxbak
   kubexm-install backup create --key-file k.key -o /mnt/backups/prod.kxbak
-  kubexm-install backup verify --backup prod.kxbak --key-file k.key";
+  kubexm-install backup verify --backup prod.kxbak --key-file k.key
+  kubexm-install backup schedule --key-file /root/kubexm-backup.key --on-calendar daily --keep 7
+  kubexm-install backup schedule --remove";
 
 const RESTORE_EXAMPLES: &str = "Examples:
   kubexm-install restore --backup prod.kxbak --key-file k.key --dry-run   # the plan
@@ -217,6 +219,9 @@ pub(crate) enum BackupCommand {
     /// Take a backup of the installed cluster (nodes reached over SSH).
     #[command(after_help = BACKUP_EXAMPLES)]
     Create(BackupCreateArgs),
+    /// Back up on a schedule: a systemd timer on this host runs `backup create --keep N`.
+    #[command(after_help = BACKUP_EXAMPLES)]
+    Schedule(BackupScheduleArgs),
     /// Decrypt a backup and check every entry against its manifest; print what it holds.
     #[command(after_help = BACKUP_EXAMPLES)]
     Verify {
@@ -243,8 +248,41 @@ pub(crate) struct BackupCreateArgs {
     /// Take the backup even when some nodes cannot be reached (their files are left out).
     #[arg(long)]
     pub(crate) allow_unreachable: bool,
+    /// After writing it, keep only the newest N backups of the cluster in the default
+    /// directory (WORK/backups; other files are never touched).
+    #[arg(long, value_name = "N")]
+    pub(crate) keep: Option<usize>,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BackupScheduleArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The backup key (`backup keygen`).
+    #[arg(long, value_name = "FILE", required_unless_present = "remove")]
+    pub(crate) key_file: Option<PathBuf>,
+    /// When (systemd `OnCalendar=`: daily, hourly, "*-*-* 02:30:00", ...).
+    #[arg(long, default_value = "daily", value_name = "CALENDAR")]
+    pub(crate) on_calendar: String,
+    /// Backups kept (older ones removed after each new one).
+    #[arg(long, default_value_t = 7, value_name = "N")]
+    pub(crate) keep: usize,
+    /// known_hosts file the scheduled run checks the nodes against (default: WORK/known_hosts).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) known_hosts: Option<PathBuf>,
+    /// Where the units go.
+    #[arg(long, default_value = "/etc/systemd/system", value_name = "DIR")]
+    pub(crate) systemd_dir: PathBuf,
+    /// Write the units only (enable the timer yourself: `systemctl enable --now
+    /// kubexm-backup-<cluster>.timer`).
+    #[arg(long)]
+    pub(crate) write_only: bool,
+    /// Stop and remove the schedule instead.
+    #[arg(long)]
+    pub(crate) remove: bool,
 }
 
 #[derive(Debug, Args)]

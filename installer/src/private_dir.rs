@@ -40,12 +40,26 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
 ///
 /// The directory cannot be made private, or the file cannot be written, synced or renamed.
 pub fn write_private_file(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
-    use std::io::Write as _;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     ensure_private_dir(dir)?;
+    write_file_atomic(path, content, mode)
+}
+
+/// `content` written to a temporary file beside `path` (created with `mode`), synced, then
+/// renamed over `path`; the directory is left as it is (e.g. `/etc/systemd/system`).
+///
+/// # Errors
+///
+/// The file cannot be written, synced or renamed.
+pub fn write_file_atomic(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let mut tmp = tempfile::Builder::new()
         .prefix(".kubexm-write")
         .tempfile_in(dir)?;

@@ -14,6 +14,7 @@
 //! nothing unlisted; the manifest is at most [`MAX_MANIFEST`] bytes.
 
 pub mod crypt;
+pub mod schedule;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

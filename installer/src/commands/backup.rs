@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use kubexm_install::backup::schedule::{self, Schedule};
 use kubexm_install::backup::{self, BackupKey, Staging, SNAPSHOT};
 use kubexm_install::modules::etcd::EtcdLayout;
 use kubexm_install::modules::restore::{Restore, Snapshot};
@@ -16,7 +17,7 @@ use kubexm_install::runner::{shell, Exec, Runner};
 use kubexm_manifests::model::EtcdType;
 
 use super::day2::{connect, execute, Operate, Session};
-use crate::cli::{BackupCommand, BackupCreateArgs, Day2Args, RestoreArgs};
+use crate::cli::{BackupCommand, BackupCreateArgs, BackupScheduleArgs, Day2Args, RestoreArgs};
 use crate::exit::UsageError;
 
 /// Largest etcd snapshot fetched (etcd's own database limit is 8 GiB by default; KubeXM sets
@@ -42,6 +43,7 @@ pub(crate) fn run(cmd: &BackupCommand, work_dir: &Path) -> Result<()> {
         BackupCommand::Keygen { key_file } => keygen(key_file),
         BackupCommand::Create(args) => create(args, work_dir),
         BackupCommand::Verify { backup, key_file } => verify(backup, key_file, work_dir),
+        BackupCommand::Schedule(args) => schedule(args, work_dir),
     }
 }
 
@@ -122,14 +124,16 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
     let key = BackupKey::load(&args.key_file)?;
     let s = Session::open(&day2(&args.cluster, &args.connect), work_dir)?;
     kubexm_etcd_only(&s, "backup create")?;
+    let default_dir = schedule::default_dir(work_dir);
     let out = match &args.output {
         Some(o) => o.clone(),
         None => {
-            let dir = work_dir.join("backups");
-            kubexm_install::private_dir::ensure_private_dir(&dir)
-                .with_context(|| format!("Failed to create `{}`", dir.display()))?;
-            let stamp = kubexm_install::record::now().replace(':', "");
-            dir.join(format!("{}-{stamp}.kxbak", s.name))
+            kubexm_install::private_dir::ensure_private_dir(&default_dir)
+                .with_context(|| format!("Failed to create `{}`", default_dir.display()))?;
+            default_dir.join(schedule::default_name(
+                &s.name,
+                &kubexm_install::record::now(),
+            ))
         }
     };
     println!("{}", s.header());
@@ -283,7 +287,101 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
         out.display(),
         args.key_file.display()
     );
+    if let Some(keep) = args.keep {
+        let removed = schedule::prune(&default_dir, &s.name, keep).with_context(|| {
+            format!("Failed to prune old backups in `{}`", default_dir.display())
+        })?;
+        for r in removed {
+            println!("  removed old backup {} (--keep {keep})", r.display());
+        }
+    }
     Ok(())
+}
+
+fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
+    let s = Session::open(&day2(&args.cluster, &no_connect()), work_dir)?;
+    let sched = Schedule {
+        cluster: s.name.clone(),
+        binary: std::env::current_exe().context("Failed to find this program's path")?,
+        work_dir: std::path::absolute(work_dir).context("Failed to resolve --work-dir")?,
+        key_file: match &args.key_file {
+            Some(k) => std::path::absolute(k).context("Failed to resolve --key-file")?,
+            None => std::path::PathBuf::from("/nonexistent"),
+        },
+        keep: args.keep,
+        on_calendar: args.on_calendar.clone(),
+        known_hosts: match &args.known_hosts {
+            Some(k) => Some(std::path::absolute(k).context("Failed to resolve --known-hosts")?),
+            None => None,
+        },
+    };
+    let unit = sched.unit();
+    let files = [
+        args.systemd_dir.join(format!("{unit}.service")),
+        args.systemd_dir.join(format!("{unit}.timer")),
+    ];
+    let systemctl = |a: &[&str]| -> Result<()> {
+        let st = std::process::Command::new("systemctl")
+            .args(a)
+            .status()
+            .context("Failed to run systemctl")?;
+        if !st.success() {
+            bail!("`systemctl {}` failed ({st})", a.join(" "));
+        }
+        Ok(())
+    };
+    if args.remove {
+        if !args.write_only {
+            // Absent units are fine: the schedule is gone either way.
+            let _ = std::process::Command::new("systemctl")
+                .args(["disable", "--now", &format!("{unit}.timer")])
+                .status();
+        }
+        for f in &files {
+            match std::fs::remove_file(f) {
+                Ok(()) => println!("removed {}", f.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("Failed to remove `{}`", f.display()))
+                }
+            }
+        }
+        if !args.write_only {
+            systemctl(&["daemon-reload"])?;
+        }
+        println!("no scheduled backup of cluster {} any more", s.name);
+        return Ok(());
+    }
+    let key = args.key_file.as_deref().context("--key-file is required")?;
+    BackupKey::load(key)?;
+    let (service, timer) = sched.render()?;
+    for (f, text) in files.iter().zip([service, timer]) {
+        kubexm_install::private_dir::write_file_atomic(f, text.as_bytes(), 0o644)
+            .with_context(|| format!("Failed to write `{}`", f.display()))?;
+        println!("wrote {}", f.display());
+    }
+    if args.write_only {
+        println!("enable it with: systemctl daemon-reload && systemctl enable --now {unit}.timer");
+    } else {
+        systemctl(&["daemon-reload"])?;
+        systemctl(&["enable", "--now", &format!("{unit}.timer")])?;
+        println!(
+            "scheduled: a backup of cluster {} on `{}`, the newest {} kept in {} (`systemctl list-timers {unit}.timer`)",
+            s.name,
+            args.on_calendar,
+            args.keep,
+            schedule::default_dir(work_dir).display()
+        );
+    }
+    Ok(())
+}
+
+fn no_connect() -> crate::cli::ConnectArgs {
+    crate::cli::ConnectArgs {
+        accept_new_host_keys: false,
+        known_hosts: None,
+        concurrency: 1,
+    }
 }
 
 pub(crate) fn restore(args: &RestoreArgs, work_dir: &Path) -> Result<()> {

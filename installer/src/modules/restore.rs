@@ -462,7 +462,7 @@ impl Module for RestartNodeAgentsModule {
     }
 }
 
-/// `systemctl try-restart kubelet kube-proxy` (only what runs), then the kubelet must answer
+/// `systemctl try-restart` of the kubelet and kube-proxy units (those installed), then the kubelet must answer
 /// its health endpoint again (`127.0.0.1:10248`, the KubeletConfiguration default) before the
 /// restore counts as done: until then `kubectl logs`/`exec` to the node fail.
 pub struct RestartNodeAgents;
@@ -473,7 +473,10 @@ impl Step for RestartNodeAgents {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![
-            Op::Run(RunCommand::new("systemctl try-restart kubelet kube-proxy")),
+            // kube-proxy is a unit on the kubexm path only (a DaemonSet with kubeadm).
+            Op::Run(RunCommand::new(
+                "for u in kubelet kube-proxy; do ! systemctl is-enabled -q $u 2>/dev/null || systemctl try-restart $u; done",
+            )),
             Op::Wait(WaitFor {
                 what: format!("the kubelet on {} healthy after its restart", node.name),
                 check: "! systemctl is-enabled -q kubelet || curl -fsS --max-time 3 -o /dev/null http://127.0.0.1:10248/healthz".into(),

@@ -236,3 +236,126 @@ fn cli_backup_keys_and_verification() {
         "{err}"
     );
 }
+
+/// `backup schedule` writes a timer and a service that systemd accepts, running `backup create
+/// --keep N` for the recorded cluster; `--remove` takes them away.
+#[test]
+fn cli_backup_schedule_writes_units_systemd_accepts() {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t);
+    let yaml = std::fs::read_to_string(work.path().join("cluster.yaml")).expect("read");
+    let op = Operation {
+        operation: "install".into(),
+        nodes: ctx.all(),
+        started_at: record::now(),
+        finished_at: record::now(),
+        seconds: 1.0,
+        result: Outcome::Succeeded,
+        error: None,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
+        bundle_digest: None,
+    };
+    let name = ctx.cluster.cluster_name().to_string();
+    Records::new(work.path())
+        .finish(
+            &name,
+            op,
+            Some(Applied {
+                cluster_yaml: &yaml,
+                base_dir: work.path(),
+                bundle_digest: None,
+                nodes: record::membership(&ctx.cluster),
+                present: true,
+            }),
+        )
+        .expect("record");
+    let key = work.path().join("k.key");
+    let k = key.display().to_string();
+    assert!(cli(work.path(), &["backup", "keygen", "--key-file", &k])
+        .status
+        .success());
+    let units = work.path().join("units");
+    std::fs::create_dir(&units).expect("mkdir");
+    let u = units.display().to_string();
+    let out = cli(
+        work.path(),
+        &[
+            "backup",
+            "schedule",
+            "--key-file",
+            &k,
+            "--on-calendar",
+            "*-*-* 02:30:00",
+            "--keep",
+            "3",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let service = units.join(format!("kubexm-backup-{name}.service"));
+    let timer = units.join(format!("kubexm-backup-{name}.timer"));
+    let text = std::fs::read_to_string(&service).expect("service");
+    assert!(
+        text.contains(&format!(
+            "backup create --cluster {name} --key-file {k} --keep 3"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(env!("CARGO_BIN_EXE_kubexm-install")),
+        "{text}"
+    );
+    assert!(std::fs::read_to_string(&timer)
+        .expect("timer")
+        .contains("OnCalendar=*-*-* 02:30:00"));
+    if Path::new("/usr/bin/systemd-analyze").exists() {
+        let v = std::process::Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&service)
+            .arg(&timer)
+            .output()
+            .expect("systemd-analyze");
+        let said = String::from_utf8_lossy(&v.stderr);
+        assert!(v.status.success(), "systemd-analyze verify: {said}");
+    }
+    let bad = cli(
+        work.path(),
+        &[
+            "backup",
+            "schedule",
+            "--key-file",
+            &k,
+            "--on-calendar",
+            "daily\nExecStartPre=/bin/sh",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(!bad.status.success());
+    let gone = cli(
+        work.path(),
+        &[
+            "backup",
+            "schedule",
+            "--remove",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(
+        gone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    assert!(!service.exists() && !timer.exists());
+}
