@@ -90,6 +90,11 @@ impl BackupKey {
         Ok(Self(k))
     }
 
+    /// A key from its 32 bytes (tests and fuzzing; operators use [`BackupKey::load`]).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
     /// The key's text form: 64 lowercase hex characters and a newline.
     pub fn to_text(&self) -> String {
         format!("{}\n", hex::encode(self.0))

@@ -315,12 +315,14 @@ pub fn open(file: &Path, key: &BackupKey, scratch: &Path) -> Result<Opened, Back
         crypt::decrypt(key, &mut r, &mut w)?;
         w.flush().map_err(io("writing the decrypted archive"))?;
     }
-    let manifest = read_archive(&plain, dir.path())?;
+    let manifest = check_archive(&plain, dir.path())?;
     std::fs::remove_file(&plain).map_err(io("removing the decrypted archive"))?;
     Ok(Opened { manifest, dir })
 }
 
-fn read_archive(plain: &Path, into: &Path) -> Result<Manifest, BackupError> {
+/// Reads a decrypted archive (`plain`), checking it whole against its manifest, and writes its
+/// entries under `into` (only the entry names the manifest lists and [`entry_path_ok`] allows).
+pub fn check_archive(plain: &Path, into: &Path) -> Result<Manifest, BackupError> {
     let bad = |m: String| BackupError::Invalid(m);
     let f = std::fs::File::open(plain).map_err(io("reading the decrypted archive"))?;
     let mut a = tar::Archive::new(std::io::BufReader::new(f));

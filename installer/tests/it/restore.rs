@@ -359,3 +359,20 @@ fn cli_backup_schedule_writes_units_systemd_accepts() {
     );
     assert!(!service.exists() && !timer.exists());
 }
+
+/// The backup format as documented, written by an independent implementation (Python's
+/// `cryptography` AESGCM + `tarfile`, tests/fuzz/seeds/make-seeds), is read by KubeXM.
+#[test]
+fn a_backup_written_by_another_implementation_of_the_documented_format_opens() {
+    let seed = repo().join("tests/fuzz/corpus/backup_archive/encrypted");
+    let work = tempfile::tempdir().expect("tempdir");
+    let key = work.path().join("k.key");
+    std::fs::write(&key, format!("{}\n", "2a".repeat(32))).expect("write");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let key = kubexm_install::backup::BackupKey::load(&key).expect("key");
+    let opened = kubexm_install::backup::open(&seed, &key, &work.path().join("s")).expect("opens");
+    assert_eq!(opened.manifest.cluster, "lab");
+    let snap = opened.file("etcd/snapshot.db").expect("snapshot");
+    assert_eq!(std::fs::read(snap).expect("read"), b"etcd snapshot bytes");
+}
