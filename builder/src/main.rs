@@ -23,6 +23,7 @@ use cli::{Cli, Command};
 use exit::ExitStatus;
 
 fn main() -> ExitCode {
+    kubexm_bundles::pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     cli.output.init();
     progress::set_enabled(cli.output.progress());

@@ -30,6 +30,7 @@ pub mod manifest;
 pub mod pack;
 mod path;
 mod pins;
+pub mod pipe;
 pub mod prefetch;
 pub mod sign;
 mod space;

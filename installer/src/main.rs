@@ -66,6 +66,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    kubexm_bundles::pipe::exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     cli.output.init();
     match run(cli) {

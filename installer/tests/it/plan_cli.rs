@@ -265,3 +265,34 @@ fn plan_files_shows_every_file_written_with_secrets_redacted() {
         .collect();
     insta::assert_snapshot!("plan-files-kubeadm-init-config", init);
 }
+
+/// `kubexm-install plan … | head -n 1`: the reader closes the pipe after one line; the plan stops
+/// quietly (status 141, as if SIGPIPE had ended it), with no panic message.
+#[test]
+fn plan_into_a_pipe_closed_early_stops_quietly() {
+    use std::io::BufRead;
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
+        .arg("--work-dir")
+        .arg(work.path())
+        // --files: the plan with every rendered file, far more than a pipe holds (64 KiB).
+        .args(["plan", "--files", "-f", example().to_str().expect("utf-8")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut first = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("first line");
+    assert!(first.starts_with("pipeline install"), "{first}");
+    // The reader is dropped here: the pipe is closed with most of the plan unwritten.
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(141), "{err}");
+}
