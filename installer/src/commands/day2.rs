@@ -54,6 +54,52 @@ fn cluster_name(file: &kubexm_manifests::model::ClusterFile) -> String {
         .unwrap_or_else(|| file.metadata.name.clone())
 }
 
+/// The cluster `common` names: `-f`'s (checked against `--cluster`), `--cluster`, or the only
+/// one the work directory records; a name that can be a directory of the work directory.
+pub(crate) fn recorded_name(
+    common: &Day2Args,
+    file_text: Option<&str>,
+    work_dir: &Path,
+) -> Result<String> {
+    let records = Records::new(work_dir);
+    let name = match (&common.file, file_text, &common.cluster) {
+        (Some(f), Some(text), _) => {
+            let parsed = kubexm_manifests::load::parse_cluster(text, &f.display().to_string())?;
+            let n = cluster_name(&parsed);
+            if let Some(c) = &common.cluster {
+                if *c != n {
+                    bail!("--cluster {c} but `{}` describes cluster {n}", f.display());
+                }
+            }
+            n
+        }
+        (_, _, Some(c)) => c.clone(),
+        _ => {
+            let all = records.clusters()?;
+            match all.as_slice() {
+                [one] => one.clone(),
+                [] => bail!(
+                    "no cluster is recorded in {}: KubeXM records a cluster when `kubexm-install install` finishes (re-running it on an installed cluster changes nothing and records it)",
+                    work_dir.join(record::CLUSTERS_DIR).display()
+                ),
+                many => bail!(
+                    "the work directory records several clusters ({}): pass -f CLUSTER_YAML or --cluster NAME",
+                    many.join(", ")
+                ),
+            }
+        }
+    };
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        || name.starts_with('.')
+    {
+        bail!("cluster name {name:?} cannot name a directory of the work directory");
+    }
+    Ok(name)
+}
+
 impl Session {
     /// Loads the record of the cluster `common` names, its bundle and both clusters. Keys and
     /// certificates missing from the PKI directory are written only without `--dry-run`.
@@ -66,41 +112,7 @@ impl Session {
             ),
             None => None,
         };
-        let name = match (&common.file, &file_text, &common.cluster) {
-            (Some(f), Some(text), _) => {
-                let parsed = kubexm_manifests::load::parse_cluster(text, &f.display().to_string())?;
-                let n = cluster_name(&parsed);
-                if let Some(c) = &common.cluster {
-                    if *c != n {
-                        bail!("--cluster {c} but `{}` describes cluster {n}", f.display());
-                    }
-                }
-                n
-            }
-            (_, _, Some(c)) => c.clone(),
-            _ => {
-                let all = records.clusters()?;
-                match all.as_slice() {
-                    [one] => one.clone(),
-                    [] => bail!(
-                        "no cluster is recorded in {}: KubeXM records a cluster when `kubexm-install install` finishes (re-running it on an installed cluster changes nothing and records it)",
-                        work_dir.join(record::CLUSTERS_DIR).display()
-                    ),
-                    many => bail!(
-                        "the work directory records several clusters ({}): pass -f CLUSTER_YAML or --cluster NAME",
-                        many.join(", ")
-                    ),
-                }
-            }
-        };
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-            || name.starts_with('.')
-        {
-            bail!("cluster name {name:?} cannot name a directory of the work directory");
-        }
+        let name = recorded_name(common, file_text.as_deref(), work_dir)?;
         let Some(rec) = records.load(&name)? else {
             bail!(
                 "no record of cluster {name} in {}: KubeXM records a cluster when `kubexm-install install` finishes; run it again with the cluster.yaml the cluster was installed with (it changes nothing and records it)",

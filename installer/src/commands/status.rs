@@ -24,11 +24,68 @@ use crate::exit::PartialError;
 /// Certificates shown in the text form (all of them are in the JSON form).
 const SOONEST_SHOWN: usize = 5;
 
+/// The answer for a cluster KubeXM deleted (`state: "deleted"`): what the record says, and
+/// no node is asked (nothing of the cluster runs on them any more).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Deleted {
+    cluster: String,
+    /// Always `deleted`.
+    state: &'static str,
+    /// When the delete finished.
+    deleted_at: Option<String>,
+    /// The operation that deleted it (normally `delete`).
+    last_operation: Option<Operation>,
+    /// The cluster.yaml last applied before (in the work directory).
+    cluster_yaml: String,
+}
+
+impl Deleted {
+    fn text(&self) -> String {
+        let mut t = format!("cluster {}: deleted", self.cluster);
+        if let Some(op) = &self.last_operation {
+            let _ = write!(
+                t,
+                " by `{}` at {} ({:?}, {} s)",
+                op.operation, op.finished_at, op.result, op.seconds
+            );
+        }
+        let _ = write!(
+            t,
+            "\nnothing of it runs on its nodes any more; its last cluster.yaml is {}\nput it back with `kubexm-install install --bundle BUNDLE -f {}`\n",
+            self.cluster_yaml, self.cluster_yaml
+        );
+        t
+    }
+}
+
+/// `Some` when the cluster `common` names was deleted by KubeXM.
+fn deleted_cluster(common: &Day2Args, work_dir: &std::path::Path) -> Result<Option<Deleted>> {
+    let name = super::day2::recorded_name(common, None, work_dir)?;
+    let records = kubexm_install::record::Records::new(work_dir);
+    let Some(rec) = records.load(&name)? else {
+        return Ok(None);
+    };
+    if rec.installed.present {
+        return Ok(None);
+    }
+    let last = rec.installed.history.last().cloned();
+    Ok(Some(Deleted {
+        cluster: name,
+        state: "deleted",
+        deleted_at: last.as_ref().map(|o| o.finished_at.clone()),
+        last_operation: last,
+        cluster_yaml: rec.cluster_yaml_path.display().to_string(),
+    }))
+}
+
 /// The whole answer (`status -o json`; schema in installer/docs/guide.md).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Status {
     cluster: String,
+    /// `installed` (a deleted cluster answers [`Deleted`]).
+    state: &'static str,
     record: RecordView,
     nodes: Vec<NodeView>,
     api_node: Option<String>,
@@ -100,6 +157,13 @@ pub(crate) fn run(args: &StatusArgs, work_dir: &std::path::Path) -> Result<()> {
         allow_even_etcd: false,
         connect: args.connect.clone(),
     };
+    if let Some(deleted) = deleted_cluster(&common, work_dir)? {
+        match args.output {
+            PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&deleted)?),
+            PlanFormat::Text => print!("{}", deleted.text()),
+        }
+        return Ok(());
+    }
     let s = Session::open(&common, work_dir)?;
     let opts = s.run_options(&args.connect, false);
     let conn = connect(&s, &s.installed, &opts)?;
@@ -240,6 +304,7 @@ fn assemble(
     });
     certificates.sort_by_key(|c| c.cert.not_after_unix);
     Status {
+        state: "installed",
         cluster: s.name.clone(),
         record: RecordView {
             applied_at: i.applied_at.clone(),

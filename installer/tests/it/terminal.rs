@@ -351,3 +351,74 @@ fn help_completions_and_man_pages_cover_every_subcommand() {
         .any(|p| p == &["etcd".to_string(), "add-member".to_string()]));
     kubexm_testkit::cli::completions_and_man_pages_check(BIN, "kubexm-install", &paths);
 }
+
+/// `status` of a cluster KubeXM deleted says so (when, by which operation, how to put it back),
+/// asks no node, exits 0; `-o json` carries `state: "deleted"`.
+#[test]
+fn status_of_a_deleted_cluster_says_it_was_deleted() {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let cluster = unreachable_cluster(dir.path());
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
+    let ctx = kubexm_install::context::load_context(
+        &cluster,
+        Some(&lab.join("mirror/catalog-lab.yaml")),
+        None,
+        &work,
+    )
+    .expect("context");
+    let yaml = std::fs::read_to_string(&cluster).expect("read");
+    let op = |operation: &str, at: &str| Operation {
+        operation: operation.into(),
+        nodes: ctx.all(),
+        started_at: at.into(),
+        finished_at: at.into(),
+        seconds: 12.0,
+        result: Outcome::Succeeded,
+        error: None,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
+        bundle_digest: None,
+    };
+    let applied = |present: bool| Applied {
+        cluster_yaml: &yaml,
+        base_dir: dir.path(),
+        bundle_digest: None,
+        nodes: record::membership(&ctx.cluster),
+        present,
+    };
+    let records = Records::new(&work);
+    records
+        .finish(
+            "lab",
+            op("install", "2026-11-23T22:05:00.000Z"),
+            Some(applied(true)),
+        )
+        .expect("install");
+    records
+        .finish(
+            "lab",
+            op("delete", "2026-11-24T01:00:00.000Z"),
+            Some(applied(false)),
+        )
+        .expect("delete");
+
+    let out = run(&["status"], &work);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        said.starts_with("cluster lab: deleted by `delete` at 2026-11-24T01:00:00.000Z"),
+        "{said}"
+    );
+    assert!(said.contains("kubexm-install install"), "{said}");
+    assert!(
+        !text(&out.stderr).contains("cannot connect"),
+        "no node is asked"
+    );
+    let out = run(&["status", "-o", "json"], &work);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["state"], "deleted");
+    assert_eq!(v["deletedAt"], "2026-11-24T01:00:00.000Z");
+    assert_eq!(v["lastOperation"]["operation"], "delete");
+}
