@@ -13,7 +13,7 @@ use crate::pipeline::StepError;
 pub fn node_image(ctx: &InstallContext, reference: &str) -> Result<String, StepError> {
     let canonical = canonical(reference)?;
     let bundled = ctx.image_references();
-    let known = bundled.iter().any(|r| *r == canonical);
+    let known = bundled.contains(&canonical);
     // Already where nodes pull a bundled image from (written so by hand): kept as it is.
     if !known
         && ctx.registry_endpoint().is_some()

@@ -701,3 +701,23 @@ fn upstream_registries_are_mirrored_to_the_private_registry() {
         "no mirror with flatten"
     );
 }
+
+#[test]
+fn containerd_2_1_lists_cni_bin_dirs() {
+    // containerd 2.1 deprecated the CRI plugin's `cni.bin_dir` for the list `bin_dirs`
+    // (containerd RELEASES.md "Deprecated config properties", docs/cri/config.md v2.1);
+    // 2.0 still reads `bin_dir` only. Issue 13 item 10.
+    let conf = |version: &str| {
+        let ctx = lab_context(|t| t.replace("version: 1.6.20", &format!("version: {version}")));
+        let files = rendered(&ctx, &RuntimeModule(ctx.clone()));
+        file_of(&files, "node1", "/etc/containerd/config.toml")
+    };
+    let v21 = conf("2.1.4");
+    assert!(v21.contains("bin_dirs = [\"/opt/cni/bin\"]"), "{v21}");
+    assert!(!v21.contains("bin_dir = "), "{v21}");
+    assert!(v21.contains("version = 3"), "{v21}");
+    insta::assert_snapshot!("containerd-config-v3-2.1.toml", v21);
+    let v20 = conf("2.0.5");
+    assert!(v20.contains("bin_dir = \"/opt/cni/bin\""), "{v20}");
+    assert!(!v20.contains("bin_dirs"), "{v20}");
+}
