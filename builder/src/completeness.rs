@@ -412,7 +412,7 @@ mod tests {
             .to_string();
         assert!(
             err.contains("spec.addons `ms`: ms.tgz (chart values `sidecar.image`) pulls docker.io/library/busybox:1.36, which the bundle does not contain")
-                && err.contains("list each image in that addon's `images`"),
+                && err.contains("list it in that addon's `images`"),
             "{err}"
         );
         // `busybox:1.36` is the canonical docker.io/library/busybox:1.36.

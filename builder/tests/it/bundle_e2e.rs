@@ -619,7 +619,7 @@ fn addons_pulling_an_image_the_bundle_lacks_are_refused_before_any_image_pull() 
     assert_eq!(out.status.code(), Some(3), "{err}");
     for want in [
         "spec.addons `demo-yaml`: demo.yaml line 7 pulls quay.io/example/missing:v1, which the bundle does not contain",
-        "list each image in that addon's `images`",
+        "list it in that addon's `images`",
     ] {
         assert!(err.contains(want), "{want} missing from:\n{err}");
     }

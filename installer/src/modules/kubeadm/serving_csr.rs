@@ -26,6 +26,10 @@
 //! acceptable CSR, the step fails naming the CSR and what is wrong with it. CSRs of other
 //! requesters are left alone.
 //!
+//! The kubelet renews its serving certificate with a new CSR late in the certificate's life
+//! (`rotateCertificates`); that CSR waits for the next `kubexm-install` run (any re-run approves
+//! it with the same checks) or an operator's `kubectl certificate approve`.
+//!
 //! The kubexm path needs none of this: KubeXM issues each kubelet's serving certificate
 //! (`pki/kubelet.crt`, SANs the node's name and addresses) from the cluster CA itself.
 
