@@ -4,6 +4,7 @@ mod addons;
 mod cache;
 mod cli;
 mod commands;
+mod completeness;
 mod credentials;
 mod exit;
 mod fetch;

@@ -21,6 +21,7 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "containerd/config-v3.toml.tera",
     "containerd/containerd.service.tera",
     "containerd/hosts.toml.tera",
+    "containerd/mirror.toml.tera",
     "crictl/crictl.yaml.tera",
     "crio/crio.conf.tera",
     "crio/crio.service.tera",

@@ -548,6 +548,14 @@ fn parse_cidrs(c: &mut Checker, field: &str, value: &str) -> Vec<IpNet> {
     nets
 }
 
+/// The address NodeLocal DNSCache answers on (the kubelet's `clusterDNS`) on clusters with IPv4
+/// services: link-local, as the Kubernetes documentation ("Using NodeLocal DNSCache in
+/// Kubernetes Clusters") and kubespray use.
+pub const NODELOCAL_DNS_IPV4: &str = "169.254.25.10";
+/// Its address for IPv6 services: a Unique Local Address (fd00::/8, as the same page recommends
+/// for IPv6); `fd6b:786d::/32` ("kxm") holds 169.254.25.10 in its last 32 bits.
+pub const NODELOCAL_DNS_IPV6: &str = "fd6b:786d::a9fe:190a";
+
 fn check_network(
     f: &ClusterFile,
     version: Option<KubeVersion>,
@@ -583,6 +591,24 @@ fn check_network(
                     ),
                     "pod and service ranges must not overlap the host network",
                 );
+            }
+        }
+    }
+    // NodeLocal DNSCache answers on a fixed address on every node (the kubelet's clusterDNS):
+    // inside a pod or service range it would shadow a pod or a Service's address.
+    for (field, nets) in [("podCidr", &pods), ("serviceCidr", &services)] {
+        for net in nets.iter() {
+            for dns in [NODELOCAL_DNS_IPV4, NODELOCAL_DNS_IPV6] {
+                let Ok(ip) = dns.parse::<IpAddr>() else {
+                    continue;
+                };
+                if net.contains(&ip) {
+                    c.add(
+                        format!("spec.network.{field}"),
+                        format!("`{net}` contains {dns}, the address NodeLocal DNSCache answers on on every node"),
+                        "pick a range that leaves it out (169.254.0.0/16 and fd6b:786d::/32 are KubeXM's)",
+                    );
+                }
             }
         }
     }

@@ -112,6 +112,23 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             })
             .buffer_unordered(jobs)
             .try_collect::<Vec<PathBuf>>();
+        // Addon sources first (small): what they pull is checked against the bundle's image
+        // list before any image is pulled.
+        let base_dir = args
+            .source
+            .file
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let mut addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
+            .await
+            .context("Failed to fetch the addons' sources")?;
+        let bundled: BTreeSet<String> = lists.images.iter().map(|i| i.reference.clone()).collect();
+        crate::completeness::check(&spec.addons, &addon_files, &bundled)?;
+        addon_files.extend(
+            crate::addons::collect_scripts(&lists.scripts, &base_dir, &cache)
+                .context("Failed to read the custom scripts")?,
+        );
         let puller = Puller::new(
             cache.clone(),
             retry,
@@ -150,19 +167,6 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
             .iter()
             .map(|b| cache.blob_path(&b.sha256))
             .collect();
-        let base_dir = args
-            .source
-            .file
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_default();
-        let mut addon_files = crate::addons::collect(&lists.addons, &base_dir, &fetcher, &cache)
-            .await
-            .context("Failed to fetch the addons' sources")?;
-        addon_files.extend(
-            crate::addons::collect_scripts(&lists.scripts, &base_dir, &cache)
-                .context("Failed to read the custom scripts")?,
-        );
         anyhow::Ok((files, images, addon_files, repos))
     })?;
 

@@ -80,6 +80,22 @@ pub(crate) fn stand_in(name: &str) -> Vec<u8> {
     out
 }
 
+/// A real (gzip'd tar) Helm chart whose values pull an image the bundle carries (the catalog's
+/// calico addon image), deterministic: the index's digest is taken from these bytes.
+pub(crate) fn demo_chart() -> Vec<u8> {
+    kubexm_testkit::tgz(&[
+        (
+            "demo-chart/Chart.yaml",
+            "apiVersion: v2\nname: demo-chart\nversion: 1.0.0\nappVersion: v3.99.0\n",
+        ),
+        (
+            "demo-chart/values.yaml",
+            "image:\n  repository: docker.io/calico/node\n  tag: \"\"\n",
+        ),
+        ("demo-chart/templates/cm.yaml", "kind: ConfigMap\n"),
+    ])
+}
+
 pub(crate) fn setup() -> Lab {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("mirror");
@@ -98,7 +114,7 @@ pub(crate) fn setup() -> Lab {
     }
     // Addon sources: a chart repository on the mirror (index.yaml with the archive's digest,
     // as Helm repositories publish it) and a YAML file on the build host.
-    let chart = stand_in(ADDON_CHART);
+    let chart = demo_chart();
     std::fs::create_dir_all(root.join("charts.example/charts")).expect("mkdir charts");
     std::fs::write(root.join(ADDON_CHART), &chart).expect("write chart");
     std::fs::write(
@@ -381,7 +397,7 @@ fn bundle_from_mirror_and_registries_is_complete_readable_and_reproducible() {
     );
     assert_eq!(
         std::fs::read(x.join("files/addons/demo-chart/demo-chart-1.0.0.tgz")).expect("chart"),
-        stand_in(ADDON_CHART)
+        demo_chart()
     );
     assert!(x.join("cluster.yaml").is_file());
 
@@ -584,6 +600,47 @@ fn unpinned_network_files_and_unsummed_addon_urls_are_refused_before_any_downloa
         "{err}"
     );
     assert_eq!(lab.mirror.requests(), 0, "nothing is downloaded");
+}
+
+#[test]
+fn addons_pulling_an_image_the_bundle_lacks_are_refused_before_any_image_pull() {
+    // Issue 13 item 8: a bundle whose addon manifests pull an image it does not carry fails
+    // offline on the nodes; the build refuses it, naming the addon, the file, the line and
+    // the image, and what to do.
+    let lab = setup();
+    std::fs::write(
+        lab.path(ADDON_YAML),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: demo}\nspec:\n  containers:\n    - name: a\n      image: quay.io/example/missing:v1\n",
+    )
+    .expect("write addon");
+    let before = registry_get_count(&lab.open);
+    let out = bundle(&lab, "m.tar.zst", "c-m", &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    for want in [
+        "spec.addons `demo-yaml`: demo.yaml line 7 pulls quay.io/example/missing:v1, which the bundle does not contain",
+        "list it in that addon's `images`",
+    ] {
+        assert!(err.contains(want), "{want} missing from:\n{err}");
+    }
+    assert_eq!(registry_get_count(&lab.open), before, "no image was pulled");
+    assert!(!lab.path("m.tar.zst").exists());
+    // Listed in the addon's `images`, the same manifest passes the check.
+    let cluster = lab.path("cluster.yaml");
+    let yaml = std::fs::read_to_string(&cluster).expect("cluster");
+    std::fs::write(
+        &cluster,
+        yaml.replace(
+            &format!("source: {{path: {ADDON_YAML}}}\n"),
+            &format!(
+                "source: {{path: {ADDON_YAML}}}\n      images: [\"quay.io/example/missing:v1\"]\n"
+            ),
+        ),
+    )
+    .expect("write cluster");
+    let out = bundle(&lab, "m2.tar.zst", "c-m2", &["--retries", "1"]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("does not contain"), "{err}");
 }
 
 #[test]

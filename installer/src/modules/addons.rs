@@ -19,6 +19,8 @@ use kubexm_manifests::resolve::{network_file, AddonLocation, ADDONS_DIR};
 use super::apply::{
     bundle_upload, values_file, ApplyManifest, HelmBinary, HelmRelease, MANIFESTS_DIR,
 };
+use super::images::node_image;
+use super::network::{rewrite_images, split_image};
 use crate::context::InstallContext;
 use crate::pipeline::ops::{Op, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
@@ -55,8 +57,8 @@ impl Module for AddonsModule {
         for a in addons {
             let files = addon_files(ctx, a)?;
             task = match a.kind {
-                AddonType::Yaml => task.step(YamlAddon::new(a, files)?),
-                AddonType::Helm => task.step(helm_addon(a, files)?),
+                AddonType::Yaml => task.step(YamlAddon::new(ctx, a, files)?),
+                AddonType::Helm => task.step(helm_addon(ctx, a, files)?),
             };
         }
         Ok(vec![task])
@@ -116,7 +118,11 @@ pub struct YamlAddon {
 }
 
 impl YamlAddon {
-    fn new(a: &Addon, files: Vec<(PathBuf, FileRecord)>) -> Result<Self, StepError> {
+    fn new(
+        ctx: &InstallContext,
+        a: &Addon,
+        files: Vec<(PathBuf, FileRecord)>,
+    ) -> Result<Self, StepError> {
         let mut out = Vec::new();
         for (path, rec) in files {
             let file = rec.path.rsplit('/').next().unwrap_or(&rec.path).to_string();
@@ -124,7 +130,8 @@ impl YamlAddon {
                 MANIFESTS_DIR,
                 &["addons", &a.name, &file],
             )?;
-            let upload = if a.values.is_empty() || !path.exists() {
+            // Planning without a bundle, the file is not here: the plan shows its upload.
+            let upload = if !path.exists() {
                 bundle_upload(path, &rec, dest)
             } else {
                 let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -134,16 +141,12 @@ impl YamlAddon {
                         path.display()
                     ))
                 })?;
-                let mut c = tera::Context::new();
-                c.insert("values", &a.values);
-                let t = tera::Tera::default();
-                let rendered = t
-                    .render_str(&text, &c, false)
-                    .map_err(|e| StepError::Template {
-                        name: format!("addon {} file {file}", a.name),
-                        message: e.to_string(),
-                    })?;
-                UploadFile::bytes(rendered.into_bytes(), dest, 0o600)
+                let rendered = render_addon_file(a, &file, &text)?;
+                // Every `image:` as nodes pull it (an image the bundle lacks is an error naming it).
+                let rewritten = rewrite_images(ctx, &rendered).map_err(|e| {
+                    StepError::Invalid(format!("addon {} file {file}: {e}", a.name))
+                })?;
+                UploadFile::bytes(rewritten.into_bytes(), dest, 0o600)
             };
             out.push(ApplyManifest {
                 name: format!("addon-{}", a.name),
@@ -169,6 +172,65 @@ impl Step for YamlAddon {
         }
         Ok(ops)
     }
+}
+
+/// A YAML addon file with `values` in scope (`{{ values.KEY }}`); unchanged without values.
+pub fn render_addon_file(a: &Addon, file: &str, text: &str) -> Result<String, StepError> {
+    if a.values.is_empty() {
+        return Ok(text.to_string());
+    }
+    let mut c = tera::Context::new();
+    c.insert("values", &a.values);
+    tera::Tera::default()
+        .render_str(text, &c, false)
+        .map_err(|e| StepError::Template {
+            name: format!("addon {} file {file}", a.name),
+            message: e.to_string(),
+        })
+}
+
+/// A Helm addon's values with every image the bundle has as nodes pull it:
+///
+/// * a value that is a whole reference of a bundled image (`image: registry.k8s.io/x/y:v1`);
+/// * a `*repository` / `*image` value naming the repository of a bundled image
+///   (`image.repository: registry.k8s.io/metrics-server/metrics-server`, the usual chart layout,
+///   tag kept in its own key).
+///
+/// Anything else is left as written; an image the chart names by default and the values do not
+/// override is still pulled from the private registry through containerd's mirror for its
+/// upstream registry ([`super::runtime::containerd::mirrored_registries`]).
+pub fn node_values(
+    ctx: &InstallContext,
+    values: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, StepError> {
+    use kubexm_manifests::image_ref::ImageRef;
+    let bundled = ctx.image_references();
+    let repository_of = |r: &ImageRef| format!("{}/{}", r.registry, r.repository);
+    let mut out = BTreeMap::new();
+    for (k, v) in values {
+        let value = v.trim();
+        let mut rewritten = None;
+        if let Ok(parsed) = value.parse::<ImageRef>() {
+            let whole = parsed.to_string();
+            if bundled.contains(&whole) {
+                rewritten = Some(node_image(ctx, &whole)?);
+            }
+        } else if k.ends_with("repository") || k.ends_with("image") {
+            // A bare repository (`registry.k8s.io/x/y`, its tag in another key): parsed with a
+            // placeholder tag, matched on registry and path.
+            if let Ok(parsed) = format!("{value}:0").parse::<ImageRef>() {
+                let repo = repository_of(&parsed);
+                if let Some(image) = bundled.iter().find(|b| {
+                    b.parse::<ImageRef>()
+                        .is_ok_and(|b| repository_of(&b) == repo)
+                }) {
+                    rewritten = Some(split_image(ctx, image)?.repository());
+                }
+            }
+        }
+        out.insert(k.clone(), rewritten.unwrap_or_else(|| v.clone()));
+    }
+    Ok(out)
 }
 
 /// `a.b.c: v` keys as nested maps (JSON, which YAML reads).
@@ -202,7 +264,11 @@ pub fn nested_values(values: &BTreeMap<String, String>) -> serde_json::Value {
     serde_json::Value::Object(root)
 }
 
-fn helm_addon(a: &Addon, files: Vec<(PathBuf, FileRecord)>) -> Result<HelmRelease, StepError> {
+fn helm_addon(
+    ctx: &InstallContext,
+    a: &Addon,
+    files: Vec<(PathBuf, FileRecord)>,
+) -> Result<HelmRelease, StepError> {
     let Some((path, rec)) = files.into_iter().next() else {
         return Err(StepError::Invalid(format!(
             "the bundle has no chart of addon {}",
@@ -219,7 +285,8 @@ fn helm_addon(a: &Addon, files: Vec<(PathBuf, FileRecord)>) -> Result<HelmReleas
     c.insert("addon", &a.name);
     c.insert(
         "values",
-        &serde_json::to_string_pretty(&nested_values(&a.values)).unwrap_or_default(),
+        &serde_json::to_string_pretty(&nested_values(&node_values(ctx, &a.values)?))
+            .unwrap_or_default(),
     );
     Ok(HelmRelease {
         name: format!("addon-{}", a.name),

@@ -22,13 +22,13 @@ use crate::pipeline::{Module, StepError, Task};
 
 /// The address NodeLocal DNSCache answers on, on every node (the kubelet's `clusterDNS`), on
 /// clusters with IPv4 services.
-pub const NODELOCAL_DNS_IP: &str = "169.254.25.10";
+pub const NODELOCAL_DNS_IP: &str = kubexm_manifests::validate::NODELOCAL_DNS_IPV4;
 /// The address it answers on for IPv6 services: a Unique Local Address, as the Kubernetes
 /// documentation recommends for the cache's listen address on IPv6 ("Using NodeLocal DNSCache
 /// in Kubernetes Clusters": any address that cannot collide, from 169.254.0.0/16 for IPv4 or
 /// fd00::/8 for IPv6). `fd6b:786d::/32` ("kxm") holds 169.254.25.10 in its last 32 bits,
 /// far from the `fd00::/…` ranges pod and service CIDRs usually take.
-pub const NODELOCAL_DNS_IPV6: &str = "fd6b:786d::a9fe:190a";
+pub const NODELOCAL_DNS_IPV6: &str = kubexm_manifests::validate::NODELOCAL_DNS_IPV6;
 
 /// The addresses NodeLocal DNSCache answers on and the kubelet's `clusterDNS`: one per family
 /// of the service CIDR, in its order (IPv4-only: [`NODELOCAL_DNS_IP`]; IPv6-only:

@@ -12,7 +12,17 @@ use crate::pipeline::StepError;
 /// be one of the cluster's images: anything else was not bundled and cannot be pulled offline.
 pub fn node_image(ctx: &InstallContext, reference: &str) -> Result<String, StepError> {
     let canonical = canonical(reference)?;
-    let known = ctx.image_references().into_iter().any(|r| r == canonical);
+    let bundled = ctx.image_references();
+    let known = bundled.contains(&canonical);
+    // Already where nodes pull a bundled image from (written so by hand): kept as it is.
+    if !known
+        && ctx.registry_endpoint().is_some()
+        && bundled
+            .iter()
+            .any(|r| ctx.pull_reference(r).is_ok_and(|p| p == canonical))
+    {
+        return Ok(canonical);
+    }
     if !known {
         return Err(StepError::Invalid(format!(
             "image {canonical} is not in the bundle (or the catalog's resolution): add it to the catalog's image group or rebuild the bundle"

@@ -98,6 +98,10 @@ fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
         ]
     );
     assert_eq!(docs[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
+    // Issue 13 item 8: kubelets ask for a serving certificate from the cluster CA (kubeadm docs,
+    // "Kubelet serving certificates"); KubeXM approves the checked CSRs (serving_csr).
+    assert_eq!(docs[2]["serverTLSBootstrap"], true, "{init}");
+    assert_eq!(docs[2]["rotateCertificates"], true, "{init}");
     assert_eq!(
         docs[0]["localAPIEndpoint"]["advertiseAddress"],
         "10.88.10.11"
@@ -375,6 +379,67 @@ fn module_tasks(ctx: &Arc<InstallContext>) -> Vec<(String, Vec<String>, Vec<Stri
 }
 
 #[test]
+fn kubelet_serving_csrs_are_learned_then_approved_on_the_first_master_for_every_node() {
+    let ctx = lab_context(|t| t);
+    let tasks = module_tasks(&ctx);
+    let at = |name: &str| {
+        tasks
+            .iter()
+            .position(|t| t.0 == name)
+            .unwrap_or_else(|| panic!("no task {name}"))
+    };
+    // After every join (the kubelets ask when they start) and the node roles.
+    assert!(at("kubelet-serving-csrs") > at("join-credentials"));
+    assert!(at("kubelet-serving-csrs") > at("node-roles"));
+    assert_eq!(
+        at("approve-kubelet-serving-csrs"),
+        at("kubelet-serving-csrs") + 1
+    );
+    for name in ["kubelet-serving-csrs", "approve-kubelet-serving-csrs"] {
+        assert_eq!(
+            tasks[at(name)].1,
+            ["node1"],
+            "{name} runs on the first master"
+        );
+    }
+    // The plan names every master and worker (the CSRs are only known at run time).
+    let module = KubeadmModule(ctx.clone());
+    let all = module.tasks().expect("tasks");
+    let approve = &all[at("approve-kubelet-serving-csrs")];
+    let node = ctx.node("node1").expect("node1");
+    let planned: Vec<String> = approve.steps[0]
+        .ops(node, &kubexm_install::pipeline::Facts::default().for_plan())
+        .expect("plan")
+        .iter()
+        .map(|o| o.generic().plan().detail)
+        .collect();
+    let kube_nodes: Vec<String> = ctx
+        .nodes
+        .iter()
+        .filter(|n| {
+            !n.roles.is_empty()
+                && n.roles.iter().any(|r| {
+                    matches!(
+                        r,
+                        kubexm_manifests::resolve::Role::Master
+                            | kubexm_manifests::resolve::Role::Worker
+                    )
+                })
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    assert_eq!(planned.len(), kube_nodes.len(), "{planned:?}");
+    for n in &kube_nodes {
+        assert!(
+            planned
+                .iter()
+                .any(|p| p.contains(&format!("CSR of system:node:{n}, checked"))),
+            "{n}: {planned:?}"
+        );
+    }
+}
+
+#[test]
 fn task_order_per_load_balancer_mode() {
     let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     // Internal haproxy (the example): workers get the local proxy after joining.
@@ -393,7 +458,9 @@ fn task_order_per_load_balancer_mode() {
             "join-workers",
             "kube-proxy-via-local-proxy",
             "kubeadm-reconfigure",
-            "node-roles"
+            "node-roles",
+            "kubelet-serving-csrs",
+            "approve-kubelet-serving-csrs"
         ]
     );
     // Each control-plane node settles before the next joins; its kubelet then talks to its
@@ -443,7 +510,9 @@ fn task_order_per_load_balancer_mode() {
             "kube-proxy-after-control-plane-joins",
             "join-workers",
             "kubeadm-reconfigure",
-            "node-roles"
+            "node-roles",
+            "kubelet-serving-csrs",
+            "approve-kubelet-serving-csrs"
         ]
     );
     assert_eq!(
@@ -483,7 +552,9 @@ fn task_order_per_load_balancer_mode() {
             "kubeadm-init",
             "fetch-admin-kubeconfig",
             "kubeadm-reconfigure",
-            "node-roles"
+            "node-roles",
+            "kubelet-serving-csrs",
+            "approve-kubelet-serving-csrs"
         ])
     );
 }

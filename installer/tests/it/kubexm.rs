@@ -1189,6 +1189,24 @@ fn the_internal_load_balancer_serves_the_binary_path_too() {
             Some("https://192.168.50.11:6443"),
             "{file} on a master talks to its own API server (issue 13 item 6: no master depends on the first)"
         );
+        // Every master, not only the first: each its own address.
+        for m in ctx
+            .nodes
+            .iter()
+            .filter(|n| n.has_role(kubexm_manifests::resolve::Role::Master))
+        {
+            assert_eq!(
+                server(&m.name, file),
+                Some(format!("https://{}:6443", m.internal_address)),
+                "{file} on {}",
+                m.name
+            );
+        }
+        assert_eq!(
+            server("worker2", file).as_deref(),
+            Some("https://127.0.0.1:6443"),
+            "{file} on worker2"
+        );
     }
     let p = plan::build(
         &install_pipeline(&ctx),

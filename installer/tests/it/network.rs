@@ -409,18 +409,7 @@ fn addons_yaml_rendered_with_values_and_charts_with_nested_values() {
     let tasks = module.tasks().expect("tasks");
     let steps: Vec<&str> = tasks[0].steps.iter().map(|s| s.name()).collect();
     assert_eq!(steps, ["helm-binary", "addon-demo", "addon-dash"]);
-    let mut uploads = std::collections::BTreeMap::new();
-    for step in &tasks[0].steps {
-        for op in step.ops(&first, &Facts::default()).expect("ops") {
-            if let Op::Upload(u) = op {
-                let content = match u.source {
-                    UploadSource::Bytes(b) => String::from_utf8(b).expect("utf-8"),
-                    UploadSource::File(p) => format!("<file {}>", p.display()),
-                };
-                uploads.insert(u.dest, content);
-            }
-        }
-    }
+    let uploads = addon_uploads(&ctx);
     let a = &uploads["/etc/kubernetes/kubexm/manifests/addons/demo/a.yaml"];
     assert!(a.contains("replicas: 3"), "{a}");
     let values = &uploads["/etc/kubernetes/kubexm/manifests/addons/dash/values.yaml"];
@@ -505,4 +494,96 @@ fn walk(dir: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+#[test]
+fn addon_images_are_rewritten_to_the_private_registry() {
+    // Issue 13 item 8: the example's metrics-server pulled from registry.k8s.io and failed
+    // offline. Every `image:` of a YAML addon and every image value of a chart's values now
+    // names the private registry (keep-path: `registry.k8s.io/a/b:t` → `REG/a/b:t`).
+    let image = "registry.k8s.io/metrics-server/metrics-server:v0.7.2";
+    let yaml = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml"))
+        .expect("lab")
+        .replace(
+            "  system:\n",
+            &format!("  addons:\n    - name: ms\n      namespace: kube-system\n      type: yaml\n      source: {{path: ms}}\n      images: [\"{image}\"]\n    - name: metrics-server\n      namespace: kube-system\n      type: helm\n      source: {{chart: {{name: metrics-server, version: 3.12.2, repo: 'https://kubernetes-sigs.github.io/metrics-server'}}}}\n      images: [\"{image}\"]\n      values: {{image.repository: registry.k8s.io/metrics-server/metrics-server, image.tag: v0.7.2, sidecar.image: \"{image}\", args.0: --kubelet-preferred-address-types=InternalIP}}\n  system:\n"),
+        );
+    let catalog = repo().join("tests/lab/mirror/catalog-lab.yaml");
+    let manifest = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: metrics-server}}\nspec:\n  template:\n    spec:\n      containers:\n        - name: metrics-server\n          image: {image}\n          imagePullPolicy: IfNotPresent\n      initContainers:\n        - image: \"10.88.10.11:5000/metrics-server/metrics-server:v0.7.2\" # already private: kept\n          name: init\n"
+    );
+    let files: [(&str, &str, &[u8]); 3] = [
+        ("addon/ms", "files/addons/ms/ms.yaml", manifest.as_bytes()),
+        (
+            "addon/metrics-server",
+            "files/addons/metrics-server/metrics-server-3.12.2.tgz",
+            b"chart bytes",
+        ),
+        (
+            "helm",
+            "files/helm/v3.18.4/amd64/helm-v3.18.4-linux-amd64.tar.gz",
+            b"helm",
+        ),
+    ];
+    let (_dir, ctx) = with_bundle(&yaml, Some(&catalog), &files);
+    assert!(
+        ctx.image_references().iter().any(|r| r == image),
+        "the addon's image is in the bundle"
+    );
+    let uploads = addon_uploads(&ctx);
+    let ms = &uploads["/etc/kubernetes/kubexm/manifests/addons/ms/ms.yaml"];
+    let docs = yaml_docs(ms);
+    let spec = &docs[0]["spec"]["template"]["spec"];
+    let pulled = "10.88.10.11:5000/metrics-server/metrics-server:v0.7.2";
+    assert_eq!(spec["containers"][0]["image"], pulled, "{ms}");
+    assert_eq!(spec["initContainers"][0]["image"], pulled, "{ms}");
+    assert!(!ms.contains("registry.k8s.io"), "{ms}");
+    insta::assert_snapshot!("addon-yaml-images-rewritten", ms);
+    let values = &uploads["/etc/kubernetes/kubexm/manifests/addons/metrics-server/values.yaml"];
+    let v = &yaml_docs(values)[0];
+    assert_eq!(
+        v["image"]["repository"],
+        "10.88.10.11:5000/metrics-server/metrics-server"
+    );
+    assert_eq!(v["image"]["tag"], "v0.7.2");
+    assert_eq!(v["sidecar"]["image"], pulled);
+    assert_eq!(
+        v["args"]["0"],
+        "--kubelet-preferred-address-types=InternalIP"
+    );
+    insta::assert_snapshot!("addon-helm-values-rewritten", values);
+
+    // An image the bundle does not have is refused, naming the addon, the file and the image.
+    let other = manifest.replace(image, "quay.io/example/unbundled:v1");
+    let files: [(&str, &str, &[u8]); 1] =
+        [("addon/ms", "files/addons/ms/ms.yaml", other.as_bytes())];
+    let (_dir, ctx) = with_bundle(&yaml, Some(&catalog), &files);
+    let err = match AddonsModule(ctx).tasks() {
+        Ok(_) => panic!("an unbundled image was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("addon ms file ms.yaml") && err.contains("quay.io/example/unbundled:v1"),
+        "{err}"
+    );
+}
+
+/// Every upload of the addons module on the first master: destination → content.
+fn addon_uploads(ctx: &Arc<InstallContext>) -> std::collections::BTreeMap<String, String> {
+    let first = ctx.first_master().expect("first").clone();
+    let mut uploads = std::collections::BTreeMap::new();
+    for task in AddonsModule(ctx.clone()).tasks().expect("tasks") {
+        for step in &task.steps {
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                if let Op::Upload(u) = op {
+                    let content = match u.source {
+                        UploadSource::Bytes(b) => String::from_utf8(b).expect("utf-8"),
+                        UploadSource::File(p) => format!("<file {}>", p.display()),
+                    };
+                    uploads.insert(u.dest, content);
+                }
+            }
+        }
+    }
+    uploads
 }

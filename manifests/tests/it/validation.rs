@@ -310,6 +310,26 @@ fn network() {
         "spec.network.podCidr",
         "contains the address 10.0.0.11 of host `m1`",
     );
+    // Issue 13 item 5: NodeLocal DNSCache's fixed addresses (169.254.25.10, and for IPv6
+    // services fd6b:786d::a9fe:190a) must stay out of the pod and service ranges.
+    expect(
+        |f| f.spec.network.service_cidr = "169.254.0.0/16".into(),
+        "spec.network.serviceCidr",
+        "`169.254.0.0/16` contains 169.254.25.10, the address NodeLocal DNSCache answers on",
+    );
+    expect(
+        |f| {
+            f.spec.network.pod_cidr = "10.233.64.0/18,fd00:10::/56".into();
+            f.spec.network.service_cidr = "10.233.0.0/18,fd6b:786d::a9fe:0/112".into();
+        },
+        "spec.network.serviceCidr",
+        "`fd6b:786d::a9fe:0/112` contains fd6b:786d::a9fe:190a",
+    );
+    expect(
+        |f| f.spec.network.pod_cidr = "169.254.0.0/16".into(),
+        "spec.network.podCidr",
+        "contains 169.254.25.10",
+    );
     expect(
         |f| f.spec.network.service_cidr = "172.0.0.0/10".into(),
         "spec.network.serviceCidr",

@@ -106,6 +106,24 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", sha256_hex(bytes))
 }
 
+/// A gzip'd tar archive of `(path, content)` members (mode 0644, mtime 0), byte-for-byte the
+/// same on every call: a real Helm chart archive for tests.
+pub fn tgz(members: &[(&str, &str)]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, content) in members {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(content.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        tar.append_data(&mut h, path, content.as_bytes())
+            .expect("a tar member");
+    }
+    let raw = tar.into_inner().expect("a tar archive");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &raw).expect("gzip");
+    gz.finish().expect("gzip")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

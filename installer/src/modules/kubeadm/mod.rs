@@ -25,6 +25,10 @@
 //!    control-plane flag changes applied with kubeadm's phases, other changes reported as
 //!    needing the `apply` pipeline ([`reconfigure`]).
 //! 9. `node-roles` (first master): labels and taints per role ([`labels`]).
+//! 10. `kubelet-serving-csrs`, `approve-kubelet-serving-csrs` (first master): every kubelet
+//!     runs with `serverTLSBootstrap: true`; the pending `kubernetes.io/kubelet-serving` CSRs
+//!     of this cluster's nodes that name only the node's own name and addresses are approved,
+//!     so kubelets serve certificates of the cluster CA (metrics-server): [`serving_csr`].
 //!
 //! Every step is skipped when already done (`kubeadm init` when admin.conf exists, a join when
 //! the node has kubelet.conf), so a re-run with the same cluster.yaml changes nothing; a changed
@@ -37,6 +41,7 @@ pub mod join;
 pub mod joining;
 pub mod labels;
 pub mod reconfigure;
+pub mod serving_csr;
 pub mod settle;
 
 use kubexm_manifests::resolve::Role;
@@ -57,6 +62,7 @@ use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_C
 use joining::JoinNode;
 use labels::NodeRoles;
 use reconfigure::Reconfigure;
+use serving_csr::{ApproveServingCsrs, LearnServingCsrs, NodeNames};
 use settle::{ControlPlaneSettled, RestartKubeProxy};
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
@@ -208,7 +214,25 @@ impl Module for KubeadmModule {
                     first: first.clone(),
                 }),
         );
-        tasks.push(Task::new("node-roles", [first]).step(NodeRoles::new(ctx)));
+        tasks.push(Task::new("node-roles", [first.clone()]).step(NodeRoles::new(ctx)));
+        // Kubelet serving certificates from the cluster CA (metrics-server checks them):
+        // every kubelet asks with `serverTLSBootstrap`, KubeXM approves only its nodes' own.
+        let kube_nodes = kubernetes_nodes(ctx);
+        tasks.push(
+            Task::new("kubelet-serving-csrs", [first.clone()]).step(LearnServingCsrs {
+                nodes: kube_nodes.clone(),
+            }),
+        );
+        tasks.push(
+            Task::new("approve-kubelet-serving-csrs", [first]).step(ApproveServingCsrs {
+                nodes: ctx
+                    .nodes
+                    .iter()
+                    .filter(|n| kube_nodes.contains(&n.name))
+                    .map(NodeNames::of)
+                    .collect(),
+            }),
+        );
         Ok(tasks)
     }
 }

@@ -3,7 +3,8 @@
 //! `/etc/containerd/config.toml` (format 2 for containerd 1.x, 3 for 2.x) uses the systemd cgroup
 //! driver, the pause image from the private registry as sandbox image, and
 //! `/etc/containerd/certs.d` for registry hosts; the private registry gets a `hosts.toml` (its
-//! CA, `ca.crt` beside it, is uploaded by the registry module).
+//! CA, `ca.crt` beside it, is uploaded by the registry module), and every upstream registry of
+//! [`mirrored_registries`] one that sends its pulls to the private registry.
 
 use std::sync::Arc;
 
@@ -95,6 +96,65 @@ fn major(version: &str) -> Option<u32> {
         .ok()
 }
 
+/// Upstream registries containerd resolves from the private registry whatever the manifests
+/// say: the ones Kubernetes, its addons and the usual Helm charts pull from (metrics-server's
+/// chart defaults to `registry.k8s.io/metrics-server/metrics-server`), plus every registry an
+/// image of the bundle (or the resolution) names.
+pub const MIRRORED_REGISTRIES: &[&str] = &[
+    "registry.k8s.io",
+    "k8s.gcr.io",
+    "docker.io",
+    "quay.io",
+    "ghcr.io",
+];
+
+/// The registries that get a mirror `hosts.toml` (sorted, without the private registry).
+pub fn mirrored_registries(ctx: &InstallContext) -> Vec<String> {
+    let endpoint = ctx.registry_endpoint();
+    let mut out: std::collections::BTreeSet<String> = MIRRORED_REGISTRIES
+        .iter()
+        .map(|r| (*r).to_string())
+        .collect();
+    for reference in ctx.image_references() {
+        if let Ok(r) = reference.parse::<kubexm_manifests::image_ref::ImageRef>() {
+            out.insert(r.registry);
+        }
+    }
+    out.into_iter()
+        // A registry name becomes a directory name: only host[:port] spellings.
+        .filter(|r| {
+            Some(r) != endpoint.as_ref()
+                && !r.is_empty()
+                && r.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
+                && !r.starts_with('.')
+        })
+        .collect()
+}
+
+/// The path a mirror request is sent under, `/v2/<namespace>` with `override_path` when images
+/// are pushed under a namespace, empty without one; `None` when the rewrite flattens paths
+/// (`registry.k8s.io/metrics-server/metrics-server` is then `REG/metrics-server`, a mapping a
+/// containerd mirror cannot express: only rewritten references pull).
+///
+/// containerd (docs/hosts.md): a host with `override_path = true` takes its URL path as the API
+/// root, so `registry.k8s.io/coredns/coredns` is fetched as `<host>/v2/<namespace>/coredns/coredns`,
+/// exactly where [`ImageRef::in_private_registry`](kubexm_manifests::image_ref::ImageRef::in_private_registry)
+/// with `keep-path` pushed it.
+pub fn mirror_path(ctx: &InstallContext) -> Option<String> {
+    let r = &ctx.cluster.file.spec.registry;
+    if r.rewrite != kubexm_manifests::model::RewriteMode::KeepPath {
+        return None;
+    }
+    Some(
+        ctx.registry_namespace()
+            .map(|n| n.trim_matches('/').to_string())
+            .filter(|n| !n.is_empty())
+            .map(|n| format!("/v2/{n}"))
+            .unwrap_or_default(),
+    )
+}
+
 /// config.toml, the private registry's hosts.toml, crictl.yaml and the systemd unit; the unit
 /// reloaded, enabled and restarted when something changed.
 pub struct ContainerdConfig {
@@ -171,6 +231,18 @@ impl ContainerdConfig {
                 format!("{CERTS_DIR}/{e}/hosts.toml"),
                 0o644,
             )?);
+            if let Some(path) = mirror_path(ctx) {
+                context.insert("path", &path);
+                for upstream in mirrored_registries(ctx) {
+                    context.insert("upstream", &upstream);
+                    files.push(RenderTemplate::new(
+                        "containerd/mirror.toml.tera",
+                        &context,
+                        format!("{CERTS_DIR}/{upstream}/hosts.toml"),
+                        0o644,
+                    )?);
+                }
+            }
         }
         files.push(crictl_config(ctx, &Cri::Containerd.endpoint())?);
         files.push(RenderTemplate::new(
@@ -240,6 +312,13 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         files.push(format!("{d}/hosts.toml"));
         files.push(format!("{d}/ca.crt"));
         dirs.push(d);
+        if mirror_path(ctx).is_some() {
+            for upstream in mirrored_registries(ctx) {
+                let d = format!("{CERTS_DIR}/{upstream}");
+                files.push(format!("{d}/hosts.toml"));
+                dirs.push(d);
+            }
+        }
     }
     dirs.extend([CERTS_DIR.to_string(), "/etc/containerd".to_string()]);
     let staging = format!(
