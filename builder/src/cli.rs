@@ -249,10 +249,10 @@ pub struct SourceArgs {
     #[arg(long, env = "KMZONE", value_name = "ZONE")]
     pub zone: Option<String>,
     /// A zone file (file URL and image registry rewrites), e.g. a local mirror.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KUBEXM_ZONE_FILE", value_name = "FILE")]
     pub zone_file: Option<PathBuf>,
     /// A catalog file merged over the built-in catalog (add versions, URLs, sha256).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KUBEXM_CATALOG", value_name = "FILE")]
     pub catalog: Option<PathBuf>,
 }
 

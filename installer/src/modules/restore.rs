@@ -329,7 +329,15 @@ impl Module for StartEtcdModule {
 }
 
 /// `systemctl start --no-block etcd` (a member waits for a quorum, so none is awaited alone).
+///
+/// etcd's unit is `Type=notify` and a member tells systemd it is ready only once a quorum of
+/// the restored members runs: until the others are started it stays `activating`, which is
+/// what this step verifies; the health task that follows waits for the cluster.
 pub struct StartEtcd;
+
+/// The unit was started: running, or waiting for its peers.
+pub const ETCD_STARTED: &str =
+    "case \"$(systemctl show -p ActiveState --value etcd)\" in active|activating) true ;; *) false ;; esac";
 
 impl Step for StartEtcd {
     fn name(&self) -> &str {
@@ -338,7 +346,8 @@ impl Step for StartEtcd {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
             RunCommand::new("systemctl start --no-block etcd")
-                .unless("systemctl is-active -q etcd"),
+                .unless("systemctl is-active -q etcd")
+                .verify(ETCD_STARTED),
         )])
     }
 }

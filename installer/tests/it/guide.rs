@@ -1,8 +1,9 @@
 //! The operator guide (`installer/docs/guide.md`) cannot rot: every block marked
 //! `<!-- guide-test: files -->` is run as written with bash (`-euo pipefail`), in a scratch
 //! directory holding the example cluster.yaml, with both binaries on `PATH` and
-//! `KUBEXM_WORK_DIR` set to a scratch work directory. Blocks marked `guide-test: cluster` need
-//! real nodes (tests/lab/e2e and tests/lab/day2 run the same commands against the lab).
+//! `KUBEXM_WORK_DIR` set to a scratch work directory. Blocks marked `guide-test: cluster` (with
+//! an optional ` prepare=NAME`) need real nodes and a mirror: `tests/lab/guide` runs every block
+//! of the guide, as written and in order, on a lab. Every ```sh block carries one of the markers.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,23 +11,35 @@ use std::process::Command;
 const FILES: &str = "<!-- guide-test: files -->";
 const CLUSTER: &str = "<!-- guide-test: cluster -->";
 
+/// Whether `line` is a cluster marker: `<!-- guide-test: cluster -->` or, with what the lab
+/// prepares first, `<!-- guide-test: cluster prepare=NAME -->`.
+fn is_cluster_marker(line: &str) -> bool {
+    let l = line.trim();
+    l == CLUSTER
+        || l.strip_prefix("<!-- guide-test: cluster prepare=")
+            .and_then(|r| r.strip_suffix(" -->"))
+            .is_some_and(|name| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+            })
+}
+
 fn guide() -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/guide.md");
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The ```sh block right after each `marker` line.
-fn blocks(text: &str, marker: &str) -> Vec<String> {
+/// The ```sh block right after each line `is_marker` accepts.
+fn blocks(text: &str, is_marker: impl Fn(&str) -> bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut lines = text.lines();
     while let Some(l) = lines.next() {
-        if l.trim() != marker {
+        if !is_marker(l) {
             continue;
         }
         assert_eq!(
             lines.next().map(str::trim),
             Some("```sh"),
-            "{marker} must be followed by a ```sh block"
+            "{l} must be followed by a ```sh block"
         );
         let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
         out.push(body.join("\n"));
@@ -37,14 +50,29 @@ fn blocks(text: &str, marker: &str) -> Vec<String> {
 #[test]
 fn every_files_block_of_the_guide_runs() {
     let text = guide();
-    let runnable = blocks(&text, FILES);
+    let runnable = blocks(&text, |l| l.trim() == FILES);
     assert!(runnable.len() >= 5, "{} runnable blocks", runnable.len());
-    assert!(blocks(&text, CLUSTER).len() >= 2);
+    let cluster = blocks(&text, is_cluster_marker);
+    assert!(cluster.len() >= 6, "{} cluster blocks", cluster.len());
     // Every marker is one of the two, spelled right.
     for l in text.lines().filter(|l| l.contains("guide-test")) {
         assert!(
-            l.contains("`") || l.trim() == FILES || l.trim() == CLUSTER,
+            l.contains("`") || l.trim() == FILES || is_cluster_marker(l),
             "unknown marker: {l}"
+        );
+    }
+    // No command block escapes the tests: each ```sh block follows a marker (blank lines aside).
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, _) in lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == "```sh")
+    {
+        let marker = lines[..i].iter().rev().find(|p| !p.trim().is_empty());
+        assert!(
+            marker.is_some_and(|m| m.trim() == FILES || is_cluster_marker(m)),
+            "guide.md line {}: a ```sh block without a guide-test marker",
+            i + 1
         );
     }
 
@@ -89,7 +117,6 @@ fn every_files_block_of_the_guide_runs() {
     for f in [
         "needs.json",
         "plan.json",
-        "site.pub",
         "site-inventory.json",
         "man1/kubexm-install.1",
     ] {
