@@ -475,7 +475,7 @@ pub(crate) struct DeleteArgs {
     #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
     pub(crate) file: Option<PathBuf>,
     /// A catalog file merged over the built-in catalog (default: the bundle's).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KUBEXM_CATALOG", value_name = "FILE")]
     pub(crate) catalog: Option<PathBuf>,
     /// Really delete (without it, only say what would be deleted).
     #[arg(long)]
@@ -504,7 +504,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_name = "FILE.tar.zst")]
     pub(crate) bundle: Option<PathBuf>,
     /// A catalog file merged over the built-in catalog.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KUBEXM_CATALOG", value_name = "FILE")]
     pub(crate) catalog: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]

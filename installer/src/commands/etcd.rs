@@ -44,9 +44,21 @@ fn member(args: &EtcdMemberArgs, add: bool, work_dir: &std::path::Path) -> Resul
     };
     let change = diff(&s.installed.cluster, &s.desired_full, &s.desired_origin);
     let mut refused: Vec<String> = change.problems.iter().map(ToString::to_string).collect();
-    refused.extend(change.added.iter().map(|a| {
-        format!("{} is new in {}: `{verb}` changes etcd membership only (add it with `kubexm-install add-node`)", a.name, s.desired_origin)
-    }));
+    // A host the cluster.yaml lists but the cluster does not have (not added yet, or deleted with
+    // `delete-node` and still in the file) is left out: membership changes touch only members.
+    let left_out: Vec<String> = change
+        .added
+        .iter()
+        .map(|a| {
+            format!(
+                "{} is in {} but not in the cluster: `{verb}` leaves it out (add it with `kubexm-install add-node`)",
+                a.name, s.desired_origin
+            )
+        })
+        .collect();
+    for l in &left_out {
+        println!("note: {l}");
+    }
     refused.extend(change.removed.iter().filter(|r| *r != node).map(|r| {
         format!(
             "{r} is missing from {}: pass the cluster.yaml the cluster was applied with",
@@ -101,7 +113,7 @@ fn member(args: &EtcdMemberArgs, add: bool, work_dir: &std::path::Path) -> Resul
         nodes: vec![node.to_string()],
         desired: desired.clone(),
         journal_ctx: s.installed.clone(),
-        notes: verdict.warnings,
+        notes: verdict.warnings.into_iter().chain(left_out).collect(),
     };
     execute(&s, conn, &pipeline, op, &opts, c.dry_run)
 }

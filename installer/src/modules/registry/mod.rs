@@ -253,10 +253,17 @@ impl Step for InstallRegistryBinary {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let Some((path, rec)) = self.ctx.files_for("registry", node).into_iter().next() else {
-            return Err(StepError::Invalid(format!(
-                "the bundle has no registry archive for {} ({}); rebuild it with registry.type registry",
-                node.name, node.arch
-            )));
+            return Err(StepError::Invalid(if self.ctx.bundle.is_some() {
+                format!(
+                    "the bundle has no registry archive for {} ({}); rebuild it with registry.type registry",
+                    node.name, node.arch
+                )
+            } else {
+                format!(
+                    "the catalog has no registry archive of the cluster's registry.version for {} ({}); plan with the bundle (--bundle FILE) or a catalog that lists it (--catalog FILE or KUBEXM_CATALOG)",
+                    node.name, node.arch
+                )
+            }));
         };
         let file = rec
             .path
