@@ -303,7 +303,12 @@ pub(crate) struct RestoreArgs {
 const CERTS_EXAMPLES: &str = "Examples:
   kubexm-install certs check                          # a table, soonest expiry first
   kubexm-install certs check -o json                  # the same as JSON (for monitoring)
-  kubexm-install certs check --fail-under-days 60     # exit non-zero under 60 days left";
+  kubexm-install certs check --fail-under-days 60     # exit non-zero under 60 days left
+  kubexm-install certs renew --dry-run                # what is due (under 30 days) and the plan
+  kubexm-install certs renew --yes                    # renew it, one node at a time
+  kubexm-install certs renew --under-days 90 --yes    # everything with fewer than 90 days left
+  kubexm-install certs renew --all --yes              # every leaf, whatever its expiry
+  kubexm-install certs renew --yes --resume           # after a failure: skip what finished";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum CertsCommand {
@@ -312,6 +317,31 @@ pub(crate) enum CertsCommand {
     /// node cannot be read.
     #[command(after_help = CERTS_EXAMPLES)]
     Check(CertsCheckArgs),
+    /// Renew the leaf certificates with fewer than --under-days days left (never a CA): KubeXM's
+    /// etcd members one at a time (endpoint health after each), then the Kubernetes
+    /// certificates: kubeadm path `kubeadm certs renew all` plus the kubelet's client
+    /// certificate on each master due, kubexm path re-issued from the kept CAs; components
+    /// restarted one node at a time, each healthy before the next; admin.conf fetched again.
+    /// Works with expired certificates (nothing asks the API server before the health
+    /// checks). Refuses without --yes.
+    #[command(after_help = CERTS_EXAMPLES)]
+    Renew(CertsRenewArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertsRenewArgs {
+    /// Renew the certificates with fewer days left (expired ones included). The default is
+    /// the margin under which an install re-run re-issues KubeXM's own leaves.
+    #[arg(long, default_value_t = kubexm_install::certs::renew::UNDER_DAYS, value_name = "DAYS", conflicts_with = "all")]
+    pub(crate) under_days: i64,
+    /// Renew every leaf certificate, whatever its expiry.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Renew and restart (required unless --dry-run).
+    #[arg(long)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 #[derive(Debug, Args)]

@@ -1,9 +1,7 @@
 //! `backup keygen|create|verify` and `restore` (see [`kubexm_install::backup`] for the file and
 //! [`kubexm_install::pipelines::restore`] for what a restore does).
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use kubexm_install::backup::schedule::{self, Schedule};
@@ -11,12 +9,11 @@ use kubexm_install::backup::{self, BackupKey, Staging, SNAPSHOT};
 use kubexm_install::modules::etcd::EtcdLayout;
 use kubexm_install::modules::restore::{Restore, Snapshot};
 use kubexm_install::record::Outcome;
-use kubexm_install::run;
 use kubexm_install::runner::fetch::fetch_file;
-use kubexm_install::runner::{shell, Exec, Runner};
+use kubexm_install::runner::{shell, Exec};
 use kubexm_manifests::model::EtcdType;
 
-use super::day2::{connect, execute, Operate, Session};
+use super::day2::{connect, execute, require_every_node, Operate, Session};
 use crate::cli::{BackupCommand, BackupCreateArgs, BackupScheduleArgs, Day2Args, RestoreArgs};
 use crate::exit::UsageError;
 
@@ -140,12 +137,7 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
     let opts = s.run_options(&args.connect, false);
     let conn = connect(&s, &s.installed, &opts)?;
     let layout = EtcdLayout::from_context(&s.installed);
-    let by_name: BTreeMap<String, Arc<dyn Runner>> = conn
-        .runners
-        .iter()
-        .filter(|(n, _)| n.name != run::CONTROL_HOST)
-        .map(|(n, r)| (n.name.clone(), r.clone()))
-        .collect();
+    let by_name = conn.node_runners();
     // The member the facts came from answered etcdctl; else the first reachable member.
     let member =
         conn.facts
@@ -433,17 +425,7 @@ pub(crate) fn restore(args: &RestoreArgs, work_dir: &Path) -> Result<()> {
     let pipeline = kubexm_install::pipelines::restore_pipeline(&r);
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &s.installed, &opts)?;
-    if !conn.facts.unreachable.is_empty() {
-        bail!(
-            "cannot reach {}: a restore needs every member and master; fix SSH and run again",
-            conn.facts
-                .unreachable
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
+    require_every_node(&conn, "a restore", "every member and master")?;
     let op = Operate {
         operation: "restore",
         done: "etcd restored from the backup on",

@@ -44,18 +44,29 @@ fn plan_of(r: &Restore) -> Plan {
 }
 
 fn outline(p: &Plan) -> String {
+    outline_with(p, false)
+}
+
+/// One line per task (`module / task on hosts`), with its steps' names when `steps`.
+pub(crate) fn outline_with(p: &Plan, steps: bool) -> String {
     let mut s = String::new();
     for m in &p.modules {
         match &m.skipped {
             Some(why) => s.push_str(&format!("{} — skipped: {why}\n", m.name)),
             None => {
                 for t in &m.tasks {
+                    let names: Vec<&str> = t.steps.iter().map(|st| st.name.as_str()).collect();
                     s.push_str(&format!(
-                        "{} / {} on {}{}\n",
+                        "{} / {} on {}{}{}\n",
                         m.name,
                         t.name,
                         t.hosts.join(","),
-                        if t.parallel { "" } else { " (one at a time)" }
+                        if t.parallel { "" } else { " (one at a time)" },
+                        if steps {
+                            format!(": {}", names.join(", "))
+                        } else {
+                            String::new()
+                        }
                     ));
                 }
             }
