@@ -264,12 +264,19 @@ pub(crate) struct BackupScheduleArgs {
     /// The backup key (`backup keygen`).
     #[arg(long, value_name = "FILE", required_unless_present = "remove")]
     pub(crate) key_file: Option<PathBuf>,
-    /// When (systemd `OnCalendar=`: daily, hourly, "*-*-* 02:30:00", ...).
-    #[arg(long, default_value = "daily", value_name = "CALENDAR")]
-    pub(crate) on_calendar: String,
     /// Backups kept (older ones removed after each new one).
     #[arg(long, default_value_t = 7, value_name = "N")]
     pub(crate) keep: usize,
+    #[command(flatten)]
+    pub(crate) timer: TimerArgs,
+}
+
+/// A systemd timer on this host (`backup schedule`, `certs schedule`).
+#[derive(Debug, Args)]
+pub(crate) struct TimerArgs {
+    /// When (systemd `OnCalendar=`: daily, weekly, hourly, "*-*-* 02:30:00", ...).
+    #[arg(long, default_value = "daily", value_name = "CALENDAR")]
+    pub(crate) on_calendar: String,
     /// known_hosts file the scheduled run checks the nodes against (default: WORK/known_hosts).
     #[arg(long, value_name = "FILE")]
     pub(crate) known_hosts: Option<PathBuf>,
@@ -277,7 +284,7 @@ pub(crate) struct BackupScheduleArgs {
     #[arg(long, default_value = "/etc/systemd/system", value_name = "DIR")]
     pub(crate) systemd_dir: PathBuf,
     /// Write the units only (enable the timer yourself: `systemctl enable --now
-    /// kubexm-backup-<cluster>.timer`).
+    /// <unit>.timer`).
     #[arg(long)]
     pub(crate) write_only: bool,
     /// Stop and remove the schedule instead.
@@ -308,7 +315,9 @@ const CERTS_EXAMPLES: &str = "Examples:
   kubexm-install certs renew --yes                    # renew it, one node at a time
   kubexm-install certs renew --under-days 90 --yes    # everything with fewer than 90 days left
   kubexm-install certs renew --all --yes              # every leaf, whatever its expiry
-  kubexm-install certs renew --yes --resume           # after a failure: skip what finished";
+  kubexm-install certs renew --yes --resume           # after a failure: skip what finished
+  kubexm-install certs schedule --on-calendar weekly --under-days 30   # a timer on this host
+  kubexm-install certs schedule --remove";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum CertsCommand {
@@ -326,6 +335,23 @@ pub(crate) enum CertsCommand {
     /// checks). Refuses without --yes.
     #[command(after_help = CERTS_EXAMPLES)]
     Renew(CertsRenewArgs),
+    /// Renew on a schedule: a systemd timer on this host (the control host) runs `certs renew
+    /// --under-days N --yes`, so the renewal goes one node at a time with health checks as when
+    /// run by hand.
+    #[command(after_help = CERTS_EXAMPLES)]
+    Schedule(CertsScheduleArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertsScheduleArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// Renew the certificates with fewer days left.
+    #[arg(long, default_value_t = kubexm_install::certs::renew::UNDER_DAYS, value_name = "DAYS")]
+    pub(crate) under_days: i64,
+    #[command(flatten)]
+    pub(crate) timer: TimerArgs,
 }
 
 #[derive(Debug, Args)]

@@ -94,7 +94,7 @@ fn verify(file: &Path, key_file: &Path, work_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn day2(cluster: &Option<String>, connect: &crate::cli::ConnectArgs) -> Day2Args {
+pub(crate) fn day2(cluster: &Option<String>, connect: &crate::cli::ConnectArgs) -> Day2Args {
     Day2Args {
         file: None,
         cluster: cluster.clone(),
@@ -292,25 +292,60 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
 
 fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
     let s = Session::open(&day2(&args.cluster, &no_connect()), work_dir)?;
-    let sched = Schedule {
-        cluster: s.name.clone(),
-        binary: std::env::current_exe().context("Failed to find this program's path")?,
-        work_dir: std::path::absolute(work_dir).context("Failed to resolve --work-dir")?,
+    let job = schedule::Job::Backup {
         key_file: match &args.key_file {
             Some(k) => std::path::absolute(k).context("Failed to resolve --key-file")?,
             None => std::path::PathBuf::from("/nonexistent"),
         },
         keep: args.keep,
-        on_calendar: args.on_calendar.clone(),
-        known_hosts: match &args.known_hosts {
+    };
+    let t = &args.timer;
+    if !t.remove {
+        let key = args.key_file.as_deref().context("--key-file is required")?;
+        BackupKey::load(key)?;
+    }
+    let sched = schedule_of(&s, work_dir, job, t)?;
+    write_schedule(&sched, t)?;
+    if !t.remove && !t.write_only {
+        println!(
+            "scheduled: a backup of cluster {} on `{}`, the newest {} kept in {} (`systemctl list-timers {}.timer`)",
+            s.name,
+            t.on_calendar,
+            args.keep,
+            schedule::default_dir(work_dir).display(),
+            sched.unit()
+        );
+    }
+    Ok(())
+}
+
+/// The schedule of `job` for the session's cluster, run by this program.
+pub(crate) fn schedule_of(
+    s: &Session,
+    work_dir: &Path,
+    job: schedule::Job,
+    t: &crate::cli::TimerArgs,
+) -> Result<Schedule> {
+    Ok(Schedule {
+        cluster: s.name.clone(),
+        binary: std::env::current_exe().context("Failed to find this program's path")?,
+        work_dir: std::path::absolute(work_dir).context("Failed to resolve --work-dir")?,
+        job,
+        on_calendar: t.on_calendar.clone(),
+        known_hosts: match &t.known_hosts {
             Some(k) => Some(std::path::absolute(k).context("Failed to resolve --known-hosts")?),
             None => None,
         },
-    };
+    })
+}
+
+/// Writes (or with `--remove`, removes) the timer and service of `sched` in `--systemd-dir`,
+/// and enables (disables) the timer unless `--write-only`.
+pub(crate) fn write_schedule(sched: &Schedule, t: &crate::cli::TimerArgs) -> Result<()> {
     let unit = sched.unit();
     let files = [
-        args.systemd_dir.join(format!("{unit}.service")),
-        args.systemd_dir.join(format!("{unit}.timer")),
+        t.systemd_dir.join(format!("{unit}.service")),
+        t.systemd_dir.join(format!("{unit}.timer")),
     ];
     let systemctl = |a: &[&str]| -> Result<()> {
         let st = std::process::Command::new("systemctl")
@@ -322,8 +357,8 @@ fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
         }
         Ok(())
     };
-    if args.remove {
-        if !args.write_only {
+    if t.remove {
+        if !t.write_only {
             // Absent units are fine: the schedule is gone either way.
             let _ = std::process::Command::new("systemctl")
                 .args(["disable", "--now", &format!("{unit}.timer")])
@@ -338,37 +373,28 @@ fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
                 }
             }
         }
-        if !args.write_only {
+        if !t.write_only {
             systemctl(&["daemon-reload"])?;
         }
-        println!("no scheduled backup of cluster {} any more", s.name);
+        println!("no {unit} schedule any more");
         return Ok(());
     }
-    let key = args.key_file.as_deref().context("--key-file is required")?;
-    BackupKey::load(key)?;
     let (service, timer) = sched.render()?;
     for (f, text) in files.iter().zip([service, timer]) {
         kubexm_install::private_dir::write_file_atomic(f, text.as_bytes(), 0o644)
             .with_context(|| format!("Failed to write `{}`", f.display()))?;
         println!("wrote {}", f.display());
     }
-    if args.write_only {
+    if t.write_only {
         println!("enable it with: systemctl daemon-reload && systemctl enable --now {unit}.timer");
     } else {
         systemctl(&["daemon-reload"])?;
         systemctl(&["enable", "--now", &format!("{unit}.timer")])?;
-        println!(
-            "scheduled: a backup of cluster {} on `{}`, the newest {} kept in {} (`systemctl list-timers {unit}.timer`)",
-            s.name,
-            args.on_calendar,
-            args.keep,
-            schedule::default_dir(work_dir).display()
-        );
     }
     Ok(())
 }
 
-fn no_connect() -> crate::cli::ConnectArgs {
+pub(crate) fn no_connect() -> crate::cli::ConnectArgs {
     crate::cli::ConnectArgs {
         accept_new_host_keys: false,
         known_hosts: None,

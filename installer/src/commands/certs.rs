@@ -21,7 +21,28 @@ pub(crate) fn run(cmd: &CertsCommand, work_dir: &std::path::Path) -> Result<()> 
     match cmd {
         CertsCommand::Check(args) => check(args, work_dir),
         CertsCommand::Renew(args) => renew(args, work_dir),
+        CertsCommand::Schedule(args) => schedule(args, work_dir),
     }
+}
+
+fn schedule(args: &crate::cli::CertsScheduleArgs, work_dir: &std::path::Path) -> Result<()> {
+    use super::backup::{day2, no_connect, schedule_of, write_schedule};
+    let s = Session::open(&day2(&args.cluster, &no_connect()), work_dir)?;
+    let job = kubexm_install::backup::schedule::Job::CertsRenew {
+        under_days: args.under_days,
+    };
+    let sched = schedule_of(&s, work_dir, job, &args.timer)?;
+    write_schedule(&sched, &args.timer)?;
+    if !args.timer.remove && !args.timer.write_only {
+        println!(
+            "scheduled: the certificates of cluster {} with fewer than {} days left renewed on `{}` (`systemctl list-timers {}.timer`)",
+            s.name,
+            args.under_days,
+            args.timer.on_calendar,
+            sched.unit()
+        );
+    }
+    Ok(())
 }
 
 /// The renewal's id: when it started (Unix seconds), kept in `WORK/state/<cluster>-certs-renew.id`

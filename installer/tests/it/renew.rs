@@ -296,3 +296,61 @@ fn renew_refuses_without_yes_and_contradictory_thresholds() {
         String::from_utf8_lossy(&none.stderr)
     );
 }
+
+/// `certs schedule` writes a timer and a service that systemd accepts, running `certs renew
+/// --under-days N --yes` for the recorded cluster on this host; `--remove` takes them away.
+#[test]
+fn cli_certs_schedule_writes_units_systemd_accepts() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t, None);
+    let name = crate::restore::record_installed(work.path(), &ctx);
+    let units = work.path().join("units");
+    std::fs::create_dir(&units).expect("mkdir");
+    let u = units.display().to_string();
+    let out = cli(
+        work.path(),
+        &[
+            "certs",
+            "schedule",
+            "--under-days",
+            "45",
+            "--on-calendar",
+            "weekly",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let service = units.join(format!("kubexm-certs-renew-{name}.service"));
+    let timer = units.join(format!("kubexm-certs-renew-{name}.timer"));
+    let text = std::fs::read_to_string(&service).expect("service");
+    assert!(
+        text.contains(&format!(
+            "--log-format json certs renew --cluster {name} --under-days 45 --yes\n"
+        )) && text.contains(env!("CARGO_BIN_EXE_kubexm-install")),
+        "{text}"
+    );
+    assert!(std::fs::read_to_string(&timer)
+        .expect("timer")
+        .contains("OnCalendar=weekly\n"));
+    crate::restore::verify_units(&service, &timer);
+    let zero = cli(
+        work.path(),
+        &[
+            "certs",
+            "schedule",
+            "--under-days",
+            "0",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(!zero.status.success());
+    crate::restore::remove_units(work.path(), "certs", &units, &service, &timer);
+}
