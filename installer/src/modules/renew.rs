@@ -12,8 +12,9 @@
 //!   `/healthz`, the kubelet's `/healthz` awaited), then workers one at a time (kubelet,
 //!   kube-proxy).
 //! * **kubeadm path**, on each master that has a certificate due, one at a time: the API server's
-//!   etcd client files copied again from KubeXM's etcd certificates, `kubeadm certs renew all`
-//!   (`kubeadm alpha certs renew all` before v1.20), then what kubeadm leaves alone: the
+//!   etcd client files copied again from KubeXM's etcd certificates, `kubeadm certs renew`
+//!   ([`kubeadm_renew_command`]; `kubeadm alpha certs renew` before v1.20), then what kubeadm
+//!   leaves alone: the
 //!   kubelet's client certificate ([`KubeletClient`]); then the static pods restart (manifests
 //!   parked and put back, as `restore` does), the kubelet restarts, `/readyz` is awaited.
 //!
@@ -348,7 +349,10 @@ impl Module for RenewKubeadmModule {
         }
         let t = t
             .step(KubeadmRenewAll {
-                command: kubeadm_renew_command(r.ctx.cluster.version),
+                command: kubeadm_renew_command(
+                    r.ctx.cluster.version,
+                    r.ctx.cluster.file.spec.etcd.kind == EtcdType::Kubeadm,
+                ),
                 marker: r.marker("kubeadm"),
             })
             .step(KubeletClient {
@@ -374,14 +378,52 @@ impl Module for RenewKubeadmModule {
     }
 }
 
-/// `kubeadm certs renew all`, or `kubeadm alpha certs renew all` before v1.20 (where `certs`
-/// left `alpha`).
-pub fn kubeadm_renew_command(version: kubexm_manifests::version::KubeVersion) -> String {
-    if version.at_least(1, 20) {
-        format!("{KUBEADM} certs renew all")
+/// The certificates and kubeconfigs kubeadm renews on a master that does not run kubeadm's
+/// stacked etcd, with the file each lives in (`super-admin.conf` from v1.29, on the first master
+/// only).
+const KUBEADM_LEAVES: [(&str, &str); 7] = [
+    ("apiserver", "/etc/kubernetes/pki/apiserver.crt"),
+    (
+        "apiserver-kubelet-client",
+        "/etc/kubernetes/pki/apiserver-kubelet-client.crt",
+    ),
+    (
+        "front-proxy-client",
+        "/etc/kubernetes/pki/front-proxy-client.crt",
+    ),
+    ("admin.conf", "/etc/kubernetes/admin.conf"),
+    (
+        "controller-manager.conf",
+        "/etc/kubernetes/controller-manager.conf",
+    ),
+    ("scheduler.conf", "/etc/kubernetes/scheduler.conf"),
+    ("super-admin.conf", "/etc/kubernetes/super-admin.conf"),
+];
+
+/// kubeadm's renewal (`kubeadm certs renew`, `kubeadm alpha certs renew` before v1.20 where
+/// `certs` left `alpha`). With kubeadm's stacked etcd (`etcd.type: kubeadm`): `renew all`.
+/// Otherwise each certificate by name, each one present: when the API server cannot be asked
+/// (expired certificates) kubeadm falls back to its default configuration, whose local etcd
+/// makes `renew all` fail on the etcd CA key that KubeXM never puts on a master (measured with
+/// real v1.20.2).
+pub fn kubeadm_renew_command(
+    version: kubexm_manifests::version::KubeVersion,
+    stacked_etcd: bool,
+) -> String {
+    let renew = if version.at_least(1, 20) {
+        format!("{KUBEADM} certs renew")
     } else {
-        format!("{KUBEADM} alpha certs renew all")
+        format!("{KUBEADM} alpha certs renew")
+    };
+    if stacked_etcd {
+        return format!("{renew} all");
     }
+    KUBEADM_LEAVES
+        .iter()
+        .filter(|(name, _)| *name != "super-admin.conf" || version.has_super_admin_conf())
+        .map(|(name, file)| format!("{{ [ ! -e {file} ] || {renew} {name}; }}"))
+        .collect::<Vec<_>>()
+        .join(" && ")
 }
 
 /// The API server's etcd client files copied again from KubeXM's etcd certificates (which
@@ -413,9 +455,10 @@ impl Step for EtcdClientFiles {
     }
 }
 
-/// `kubeadm certs renew all` (every certificate and kubeconfig kubeadm made, from the CA on
-/// the master; without the API server: kubeadm falls back to its defaults when the cluster's
-/// configuration cannot be read, and renews each certificate from its own attributes).
+/// kubeadm's renewal ([`kubeadm_renew_command`]: every certificate and kubeconfig kubeadm made,
+/// from the CA on the master; without the API server kubeadm falls back to its defaults when the
+/// cluster's configuration cannot be read, and renews each certificate from its own
+/// attributes).
 pub struct KubeadmRenewAll {
     /// The command.
     pub command: String,

@@ -80,9 +80,10 @@ fn kubeadm_path_renews_etcd_members_then_each_master_through_kubeadm() {
     );
     let text = p.to_text();
     assert!(
-        text.contains("/usr/local/bin/kubeadm certs renew all"),
-        "v1.20+ syntax:\n{text}"
+        text.contains("{ [ ! -e /etc/kubernetes/pki/apiserver.crt ] || /usr/local/bin/kubeadm certs renew apiserver; }"),
+        "v1.20+ syntax, each certificate by name (KubeXM's etcd: no `all`):\n{text}"
     );
+    assert!(!text.contains("certs renew all"), "{text}");
     assert!(text.contains("endpoint health --cluster"), "{text}");
     assert!(text.contains("/readyz"), "{text}");
     assert!(
@@ -121,16 +122,25 @@ fn kubeadm_path_renews_etcd_members_then_each_master_through_kubeadm() {
 fn kubeadm_syntax_follows_the_version() {
     use kubexm_manifests::version::KubeVersion;
     assert_eq!(
-        kubeadm_renew_command(KubeVersion::new(1, 20, 2)),
+        kubeadm_renew_command(KubeVersion::new(1, 20, 2), true),
         "/usr/local/bin/kubeadm certs renew all"
     );
     assert_eq!(
-        kubeadm_renew_command(KubeVersion::new(1, 19, 16)),
+        kubeadm_renew_command(KubeVersion::new(1, 19, 16), true),
         "/usr/local/bin/kubeadm alpha certs renew all"
     );
+    // Not kubeadm's etcd: each certificate by name, never the etcd ones (`all` would need the
+    // etcd CA's key when kubeadm falls back to its defaults).
+    let v120 = kubeadm_renew_command(KubeVersion::new(1, 20, 2), false);
     assert_eq!(
-        kubeadm_renew_command(KubeVersion::new(1, 33, 1)),
-        "/usr/local/bin/kubeadm certs renew all"
+        v120,
+        "{ [ ! -e /etc/kubernetes/pki/apiserver.crt ] || /usr/local/bin/kubeadm certs renew apiserver; } && { [ ! -e /etc/kubernetes/pki/apiserver-kubelet-client.crt ] || /usr/local/bin/kubeadm certs renew apiserver-kubelet-client; } && { [ ! -e /etc/kubernetes/pki/front-proxy-client.crt ] || /usr/local/bin/kubeadm certs renew front-proxy-client; } && { [ ! -e /etc/kubernetes/admin.conf ] || /usr/local/bin/kubeadm certs renew admin.conf; } && { [ ! -e /etc/kubernetes/controller-manager.conf ] || /usr/local/bin/kubeadm certs renew controller-manager.conf; } && { [ ! -e /etc/kubernetes/scheduler.conf ] || /usr/local/bin/kubeadm certs renew scheduler.conf; }"
+    );
+    assert!(!v120.contains("etcd"));
+    let v133 = kubeadm_renew_command(KubeVersion::new(1, 33, 1), false);
+    assert!(
+        v133.ends_with("{ [ ! -e /etc/kubernetes/super-admin.conf ] || /usr/local/bin/kubeadm certs renew super-admin.conf; }"),
+        "{v133}"
     );
 }
 
