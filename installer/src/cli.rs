@@ -328,7 +328,7 @@ pub(crate) enum CertsCommand {
     Check(CertsCheckArgs),
     /// Renew the leaf certificates with fewer than --under-days days left (never a CA): KubeXM's
     /// etcd members one at a time (endpoint health after each), then the Kubernetes
-    /// certificates: kubeadm path `kubeadm certs renew all` plus the kubelet's client
+    /// certificates: kubeadm path `kubeadm certs renew` (each certificate) plus the kubelet's client
     /// certificate on each master due, kubexm path re-issued from the kept CAs; components
     /// restarted one node at a time, each healthy before the next; admin.conf fetched again.
     /// Works with expired certificates (nothing asks the API server before the health

@@ -257,7 +257,7 @@ fn check(args: &CertsCheckArgs, work_dir: &std::path::Path) -> Result<()> {
     eprintln!("{summary}");
     if !failing.is_empty() {
         return Err(PartialError(format!(
-            "{} certificate(s) have fewer than {} days left (--fail-under-days): {}; renew them before they expire (kubeadm path: `kubeadm certs renew all` on each master, then restart its control-plane pods)",
+            "{} certificate(s) have fewer than {} days left (--fail-under-days): {}; renew them before they expire: `kubexm-install certs renew --dry-run`, then `--yes`",
             failing.len(),
             args.fail_under_days,
             failing.join(", ")

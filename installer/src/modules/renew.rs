@@ -486,7 +486,7 @@ impl Step for KubeadmRenewAll {
     }
 }
 
-/// What `kubeadm certs renew all` leaves alone: the kubelet's client certificate. When
+/// What `kubeadm certs renew` leaves alone: the kubelet's client certificate. When
 /// `kubelet.conf` embeds its certificate and the kubelet's rotated one
 /// (`kubelet-client-current.pem`) is valid, `kubelet.conf` points at the rotated one. When
 /// the one in use has fewer than the threshold's days left (or is expired: the kubelet then
