@@ -264,12 +264,19 @@ pub(crate) struct BackupScheduleArgs {
     /// The backup key (`backup keygen`).
     #[arg(long, value_name = "FILE", required_unless_present = "remove")]
     pub(crate) key_file: Option<PathBuf>,
-    /// When (systemd `OnCalendar=`: daily, hourly, "*-*-* 02:30:00", ...).
-    #[arg(long, default_value = "daily", value_name = "CALENDAR")]
-    pub(crate) on_calendar: String,
     /// Backups kept (older ones removed after each new one).
     #[arg(long, default_value_t = 7, value_name = "N")]
     pub(crate) keep: usize,
+    #[command(flatten)]
+    pub(crate) timer: TimerArgs,
+}
+
+/// A systemd timer on this host (`backup schedule`, `certs schedule`).
+#[derive(Debug, Args)]
+pub(crate) struct TimerArgs {
+    /// When (systemd `OnCalendar=`: daily, weekly, hourly, "*-*-* 02:30:00", ...).
+    #[arg(long, default_value = "daily", value_name = "CALENDAR")]
+    pub(crate) on_calendar: String,
     /// known_hosts file the scheduled run checks the nodes against (default: WORK/known_hosts).
     #[arg(long, value_name = "FILE")]
     pub(crate) known_hosts: Option<PathBuf>,
@@ -277,7 +284,7 @@ pub(crate) struct BackupScheduleArgs {
     #[arg(long, default_value = "/etc/systemd/system", value_name = "DIR")]
     pub(crate) systemd_dir: PathBuf,
     /// Write the units only (enable the timer yourself: `systemctl enable --now
-    /// kubexm-backup-<cluster>.timer`).
+    /// <unit>.timer`).
     #[arg(long)]
     pub(crate) write_only: bool,
     /// Stop and remove the schedule instead.
@@ -303,7 +310,14 @@ pub(crate) struct RestoreArgs {
 const CERTS_EXAMPLES: &str = "Examples:
   kubexm-install certs check                          # a table, soonest expiry first
   kubexm-install certs check -o json                  # the same as JSON (for monitoring)
-  kubexm-install certs check --fail-under-days 60     # exit non-zero under 60 days left";
+  kubexm-install certs check --fail-under-days 60     # exit non-zero under 60 days left
+  kubexm-install certs renew --dry-run                # what is due (under 30 days) and the plan
+  kubexm-install certs renew --yes                    # renew it, one node at a time
+  kubexm-install certs renew --under-days 90 --yes    # everything with fewer than 90 days left
+  kubexm-install certs renew --all --yes              # every leaf, whatever its expiry
+  kubexm-install certs renew --yes --resume           # after a failure: skip what finished
+  kubexm-install certs schedule --on-calendar weekly --under-days 30   # a timer on this host
+  kubexm-install certs schedule --remove";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum CertsCommand {
@@ -312,6 +326,48 @@ pub(crate) enum CertsCommand {
     /// node cannot be read.
     #[command(after_help = CERTS_EXAMPLES)]
     Check(CertsCheckArgs),
+    /// Renew the leaf certificates with fewer than --under-days days left (never a CA): KubeXM's
+    /// etcd members one at a time (endpoint health after each), then the Kubernetes
+    /// certificates: kubeadm path `kubeadm certs renew` (each certificate) plus the kubelet's client
+    /// certificate on each master due, kubexm path re-issued from the kept CAs; components
+    /// restarted one node at a time, each healthy before the next; admin.conf fetched again.
+    /// Works with expired certificates (nothing asks the API server before the health
+    /// checks). Refuses without --yes.
+    #[command(after_help = CERTS_EXAMPLES)]
+    Renew(CertsRenewArgs),
+    /// Renew on a schedule: a systemd timer on this host (the control host) runs `certs renew
+    /// --under-days N --yes`, so the renewal goes one node at a time with health checks as when
+    /// run by hand.
+    #[command(after_help = CERTS_EXAMPLES)]
+    Schedule(CertsScheduleArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertsScheduleArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// Renew the certificates with fewer days left.
+    #[arg(long, default_value_t = kubexm_install::certs::renew::UNDER_DAYS, value_name = "DAYS")]
+    pub(crate) under_days: i64,
+    #[command(flatten)]
+    pub(crate) timer: TimerArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertsRenewArgs {
+    /// Renew the certificates with fewer days left (expired ones included). The default is
+    /// the margin under which an install re-run re-issues KubeXM's own leaves.
+    #[arg(long, default_value_t = kubexm_install::certs::renew::UNDER_DAYS, value_name = "DAYS", conflicts_with = "all")]
+    pub(crate) under_days: i64,
+    /// Renew every leaf certificate, whatever its expiry.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Renew and restart (required unless --dry-run).
+    #[arg(long)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 #[derive(Debug, Args)]

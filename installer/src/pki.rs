@@ -224,6 +224,32 @@ pub struct KeyDir {
     path: PathBuf,
     keys: Keys,
     planned: Arc<Mutex<BTreeMap<PathBuf, String>>>,
+    reissue: Option<Reissue>,
+}
+
+/// `certs renew`: stored leaves to re-issue although they still match their spec.
+///
+/// A leaf is re-issued when it has fewer than `under_days` days left (or always with `all`)
+/// and was issued before the renewal started (`since`, Unix seconds): a leaf this renewal
+/// already issued (also in an earlier, resumed run of it) is kept, so building the tasks twice
+/// or resuming issues each leaf once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reissue {
+    /// Days-left threshold.
+    pub under_days: i64,
+    /// Every leaf, whatever its expiry.
+    pub all: bool,
+    /// When the renewal started.
+    pub since: i64,
+}
+
+impl Reissue {
+    /// Whether a leaf valid from `not_before` to `not_after` is re-issued at `now`. KubeXM's
+    /// leaves start one hour before they are issued ([`Ca::issue`]).
+    pub fn due(&self, not_before: i64, not_after: i64, now: i64) -> bool {
+        let issued_before = not_before + 3600 < self.since;
+        issued_before && (self.all || crate::certs::days_between(now, not_after) < self.under_days)
+    }
 }
 
 impl std::fmt::Debug for KeyDir {
@@ -243,6 +269,16 @@ impl KeyDir {
             path: path.into(),
             keys,
             planned: Arc::default(),
+            reissue: None,
+        }
+    }
+
+    /// The same directory (and mode, and planned files) re-issuing leaves as `reissue` says.
+    #[must_use]
+    pub fn with_reissue(&self, reissue: Reissue) -> Self {
+        Self {
+            reissue: Some(reissue),
+            ..self.clone()
         }
     }
 
@@ -276,6 +312,7 @@ impl KeyDir {
             path: self.path.join(sub),
             keys: self.keys,
             planned: self.planned.clone(),
+            reissue: self.reissue,
         }
     }
 
@@ -287,7 +324,7 @@ impl KeyDir {
     /// The leaf `<stem>.crt` + `.key` signed by `ca` ([`Ca::load_or_issue`]; kept only in
     /// [`Keys::Keep`]).
     pub fn leaf(&self, ca: &Ca, stem: &str, spec: &CertSpec) -> Result<IssuedCert, PkiError> {
-        ca.load_or_make_leaf(&self.path, stem, spec, &self.store())
+        ca.load_or_make_leaf(&self.path, stem, spec, &self.store(), self.reissue.as_ref())
     }
 
     /// The key pair `<stem>.key` + `.pub` ([`load_or_create_key`]; kept only in [`Keys::Keep`]).
@@ -335,6 +372,14 @@ impl Store<'_> {
             }
         }
     }
+}
+
+/// A PEM certificate's validity (`notBefore`, `notAfter`, Unix seconds).
+fn validity(pem: &str) -> Option<(i64, i64)> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let v = cert.validity();
+    Some((v.not_before.timestamp(), v.not_after.timestamp()))
 }
 
 /// A certificate authority loaded from (or created in) a directory.
@@ -574,7 +619,7 @@ impl Ca {
         stem: &str,
         spec: &CertSpec,
     ) -> Result<IssuedCert, PkiError> {
-        self.load_or_make_leaf(dir, stem, spec, &Store::Disk)
+        self.load_or_make_leaf(dir, stem, spec, &Store::Disk, None)
     }
 
     fn load_or_make_leaf(
@@ -583,6 +628,7 @@ impl Ca {
         stem: &str,
         spec: &CertSpec,
         store: &Store<'_>,
+        reissue: Option<&Reissue>,
     ) -> Result<IssuedCert, PkiError> {
         let crt = dir.join(format!("{stem}.crt"));
         let key = dir.join(format!("{stem}.key"));
@@ -591,7 +637,12 @@ impl Ca {
                 cert_pem: store.read(&crt)?,
                 key_pem: store.read(&key)?,
             };
-            if self.still_valid(&stored, spec) {
+            let forced = reissue.is_some_and(|r| {
+                validity(&stored.cert_pem).is_some_and(|(from, until)| {
+                    r.due(from, until, OffsetDateTime::now_utc().unix_timestamp())
+                })
+            });
+            if !forced && self.still_valid(&stored, spec) {
                 return Ok(stored);
             }
         }

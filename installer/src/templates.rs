@@ -12,8 +12,8 @@ macro_rules! embed {
 /// (name, source) of every embedded template; a unit test keeps it equal to `templates/`.
 pub const TEMPLATES: &[(&str, &str)] = embed![
     "addons/values.yaml.tera",
-    "backup/kubexm-backup.service.tera",
-    "backup/kubexm-backup.timer.tera",
+    "backup/kubexm-job.service.tera",
+    "backup/kubexm-job.timer.tera",
     "chrony/managed-block.tera",
     "cni/calico-values.yaml.tera",
     "cni/cilium-values.yaml.tera",

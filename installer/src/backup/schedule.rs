@@ -1,6 +1,9 @@
-//! Scheduled backups on the control host (`kubexm-install backup schedule`): a systemd timer and
-//! a oneshot service running `backup create --keep N`, and the retention that `--keep` applies
-//! to the default backup directory (`WORK/backups/<cluster>-<time>.kxbak`).
+//! Scheduled jobs on the control host: a systemd timer and a oneshot service running
+//! `kubexm-install` for one cluster. `backup schedule` runs `backup create --keep N` (with the
+//! retention that `--keep` applies to the default backup directory,
+//! `WORK/backups/<cluster>-<time>.kxbak`); `certs schedule` runs `certs renew --under-days N
+//! --yes` (from the control host, so the renewal still goes one node at a time with health
+//! checks, as when run by hand).
 
 use std::path::{Path, PathBuf};
 
@@ -57,7 +60,24 @@ pub fn prune(dir: &Path, cluster: &str, keep: usize) -> std::io::Result<Vec<Path
     Ok(removed)
 }
 
-/// A scheduled backup.
+/// What a scheduled service runs.
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// `backup create --key-file K --keep N`.
+    Backup {
+        /// The backup key.
+        key_file: PathBuf,
+        /// Backups kept.
+        keep: usize,
+    },
+    /// `certs renew --under-days N --yes`.
+    CertsRenew {
+        /// The threshold in days.
+        under_days: i64,
+    },
+}
+
+/// A scheduled job of one cluster.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     /// Cluster name.
@@ -66,10 +86,8 @@ pub struct Schedule {
     pub binary: PathBuf,
     /// The work directory.
     pub work_dir: PathBuf,
-    /// The backup key.
-    pub key_file: PathBuf,
-    /// Backups kept.
-    pub keep: usize,
+    /// What it runs.
+    pub job: Job,
     /// systemd `OnCalendar=` expression.
     pub on_calendar: String,
     /// known_hosts file, when not the work directory's.
@@ -94,9 +112,20 @@ fn plain_path(what: &str, p: &Path) -> Result<String, StepError> {
 }
 
 impl Schedule {
-    /// The units' name (`kubexm-backup-<cluster>`).
+    /// The units' name (`kubexm-backup-<cluster>`, `kubexm-certs-renew-<cluster>`).
     pub fn unit(&self) -> String {
-        format!("kubexm-backup-{}", self.cluster)
+        match self.job {
+            Job::Backup { .. } => format!("kubexm-backup-{}", self.cluster),
+            Job::CertsRenew { .. } => format!("kubexm-certs-renew-{}", self.cluster),
+        }
+    }
+
+    /// The command that writes (and with `--remove`, removes) the schedule.
+    pub fn verb(&self) -> &'static str {
+        match self.job {
+            Job::Backup { .. } => "backup schedule",
+            Job::CertsRenew { .. } => "certs schedule",
+        }
     }
 
     /// The service and the timer, checked and rendered.
@@ -124,19 +153,43 @@ impl Schedule {
                 self.on_calendar.escape_debug().to_string()
             )));
         }
-        if self.keep == 0 {
-            return Err(StepError::Invalid("--keep must be at least 1".into()));
-        }
+        let c = &self.cluster;
+        let (command, description) = match &self.job {
+            Job::Backup { key_file, keep } => {
+                if *keep == 0 {
+                    return Err(StepError::Invalid("--keep must be at least 1".into()));
+                }
+                (
+                    format!(
+                        "backup create --cluster {c} --key-file {} --keep {keep}",
+                        plain_path("--key-file", key_file)?
+                    ),
+                    format!("KubeXM backup of cluster {c} (the newest {keep} kept)"),
+                )
+            }
+            Job::CertsRenew { under_days } => {
+                if *under_days < 1 {
+                    return Err(StepError::Invalid("--under-days must be at least 1".into()));
+                }
+                (
+                    format!("certs renew --cluster {c} --under-days {under_days} --yes"),
+                    format!(
+                        "KubeXM certificate renewal of cluster {c} (under {under_days} days left)"
+                    ),
+                )
+            }
+        };
         let mut c = tera::Context::new();
         c.insert("cluster", &self.cluster);
         c.insert("unit", &self.unit());
+        c.insert("verb", self.verb());
         c.insert(
             "binary",
             &plain_path("the kubexm-install binary", &self.binary)?,
         );
         c.insert("work_dir", &plain_path("--work-dir", &self.work_dir)?);
-        c.insert("key_file", &plain_path("--key-file", &self.key_file)?);
-        c.insert("keep", &self.keep);
+        c.insert("command", &command);
+        c.insert("description", &description);
         c.insert("on_calendar", &self.on_calendar);
         let kh = match &self.known_hosts {
             Some(k) => Some(plain_path("--known-hosts", k)?),
@@ -144,8 +197,8 @@ impl Schedule {
         };
         c.insert("known_hosts", &kh);
         Ok((
-            crate::templates::render("backup/kubexm-backup.service.tera", &c)?,
-            crate::templates::render("backup/kubexm-backup.timer.tera", &c)?,
+            crate::templates::render("backup/kubexm-job.service.tera", &c)?,
+            crate::templates::render("backup/kubexm-job.timer.tera", &c)?,
         ))
     }
 }
@@ -159,8 +212,10 @@ mod tests {
             cluster: "prod".into(),
             binary: "/usr/local/bin/kubexm-install".into(),
             work_dir: "/var/lib/kubexm".into(),
-            key_file: "/root/kubexm-backup.key".into(),
-            keep: 7,
+            job: Job::Backup {
+                key_file: "/root/kubexm-backup.key".into(),
+                keep: 7,
+            },
             on_calendar: "*-*-* 02:30:00".into(),
             known_hosts: None,
         }
@@ -185,15 +240,52 @@ mod tests {
     }
 
     #[test]
+    fn a_certificate_renewal_runs_certs_renew_from_the_control_host() {
+        let mut s = schedule();
+        s.job = Job::CertsRenew { under_days: 45 };
+        s.on_calendar = "weekly".into();
+        assert_eq!(s.unit(), "kubexm-certs-renew-prod");
+        let (service, timer) = s.render().expect("render");
+        assert!(service.contains("ExecStart=/usr/local/bin/kubexm-install --work-dir /var/lib/kubexm --log-format json certs renew --cluster prod --under-days 45 --yes\n"), "{service}");
+        assert!(
+            service.contains(
+                "Description=KubeXM certificate renewal of cluster prod (under 45 days left)"
+            ),
+            "{service}"
+        );
+        assert!(
+            service.contains("kubexm-install certs schedule --cluster prod --remove"),
+            "{service}"
+        );
+        assert!(timer.contains("OnCalendar=weekly\n"), "{timer}");
+    }
+
+    #[test]
     fn what_would_break_the_unit_is_refused() {
         for edit in [
-            (|s: &mut Schedule| s.key_file = "/root/my key".into()) as fn(&mut Schedule),
-            |s| s.key_file = "relative.key".into(),
+            (|s: &mut Schedule| {
+                s.job = Job::Backup {
+                    key_file: "/root/my key".into(),
+                    keep: 7,
+                }
+            }) as fn(&mut Schedule),
+            |s| {
+                s.job = Job::Backup {
+                    key_file: "relative.key".into(),
+                    keep: 7,
+                }
+            },
             |s| s.work_dir = "/var/lib/kubexm\nExecStartPre=/bin/evil".into(),
             |s| s.on_calendar = "daily\nExecStart=/bin/evil".into(),
             |s| s.on_calendar = "$(reboot)".into(),
             |s| s.cluster = "../x".into(),
-            |s| s.keep = 0,
+            |s| {
+                s.job = Job::Backup {
+                    key_file: "/root/k.key".into(),
+                    keep: 0,
+                }
+            },
+            |s| s.job = Job::CertsRenew { under_days: 0 },
         ] {
             let mut s = schedule();
             edit(&mut s);

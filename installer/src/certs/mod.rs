@@ -18,6 +18,7 @@
 //! ([`parse`]).
 
 pub mod parse;
+pub mod renew;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,9 +1,7 @@
 //! `backup keygen|create|verify` and `restore` (see [`kubexm_install::backup`] for the file and
 //! [`kubexm_install::pipelines::restore`] for what a restore does).
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use kubexm_install::backup::schedule::{self, Schedule};
@@ -11,12 +9,11 @@ use kubexm_install::backup::{self, BackupKey, Staging, SNAPSHOT};
 use kubexm_install::modules::etcd::EtcdLayout;
 use kubexm_install::modules::restore::{Restore, Snapshot};
 use kubexm_install::record::Outcome;
-use kubexm_install::run;
 use kubexm_install::runner::fetch::fetch_file;
-use kubexm_install::runner::{shell, Exec, Runner};
+use kubexm_install::runner::{shell, Exec};
 use kubexm_manifests::model::EtcdType;
 
-use super::day2::{connect, execute, Operate, Session};
+use super::day2::{connect, execute, require_every_node, Operate, Session};
 use crate::cli::{BackupCommand, BackupCreateArgs, BackupScheduleArgs, Day2Args, RestoreArgs};
 use crate::exit::UsageError;
 
@@ -97,7 +94,7 @@ fn verify(file: &Path, key_file: &Path, work_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn day2(cluster: &Option<String>, connect: &crate::cli::ConnectArgs) -> Day2Args {
+pub(crate) fn day2(cluster: &Option<String>, connect: &crate::cli::ConnectArgs) -> Day2Args {
     Day2Args {
         file: None,
         cluster: cluster.clone(),
@@ -140,12 +137,7 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
     let opts = s.run_options(&args.connect, false);
     let conn = connect(&s, &s.installed, &opts)?;
     let layout = EtcdLayout::from_context(&s.installed);
-    let by_name: BTreeMap<String, Arc<dyn Runner>> = conn
-        .runners
-        .iter()
-        .filter(|(n, _)| n.name != run::CONTROL_HOST)
-        .map(|(n, r)| (n.name.clone(), r.clone()))
-        .collect();
+    let by_name = conn.node_runners();
     // The member the facts came from answered etcdctl; else the first reachable member.
     let member =
         conn.facts
@@ -300,25 +292,60 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
 
 fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
     let s = Session::open(&day2(&args.cluster, &no_connect()), work_dir)?;
-    let sched = Schedule {
-        cluster: s.name.clone(),
-        binary: std::env::current_exe().context("Failed to find this program's path")?,
-        work_dir: std::path::absolute(work_dir).context("Failed to resolve --work-dir")?,
+    let job = schedule::Job::Backup {
         key_file: match &args.key_file {
             Some(k) => std::path::absolute(k).context("Failed to resolve --key-file")?,
             None => std::path::PathBuf::from("/nonexistent"),
         },
         keep: args.keep,
-        on_calendar: args.on_calendar.clone(),
-        known_hosts: match &args.known_hosts {
+    };
+    let t = &args.timer;
+    if !t.remove {
+        let key = args.key_file.as_deref().context("--key-file is required")?;
+        BackupKey::load(key)?;
+    }
+    let sched = schedule_of(&s, work_dir, job, t)?;
+    write_schedule(&sched, t)?;
+    if !t.remove && !t.write_only {
+        println!(
+            "scheduled: a backup of cluster {} on `{}`, the newest {} kept in {} (`systemctl list-timers {}.timer`)",
+            s.name,
+            t.on_calendar,
+            args.keep,
+            schedule::default_dir(work_dir).display(),
+            sched.unit()
+        );
+    }
+    Ok(())
+}
+
+/// The schedule of `job` for the session's cluster, run by this program.
+pub(crate) fn schedule_of(
+    s: &Session,
+    work_dir: &Path,
+    job: schedule::Job,
+    t: &crate::cli::TimerArgs,
+) -> Result<Schedule> {
+    Ok(Schedule {
+        cluster: s.name.clone(),
+        binary: std::env::current_exe().context("Failed to find this program's path")?,
+        work_dir: std::path::absolute(work_dir).context("Failed to resolve --work-dir")?,
+        job,
+        on_calendar: t.on_calendar.clone(),
+        known_hosts: match &t.known_hosts {
             Some(k) => Some(std::path::absolute(k).context("Failed to resolve --known-hosts")?),
             None => None,
         },
-    };
+    })
+}
+
+/// Writes (or with `--remove`, removes) the timer and service of `sched` in `--systemd-dir`,
+/// and enables (disables) the timer unless `--write-only`.
+pub(crate) fn write_schedule(sched: &Schedule, t: &crate::cli::TimerArgs) -> Result<()> {
     let unit = sched.unit();
     let files = [
-        args.systemd_dir.join(format!("{unit}.service")),
-        args.systemd_dir.join(format!("{unit}.timer")),
+        t.systemd_dir.join(format!("{unit}.service")),
+        t.systemd_dir.join(format!("{unit}.timer")),
     ];
     let systemctl = |a: &[&str]| -> Result<()> {
         let st = std::process::Command::new("systemctl")
@@ -330,8 +357,8 @@ fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
         }
         Ok(())
     };
-    if args.remove {
-        if !args.write_only {
+    if t.remove {
+        if !t.write_only {
             // Absent units are fine: the schedule is gone either way.
             let _ = std::process::Command::new("systemctl")
                 .args(["disable", "--now", &format!("{unit}.timer")])
@@ -346,37 +373,28 @@ fn schedule(args: &BackupScheduleArgs, work_dir: &Path) -> Result<()> {
                 }
             }
         }
-        if !args.write_only {
+        if !t.write_only {
             systemctl(&["daemon-reload"])?;
         }
-        println!("no scheduled backup of cluster {} any more", s.name);
+        println!("no {unit} schedule any more");
         return Ok(());
     }
-    let key = args.key_file.as_deref().context("--key-file is required")?;
-    BackupKey::load(key)?;
     let (service, timer) = sched.render()?;
     for (f, text) in files.iter().zip([service, timer]) {
         kubexm_install::private_dir::write_file_atomic(f, text.as_bytes(), 0o644)
             .with_context(|| format!("Failed to write `{}`", f.display()))?;
         println!("wrote {}", f.display());
     }
-    if args.write_only {
+    if t.write_only {
         println!("enable it with: systemctl daemon-reload && systemctl enable --now {unit}.timer");
     } else {
         systemctl(&["daemon-reload"])?;
         systemctl(&["enable", "--now", &format!("{unit}.timer")])?;
-        println!(
-            "scheduled: a backup of cluster {} on `{}`, the newest {} kept in {} (`systemctl list-timers {unit}.timer`)",
-            s.name,
-            args.on_calendar,
-            args.keep,
-            schedule::default_dir(work_dir).display()
-        );
     }
     Ok(())
 }
 
-fn no_connect() -> crate::cli::ConnectArgs {
+pub(crate) fn no_connect() -> crate::cli::ConnectArgs {
     crate::cli::ConnectArgs {
         accept_new_host_keys: false,
         known_hosts: None,
@@ -433,17 +451,7 @@ pub(crate) fn restore(args: &RestoreArgs, work_dir: &Path) -> Result<()> {
     let pipeline = kubexm_install::pipelines::restore_pipeline(&r);
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &s.installed, &opts)?;
-    if !conn.facts.unreachable.is_empty() {
-        bail!(
-            "cannot reach {}: a restore needs every member and master; fix SSH and run again",
-            conn.facts
-                .unreachable
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
+    require_every_node(&conn, "a restore", "every member and master")?;
     let op = Operate {
         operation: "restore",
         done: "etcd restored from the backup on",

@@ -308,6 +308,17 @@ pub(crate) struct Connected {
     pub(crate) facts: ClusterFacts,
 }
 
+impl Connected {
+    /// The runners of the nodes, by name (not the control host's).
+    pub(crate) fn node_runners(&self) -> BTreeMap<String, Arc<dyn Runner>> {
+        self.runners
+            .iter()
+            .filter(|(n, _)| n.name != run::CONTROL_HOST)
+            .map(|(n, r)| (n.name.clone(), r.clone()))
+            .collect()
+    }
+}
+
 /// Connects to every node of `reach` (one SSH connection each; those that cannot be reached are
 /// noted, not fatal) and gathers the facts of the installed cluster over them.
 pub(crate) fn connect(s: &Session, reach: &InstallContext, opts: &RunOptions) -> Result<Connected> {
@@ -338,6 +349,22 @@ pub(crate) fn connect(s: &Session, reach: &InstallContext, opts: &RunOptions) ->
         runners,
         facts,
     })
+}
+
+/// Stops when a node of the cluster could not be reached (`verb` needs every one).
+pub(crate) fn require_every_node(conn: &Connected, verb: &str, needs: &str) -> Result<()> {
+    if conn.facts.unreachable.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "cannot reach {}: {verb} needs {needs}; fix SSH and run again",
+        conn.facts
+            .unreachable
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Prints the change and the facts; stops with every problem the checks found.

@@ -400,6 +400,7 @@ impl Module for EtcdModule {
             Task::new("etcd-certificates", cert_hosts).step(EtcdCertificates {
                 layout: layout.clone(),
                 files,
+                restart: true,
             }),
             Task::new("install-etcd", members)
                 .step(EtcdBinaries {
@@ -421,6 +422,9 @@ pub struct EtcdCertificates {
     pub layout: Arc<EtcdLayout>,
     /// Each node's files ([`certificates`]).
     pub files: BTreeMap<String, Vec<CertFile>>,
+    /// Restart a running member when a file changed (`certs renew` restarts members itself,
+    /// one at a time with `endpoint health`).
+    pub restart: bool,
 }
 
 impl Step for EtcdCertificates {
@@ -442,7 +446,7 @@ impl Step for EtcdCertificates {
                 f.mode,
             )));
         }
-        if self.layout.member(&node.name).is_some() {
+        if self.restart && self.layout.member(&node.name).is_some() {
             ops.push(Op::Run(
                 RunCommand::new(restart_if_running()).when_changed(),
             ));

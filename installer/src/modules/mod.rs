@@ -24,6 +24,7 @@ pub mod osrepo;
 pub mod preflight;
 pub mod registry;
 mod remote_path;
+pub mod renew;
 pub mod restore;
 pub mod runtime;
 pub mod scripts;

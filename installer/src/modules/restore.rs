@@ -390,6 +390,7 @@ impl Module for StartControlPlaneModule {
         .serial()
         .step(StartControlPlane {
             kind: self.0.kind(),
+            after: "the restore",
         })])
     }
 }
@@ -399,6 +400,8 @@ impl Module for StartControlPlaneModule {
 pub struct StartControlPlane {
     /// Which bootstrap path runs them.
     pub kind: KubernetesType,
+    /// What they were stopped for (`the restore`), in the wait's message.
+    pub after: &'static str,
 }
 
 impl Step for StartControlPlane {
@@ -432,7 +435,7 @@ impl Step for StartControlPlane {
         Ok(vec![
             Op::Run(start),
             Op::Wait(WaitFor {
-                what: format!("kube-apiserver on {} ready after the restore", node.name),
+                what: format!("kube-apiserver on {} ready after {}", node.name, self.after),
                 check: ready,
                 timeout: Duration::from_secs(300),
                 interval: Duration::from_secs(3),
@@ -476,6 +479,10 @@ impl Module for RestartNodeAgentsModule {
 /// restore counts as done: until then `kubectl logs`/`exec` to the node fail.
 pub struct RestartNodeAgents;
 
+/// The kubelet's health check (`127.0.0.1:10248`, the KubeletConfiguration default), true where
+/// no kubelet is installed.
+pub const KUBELET_HEALTHY: &str = "! systemctl is-enabled -q kubelet || curl -fsS --max-time 3 -o /dev/null http://127.0.0.1:10248/healthz";
+
 impl Step for RestartNodeAgents {
     fn name(&self) -> &str {
         "restart-node-agents"
@@ -488,7 +495,7 @@ impl Step for RestartNodeAgents {
             )),
             Op::Wait(WaitFor {
                 what: format!("the kubelet on {} healthy after its restart", node.name),
-                check: "! systemctl is-enabled -q kubelet || curl -fsS --max-time 3 -o /dev/null http://127.0.0.1:10248/healthz".into(),
+                check: KUBELET_HEALTHY.into(),
                 timeout: Duration::from_secs(180),
                 interval: Duration::from_secs(2),
             }),

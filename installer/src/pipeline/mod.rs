@@ -218,6 +218,13 @@ impl Task {
         self.steps.push(Arc::new(step));
         self
     }
+
+    /// Adds a step shared with other tasks (e.g. the same uploads for masters and workers).
+    #[must_use]
+    pub fn step_arc(mut self, step: Arc<dyn Step>) -> Self {
+        self.steps.push(step);
+        self
+    }
 }
 
 /// A module: decides whether it runs and which tasks it has.

@@ -48,6 +48,7 @@ pub mod delete;
 pub mod delete_node;
 pub mod etcd_member;
 pub mod phase;
+pub mod renew;
 pub mod restore;
 
 pub use add_node::add_node_pipeline;

@@ -954,7 +954,11 @@ async fn run_certificates(
             "kubernetes-certificates",
             ["master1"],
         )
-        .step(KubernetesCertificates { layout, files })])))],
+        .step(KubernetesCertificates {
+            layout,
+            files,
+            restart: true,
+        })])))],
     };
     let node = ctx.node("master1").expect("master1").clone();
     let runner: Arc<dyn Runner> = Arc::new(LocalRunner::new("master1"));

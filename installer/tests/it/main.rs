@@ -19,6 +19,7 @@ mod osrepo;
 mod pipeline;
 mod plan_cli;
 mod preflight;
+mod renew;
 mod restore;
 mod runtime;
 mod scope;

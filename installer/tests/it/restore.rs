@@ -44,18 +44,29 @@ fn plan_of(r: &Restore) -> Plan {
 }
 
 fn outline(p: &Plan) -> String {
+    outline_with(p, false)
+}
+
+/// One line per task (`module / task on hosts`), with its steps' names when `steps`.
+pub(crate) fn outline_with(p: &Plan, steps: bool) -> String {
     let mut s = String::new();
     for m in &p.modules {
         match &m.skipped {
             Some(why) => s.push_str(&format!("{} — skipped: {why}\n", m.name)),
             None => {
                 for t in &m.tasks {
+                    let names: Vec<&str> = t.steps.iter().map(|st| st.name.as_str()).collect();
                     s.push_str(&format!(
-                        "{} / {} on {}{}\n",
+                        "{} / {} on {}{}{}\n",
                         m.name,
                         t.name,
                         t.hosts.join(","),
-                        if t.parallel { "" } else { " (one at a time)" }
+                        if t.parallel { "" } else { " (one at a time)" },
+                        if steps {
+                            format!(": {}", names.join(", "))
+                        } else {
+                            String::new()
+                        }
                     ));
                 }
             }
@@ -237,14 +248,11 @@ fn cli_backup_keys_and_verification() {
     );
 }
 
-/// `backup schedule` writes a timer and a service that systemd accepts, running `backup create
-/// --keep N` for the recorded cluster; `--remove` takes them away.
-#[test]
-fn cli_backup_schedule_writes_units_systemd_accepts() {
+/// Records `ctx` (its cluster.yaml in `work`) as installed in the work directory `work`, as
+/// `install` does when it finishes; returns the cluster name.
+pub(crate) fn record_installed(work: &Path, ctx: &InstallContext) -> String {
     use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
-    let work = tempfile::tempdir().expect("tempdir");
-    let ctx = context(work.path(), |t| t);
-    let yaml = std::fs::read_to_string(work.path().join("cluster.yaml")).expect("read");
+    let yaml = std::fs::read_to_string(work.join("cluster.yaml")).expect("read");
     let op = Operation {
         operation: "install".into(),
         nodes: ctx.all(),
@@ -258,19 +266,29 @@ fn cli_backup_schedule_writes_units_systemd_accepts() {
         bundle_digest: None,
     };
     let name = ctx.cluster.cluster_name().to_string();
-    Records::new(work.path())
+    Records::new(work)
         .finish(
             &name,
             op,
             Some(Applied {
                 cluster_yaml: &yaml,
-                base_dir: work.path(),
+                base_dir: work,
                 bundle_digest: None,
                 nodes: record::membership(&ctx.cluster),
                 present: true,
             }),
         )
         .expect("record");
+    name
+}
+
+/// `backup schedule` writes a timer and a service that systemd accepts, running `backup create
+/// --keep N` for the recorded cluster; `--remove` takes them away.
+#[test]
+fn cli_backup_schedule_writes_units_systemd_accepts() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t);
+    let name = record_installed(work.path(), &ctx);
     let key = work.path().join("k.key");
     let k = key.display().to_string();
     assert!(cli(work.path(), &["backup", "keygen", "--key-file", &k])
@@ -316,16 +334,7 @@ fn cli_backup_schedule_writes_units_systemd_accepts() {
     assert!(std::fs::read_to_string(&timer)
         .expect("timer")
         .contains("OnCalendar=*-*-* 02:30:00"));
-    if Path::new("/usr/bin/systemd-analyze").exists() {
-        let v = std::process::Command::new("systemd-analyze")
-            .arg("verify")
-            .arg(&service)
-            .arg(&timer)
-            .output()
-            .expect("systemd-analyze");
-        let said = String::from_utf8_lossy(&v.stderr);
-        assert!(v.status.success(), "systemd-analyze verify: {said}");
-    }
+    verify_units(&service, &timer);
     let bad = cli(
         work.path(),
         &[
@@ -341,10 +350,30 @@ fn cli_backup_schedule_writes_units_systemd_accepts() {
         ],
     );
     assert!(!bad.status.success());
+    remove_units(work.path(), "backup", &units, &service, &timer);
+}
+
+/// systemd accepts the units (where systemd-analyze is installed).
+pub(crate) fn verify_units(service: &Path, timer: &Path) {
+    if Path::new("/usr/bin/systemd-analyze").exists() {
+        let v = std::process::Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(service)
+            .arg(timer)
+            .output()
+            .expect("systemd-analyze");
+        let said = String::from_utf8_lossy(&v.stderr);
+        assert!(v.status.success(), "systemd-analyze verify: {said}");
+    }
+}
+
+/// `<verb> schedule --remove` removes both units from `units`.
+pub(crate) fn remove_units(work: &Path, verb: &str, units: &Path, service: &Path, timer: &Path) {
+    let u = units.display().to_string();
     let gone = cli(
-        work.path(),
+        work,
         &[
-            "backup",
+            verb,
             "schedule",
             "--remove",
             "--systemd-dir",

@@ -534,7 +534,7 @@ impl KubeadmSettings {
 /// it writes it back ("error downloading certs: unknown data found in Secret entry":
 /// client-go's keyutil before PKCS#8 EC support; measured with real kubeadm v1.20.2 in the
 /// lab). SEC1 is read by every version.
-fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
+pub fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
     let (s, d) = (
         crate::runner::shell::quote(src),
         crate::runner::shell::quote(dest),

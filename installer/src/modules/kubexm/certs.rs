@@ -55,6 +55,7 @@ impl Module for KubexmCertsModule {
             .step(KubernetesCertificates {
                 layout: k.layout.clone(),
                 files,
+                restart: true,
             })])
     }
 }
@@ -367,6 +368,9 @@ pub struct KubernetesCertificates {
     pub layout: Layout,
     /// Files per node name.
     pub files: BTreeMap<String, Vec<NodeFile>>,
+    /// Restart the running Kubernetes services when a file changed (`certs renew` restarts
+    /// them itself, one node at a time with health checks).
+    pub restart: bool,
 }
 
 impl Step for KubernetesCertificates {
@@ -399,6 +403,9 @@ impl Step for KubernetesCertificates {
             }));
         }
         ops.extend(files.iter().map(NodeFile::op));
+        if !self.restart {
+            return Ok(ops);
+        }
         ops.push(Op::Run(
             RunCommand::new(format!(
                 "for u in {}; do if systemctl is-active -q $u; then systemctl restart $u; fi; done",

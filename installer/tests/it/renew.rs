@@ -1,0 +1,366 @@
+//! `certs renew`: the plan of the renewal on the lab cluster (kubeadm path, KubeXM's etcd) and
+//! on the kubexm path, the control host's leaves re-issued once from the kept CAs, and the
+//! command's refusals.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::modules::renew::{kubeadm_renew_command, KubeletClient, Marker, Renew};
+use kubexm_install::pipeline::plan::{self, Plan};
+use kubexm_install::pipelines::renew::renew_pipeline;
+use kubexm_install::pki::{KeyDir, Keys, Reissue};
+
+use crate::day2::cli;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The lab cluster (edited), its PKI kept under `work/pki` and re-issued as `reissue` says.
+fn context(
+    work: &Path,
+    edit: impl Fn(String) -> String,
+    reissue: Option<Reissue>,
+) -> Arc<InstallContext> {
+    let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
+    let file = work.join("cluster.yaml");
+    std::fs::write(&file, edit(text)).expect("write");
+    let catalog = repo().join("tests/lab/mirror/catalog-lab.yaml");
+    let mut ctx = load_context(&file, Some(&catalog), None, work).expect("cluster loads");
+    let keys = KeyDir::new(ctx.pki_dir.clone(), Keys::Keep);
+    ctx.keys = match reissue {
+        Some(r) => keys.with_reissue(r),
+        None => keys,
+    };
+    Arc::new(ctx)
+}
+
+fn kubexm(t: String) -> String {
+    t.replace("    type: kubeadm\n", "    type: kubexm\n")
+}
+
+fn renew(ctx: &Arc<InstallContext>, masters: &[&str]) -> Renew {
+    Renew {
+        ctx: ctx.clone(),
+        id: "1700000000".into(),
+        under_days: 30,
+        all: false,
+        masters: masters.iter().map(|m| (*m).to_string()).collect(),
+        etcd: true,
+        kubernetes: true,
+    }
+}
+
+fn plan_of(r: &Renew) -> Plan {
+    plan::build(&renew_pipeline(r), &r.ctx.plan_nodes(), &Default::default()).expect("plan")
+}
+
+fn outline(p: &Plan) -> String {
+    crate::restore::outline_with(p, true)
+}
+
+#[test]
+fn kubeadm_path_renews_etcd_members_then_each_master_through_kubeadm() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t, None);
+    let r = renew(&ctx, &["node1", "node2"]);
+    let p = plan_of(&r);
+    let o = outline(&p);
+    insta::assert_snapshot!("renew-outline-kubeadm", o);
+    assert!(
+        o.contains("renew-control-plane / renew-master on node1,node2 (one at a time)"),
+        "only the masters due, one at a time:\n{o}"
+    );
+    assert!(
+        o.contains(
+            "renew-etcd-certificates / renew-etcd-members on node1,node2,node3 (one at a time)"
+        ),
+        "{o}"
+    );
+    let text = p.to_text();
+    assert!(
+        text.contains("{ [ ! -e /etc/kubernetes/pki/apiserver.crt ] || /usr/local/bin/kubeadm certs renew apiserver; }"),
+        "v1.20+ syntax, each certificate by name (KubeXM's etcd: no `all`):\n{text}"
+    );
+    assert!(!text.contains("certs renew all"), "{text}");
+    assert!(text.contains("endpoint health --cluster"), "{text}");
+    assert!(text.contains("/readyz"), "{text}");
+    assert!(
+        text.contains("kubexm-restore-parked"),
+        "the static pods restart by parking their manifests:\n{text}"
+    );
+    let first = ctx.first_master().expect("master").name.clone();
+    assert!(
+        o.contains(&format!(
+            "renew-control-plane / fetch-admin-kubeconfig on {first}"
+        )),
+        "{o}"
+    );
+
+    // Nothing due: both modules skip themselves and say why.
+    let idle = Renew {
+        masters: vec![],
+        etcd: false,
+        kubernetes: false,
+        ..r
+    };
+    let o = outline(&plan_of(&idle));
+    assert!(
+        o.contains(
+            "renew-etcd-certificates — skipped: no etcd certificate has fewer than 30 days left"
+        ),
+        "{o}"
+    );
+    assert!(
+        o.contains("renew-control-plane — skipped: no master has a certificate with fewer than 30 days left"),
+        "{o}"
+    );
+}
+
+#[test]
+fn kubeadm_syntax_follows_the_version() {
+    use kubexm_manifests::version::KubeVersion;
+    assert_eq!(
+        kubeadm_renew_command(KubeVersion::new(1, 20, 2), true),
+        "/usr/local/bin/kubeadm certs renew all"
+    );
+    assert_eq!(
+        kubeadm_renew_command(KubeVersion::new(1, 19, 16), true),
+        "/usr/local/bin/kubeadm alpha certs renew all"
+    );
+    // Not kubeadm's etcd: each certificate by name, never the etcd ones (`all` would need the
+    // etcd CA's key when kubeadm falls back to its defaults).
+    let v120 = kubeadm_renew_command(KubeVersion::new(1, 20, 2), false);
+    assert_eq!(
+        v120,
+        "{ [ ! -e /etc/kubernetes/pki/apiserver.crt ] || /usr/local/bin/kubeadm certs renew apiserver; } && { [ ! -e /etc/kubernetes/pki/apiserver-kubelet-client.crt ] || /usr/local/bin/kubeadm certs renew apiserver-kubelet-client; } && { [ ! -e /etc/kubernetes/pki/front-proxy-client.crt ] || /usr/local/bin/kubeadm certs renew front-proxy-client; } && { [ ! -e /etc/kubernetes/admin.conf ] || /usr/local/bin/kubeadm certs renew admin.conf; } && { [ ! -e /etc/kubernetes/controller-manager.conf ] || /usr/local/bin/kubeadm certs renew controller-manager.conf; } && { [ ! -e /etc/kubernetes/scheduler.conf ] || /usr/local/bin/kubeadm certs renew scheduler.conf; }"
+    );
+    assert!(!v120.contains("etcd"));
+    let v133 = kubeadm_renew_command(KubeVersion::new(1, 33, 1), false);
+    assert!(
+        v133.ends_with("{ [ ! -e /etc/kubernetes/super-admin.conf ] || /usr/local/bin/kubeadm certs renew super-admin.conf; }"),
+        "{v133}"
+    );
+}
+
+/// The kubelet's client certificate: pointed at the rotated file when kubelet.conf embeds it,
+/// re-issued from the CA on the master under the threshold; guarded by the renewal's marker.
+#[test]
+fn kubelet_client_script_reissues_under_the_threshold_and_points_at_the_rotated_file() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t, None);
+    let node = ctx.node("node2").expect("node2");
+    let marker = Marker {
+        file: "/etc/kubernetes/kubexm/renewed/kubelet-client".into(),
+        id: "42".into(),
+    };
+    let k = KubeletClient {
+        under_days: 400,
+        all: false,
+        marker: marker.clone(),
+    };
+    let s = k.script(node);
+    assert!(s.contains("-checkend 34560000"), "400 days:\n{s}");
+    assert!(
+        s.contains("-subj /O=system:nodes/CN=system:node:node2 "),
+        "{s}"
+    );
+    assert!(s.contains("-CAkey \"$pki/ca.key\""), "{s}");
+    assert!(s.contains("client-certificate: $cur"), "{s}");
+    assert!(s.ends_with(&marker.record()), "{s}");
+    assert!(!s.contains("due=yes; openssl"), "{s}");
+    let all = KubeletClient { all: true, ..k };
+    assert!(all.script(node).contains("due=yes; openssl"));
+    assert_eq!(
+        marker.done(),
+        "[ \"$(cat /etc/kubernetes/kubexm/renewed/kubelet-client 2>/dev/null)\" = 42 ]"
+    );
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).expect("read")
+}
+
+#[test]
+fn kubexm_path_reissues_the_kept_leaves_once_and_restarts_node_by_node() {
+    let work = tempfile::tempdir().expect("tempdir");
+    // The install: every CA and leaf made and kept.
+    let installed = context(work.path(), kubexm, None);
+    let _ = plan_of(&renew(&installed, &[]));
+    let pki = installed.pki_dir.join("kubernetes");
+    let etcd = installed.pki_dir.join("etcd");
+    let api = read(&pki.join("apiserver.crt"));
+    let ca = read(&pki.join("kubernetes-ca.crt"));
+    let member = read(&etcd.join("member-node1.crt"));
+    // The renewal starts after the install (certificates carry whole seconds).
+    let since = time::OffsetDateTime::now_utc().unix_timestamp() + 1;
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+
+    // Under 30 days: nothing is (one-year leaves), the files stay.
+    let under30 = context(
+        work.path(),
+        kubexm,
+        Some(Reissue {
+            under_days: 30,
+            all: false,
+            since,
+        }),
+    );
+    let _ = plan_of(&renew(&under30, &[]));
+    assert_eq!(read(&pki.join("apiserver.crt")), api);
+
+    // Under 400 days: every leaf re-issued from the same CA, once.
+    let r400 = Reissue {
+        under_days: 400,
+        all: false,
+        since,
+    };
+    let ctx = context(work.path(), kubexm, Some(r400));
+    let r = renew(&ctx, &[]);
+    let p = plan_of(&r);
+    let renewed = read(&pki.join("apiserver.crt"));
+    assert_ne!(renewed, api, "apiserver.crt re-issued");
+    assert_ne!(
+        read(&etcd.join("member-node1.crt")),
+        member,
+        "etcd leaves too"
+    );
+    assert_eq!(read(&pki.join("kubernetes-ca.crt")), ca, "never a CA");
+    let _ = plan_of(&r);
+    assert_eq!(
+        read(&pki.join("apiserver.crt")),
+        renewed,
+        "building the tasks again (the run after the plan, or --resume) keeps what this renewal issued"
+    );
+
+    let o = outline(&p);
+    insta::assert_snapshot!("renew-outline-kubexm", o);
+    assert!(
+        o.contains("renew-kubernetes-certificates / renew-masters on node1,node2,node3 (one at a time): kubernetes-certificates, restart-kubernetes-services, wait-control-plane, kubelet-healthy"),
+        "{o}"
+    );
+    assert!(
+        o.contains("renew-control-plane — skipped: kubernetes.type is kubexm"),
+        "{o}"
+    );
+    let text = p.to_text();
+    assert!(
+        text.contains("/etc/kubernetes/pki/apiserver.crt"),
+        "the new leaf is uploaded:\n{text}"
+    );
+    assert!(
+        text.contains("systemctl restart $u"),
+        "services restarted by the renewal:\n{text}"
+    );
+}
+
+#[test]
+fn reissue_takes_leaves_under_the_threshold_issued_before_the_renewal() {
+    let day = 86_400;
+    let r = Reissue {
+        under_days: 30,
+        all: false,
+        since: 100 * day,
+    };
+    // Issued long ago, 10 days left: due.
+    assert!(r.due(0, 110 * day, 100 * day));
+    // 40 days left: not due; unless --all.
+    assert!(!r.due(0, 140 * day, 100 * day));
+    assert!(Reissue { all: true, ..r }.due(0, 140 * day, 100 * day));
+    // Issued by this renewal (starts an hour before it was issued): kept, even with --all.
+    assert!(!Reissue { all: true, ..r }.due(100 * day - 3600, 465 * day, 100 * day + 60));
+}
+
+#[test]
+fn renew_refuses_without_yes_and_contradictory_thresholds() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let out = cli(work.path(), &["certs", "renew"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("pass --yes") && err.contains("--dry-run"),
+        "{err}"
+    );
+    assert!(
+        !work.path().join("state").exists(),
+        "a refused renewal writes nothing"
+    );
+
+    let both = cli(
+        work.path(),
+        &["certs", "renew", "--all", "--under-days", "5", "--yes"],
+    );
+    assert_eq!(both.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+
+    let negative = cli(work.path(), &["certs", "renew", "--under-days=-1", "--yes"]);
+    assert_eq!(negative.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&negative.stderr).contains("negative"));
+
+    let none = cli(work.path(), &["certs", "renew", "--yes"]);
+    assert!(!none.status.success());
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("no cluster is recorded"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+}
+
+/// `certs schedule` writes a timer and a service that systemd accepts, running `certs renew
+/// --under-days N --yes` for the recorded cluster on this host; `--remove` takes them away.
+#[test]
+fn cli_certs_schedule_writes_units_systemd_accepts() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t, None);
+    let name = crate::restore::record_installed(work.path(), &ctx);
+    let units = work.path().join("units");
+    std::fs::create_dir(&units).expect("mkdir");
+    let u = units.display().to_string();
+    let out = cli(
+        work.path(),
+        &[
+            "certs",
+            "schedule",
+            "--under-days",
+            "45",
+            "--on-calendar",
+            "weekly",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let service = units.join(format!("kubexm-certs-renew-{name}.service"));
+    let timer = units.join(format!("kubexm-certs-renew-{name}.timer"));
+    let text = std::fs::read_to_string(&service).expect("service");
+    assert!(
+        text.contains(&format!(
+            "--log-format json certs renew --cluster {name} --under-days 45 --yes\n"
+        )) && text.contains(env!("CARGO_BIN_EXE_kubexm-install")),
+        "{text}"
+    );
+    assert!(std::fs::read_to_string(&timer)
+        .expect("timer")
+        .contains("OnCalendar=weekly\n"));
+    crate::restore::verify_units(&service, &timer);
+    let zero = cli(
+        work.path(),
+        &[
+            "certs",
+            "schedule",
+            "--under-days",
+            "0",
+            "--systemd-dir",
+            &u,
+            "--write-only",
+        ],
+    );
+    assert!(!zero.status.success());
+    crate::restore::remove_units(work.path(), "certs", &units, &service, &timer);
+}
