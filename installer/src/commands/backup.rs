@@ -380,6 +380,9 @@ pub(crate) fn write_schedule(sched: &Schedule, t: &crate::cli::TimerArgs) -> Res
         return Ok(());
     }
     let (service, timer) = sched.render()?;
+    // A directory to review the units in (`--write-only --systemd-dir units`) may not exist yet.
+    std::fs::create_dir_all(&t.systemd_dir)
+        .with_context(|| format!("Failed to create `{}`", t.systemd_dir.display()))?;
     for (f, text) in files.iter().zip([service, timer]) {
         kubexm_install::private_dir::write_file_atomic(f, text.as_bytes(), 0o644)
             .with_context(|| format!("Failed to write `{}`", f.display()))?;

@@ -294,8 +294,8 @@ fn cli_backup_schedule_writes_units_systemd_accepts() {
     assert!(cli(work.path(), &["backup", "keygen", "--key-file", &k])
         .status
         .success());
+    // A units directory that does not exist yet is made.
     let units = work.path().join("units");
-    std::fs::create_dir(&units).expect("mkdir");
     let u = units.display().to_string();
     let out = cli(
         work.path(),
