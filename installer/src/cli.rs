@@ -188,7 +188,9 @@ pub(crate) enum Command {
     /// Restore KubeXM's etcd from a backup on the same members: the control plane stops, every
     /// member's data is replaced by the snapshot's (the old data kept beside it), etcd and the
     /// control plane start again and must be healthy, the node agents restart. Objects written
-    /// after the backup are gone. Refuses without --yes.
+    /// after the backup are gone. With --fresh: onto nodes that hold nothing of the cluster (new
+    /// machines, or these after `delete`), installed from --bundle with the backup's CAs, keys
+    /// and etcd data. Refuses without --yes.
     #[command(after_help = RESTORE_EXAMPLES)]
     Restore(RestoreArgs),
 }
@@ -204,7 +206,8 @@ const BACKUP_EXAMPLES: &str = "Examples:
 const RESTORE_EXAMPLES: &str = "Examples:
   kubexm-install restore --backup prod.kxbak --key-file k.key --dry-run   # the plan
   kubexm-install restore --backup prod.kxbak --key-file k.key --yes
-  kubexm-install restore --backup prod.kxbak --key-file k.key --yes --resume   # after a failure";
+  kubexm-install restore --backup prod.kxbak --key-file k.key --yes --resume   # after a failure
+  kubexm-install restore --fresh --bundle prod.tar.zst -f cluster.yaml --backup prod.kxbak --key-file k.key --yes";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum BackupCommand {
@@ -303,6 +306,12 @@ pub(crate) struct RestoreArgs {
     /// Replace the cluster's etcd data (required unless --dry-run).
     #[arg(long)]
     pub(crate) yes: bool,
+    /// Restore onto nodes that hold nothing of the cluster (new machines, or these after
+    /// `delete`; the control host may be new too): an install from --bundle (required) and the
+    /// cluster.yaml (-f, else the bundle's) that keeps the backup's CAs and service-account key
+    /// and starts etcd from its snapshot.
+    #[arg(long)]
+    pub(crate) fresh: bool,
     #[command(flatten)]
     pub(crate) common: Day2Args,
 }

@@ -51,6 +51,9 @@ fn run(cli: Cli) -> Result<()> {
         (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
         (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
         (Some(Command::Backup(cmd)), _) => commands::backup::run(&cmd, &cli.work_dir),
+        (Some(Command::Restore(args)), _) if args.fresh => {
+            commands::restore_fresh::run(&args, &cli.work_dir, &trust)
+        }
         (Some(Command::Restore(args)), _) => commands::backup::restore(&args, &cli.work_dir),
         (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
         (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),

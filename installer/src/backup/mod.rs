@@ -14,6 +14,7 @@
 //! nothing unlisted; the manifest is at most [`MAX_MANIFEST`] bytes.
 
 pub mod crypt;
+pub mod fresh;
 pub mod schedule;
 
 use std::io::{Read, Write};
@@ -287,6 +288,11 @@ impl Opened {
             .iter()
             .any(|e| e.path == path)
             .then(|| self.dir.path().join(path))
+    }
+
+    /// The private directory the backup was opened into (removed with this value).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The manifest entry `path`.

@@ -1,7 +1,7 @@
 //! `install` (also `kubexm-install --bundle FILE`): verify and unpack the bundle, then run the
 //! create pipeline over SSH, or print its plan with `--dry-run`.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{install_context, run_options};
 use crate::cli::InstallArgs;
@@ -17,16 +17,7 @@ pub(crate) fn run(
         // Planning: keys and certificates that do not exist yet are made in memory only.
         let ctx = std::sync::Arc::new(ctx);
         let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
-        let nodes = ctx.plan_nodes();
-        let options = super::plan::plan_options(&ctx, args.file.as_deref(), args.files);
-        let plan = kubexm_install::pipeline::plan::build_with(
-            &pipeline,
-            &nodes,
-            &Default::default(),
-            &options,
-        )
-        .context("Failed to build the plan")?;
-        print!("{}", plan.to_text());
+        super::plan::print_plan(&ctx, &pipeline, args.file.as_deref(), args.files)?;
         return Ok(());
     }
     let opts = run_options(args.file.as_deref(), &args.connect, args.resume, work_dir)?;

@@ -49,3 +49,21 @@ pub(crate) fn plan_options(
         files: files.then(|| kubexm_install::inventory::secrets(&ctx.cluster, base)),
     }
 }
+
+/// Prints the plan of `pipeline` for every node of `ctx` (`--dry-run` of install and
+/// `restore --fresh`); `files` prints every file's content too (redacted).
+pub(crate) fn print_plan(
+    ctx: &kubexm_install::context::InstallContext,
+    pipeline: &kubexm_install::pipeline::Pipeline,
+    file: Option<&std::path::Path>,
+    files: bool,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let nodes = ctx.plan_nodes();
+    let options = plan_options(ctx, file, files);
+    let plan =
+        kubexm_install::pipeline::plan::build_with(pipeline, &nodes, &Default::default(), &options)
+            .context("Failed to build the plan")?;
+    print!("{}", plan.to_text());
+    Ok(())
+}

@@ -281,6 +281,21 @@ pub struct CertFile {
     pub mode: u32,
 }
 
+/// [`certificates`] for the cluster's members and masters, from its key directory.
+pub fn cluster_certificates(
+    ctx: &InstallContext,
+    layout: &EtcdLayout,
+) -> Result<BTreeMap<String, Vec<CertFile>>, StepError> {
+    let masters: Vec<Node> = ctx
+        .nodes
+        .iter()
+        .filter(|n| n.has_role(Role::Master))
+        .cloned()
+        .collect();
+    certificates(layout, &masters, &ctx.key_dir().join("etcd"))
+        .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))
+}
+
 /// Makes (or reuses, from `pki`) the etcd CA and certificates, and returns the files each
 /// node gets: members get the CA, `member-*`, `peer-*` and `admin-*`; masters get the CA and
 /// `node-*` (the kube-apiserver's etcd client certificate).
@@ -374,46 +389,51 @@ impl Module for EtcdModule {
     }
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let ctx = &self.0;
-        let layout = Arc::new(EtcdLayout::from_context(ctx));
-        let Some(first) = layout.members.first().map(|m| m.name.clone()) else {
-            return Err(StepError::Invalid(
-                "etcd.type is kubexm but no node has the etcd role".into(),
-            ));
-        };
-        let masters: Vec<Node> = ctx
-            .nodes
-            .iter()
-            .filter(|n| n.has_role(Role::Master))
-            .cloned()
-            .collect();
-        let files = certificates(&layout, &masters, &ctx.key_dir().join("etcd"))
-            .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))?;
-        let cert_hosts: Vec<String> = ctx
-            .nodes
-            .iter()
-            .filter(|n| files.contains_key(&n.name))
-            .map(|n| n.name.clone())
-            .collect();
-        let members: Vec<String> = layout.members.iter().map(|m| m.name.clone()).collect();
-        Ok(vec![
-            Task::new("etcd-certificates", cert_hosts).step(EtcdCertificates {
-                layout: layout.clone(),
-                files,
-                restart: true,
-            }),
-            Task::new("install-etcd", members)
-                .step(EtcdBinaries {
-                    ctx: ctx.clone(),
-                    layout: layout.clone(),
-                })
-                .step(EtcdConfig {
-                    layout: layout.clone(),
-                })
-                .step(StartEtcd),
-            Task::new("etcd-health", [first]).step(EtcdHealth { layout }),
-        ])
+        install_tasks(&self.0, None)
     }
+}
+
+/// The tasks of [`EtcdModule`]. `before_start` runs on each member after its binaries and
+/// configuration are in place and before etcd first starts there: `restore --fresh` puts the
+/// backup's data in the data directory then, so the new members start from it.
+pub fn install_tasks(
+    ctx: &Arc<InstallContext>,
+    before_start: Option<Arc<dyn Step>>,
+) -> Result<Vec<Task>, StepError> {
+    let layout = Arc::new(EtcdLayout::from_context(ctx));
+    let Some(first) = layout.members.first().map(|m| m.name.clone()) else {
+        return Err(StepError::Invalid(
+            "etcd.type is kubexm but no node has the etcd role".into(),
+        ));
+    };
+    let files = cluster_certificates(ctx, &layout)?;
+    let cert_hosts: Vec<String> = ctx
+        .nodes
+        .iter()
+        .filter(|n| files.contains_key(&n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    let members: Vec<String> = layout.members.iter().map(|m| m.name.clone()).collect();
+    let mut install = Task::new("install-etcd", members)
+        .step(EtcdBinaries {
+            ctx: ctx.clone(),
+            layout: layout.clone(),
+        })
+        .step(EtcdConfig {
+            layout: layout.clone(),
+        });
+    if let Some(step) = before_start {
+        install = install.step_arc(step);
+    }
+    Ok(vec![
+        Task::new("etcd-certificates", cert_hosts).step(EtcdCertificates {
+            layout: layout.clone(),
+            files,
+            restart: true,
+        }),
+        install.step(StartEtcd),
+        Task::new("etcd-health", [first]).step(EtcdHealth { layout }),
+    ])
 }
 
 /// The certificate files of a node, uploaded to the certificate directory (0700).

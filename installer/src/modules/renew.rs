@@ -140,14 +140,7 @@ impl Module for RenewEtcdModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let ctx = &self.0.ctx;
         let layout = Arc::new(EtcdLayout::from_context(ctx));
-        let masters: Vec<Node> = ctx
-            .nodes
-            .iter()
-            .filter(|n| n.has_role(Role::Master))
-            .cloned()
-            .collect();
-        let files = etcd::certificates(&layout, &masters, &ctx.key_dir().join("etcd"))
-            .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))?;
+        let files = etcd::cluster_certificates(ctx, &layout)?;
         let members: Vec<String> = layout.members.iter().map(|m| m.name.clone()).collect();
         let others: Vec<String> = ctx
             .nodes

@@ -4,34 +4,54 @@
 use std::sync::Arc;
 
 use crate::context::InstallContext;
+use crate::modules::restore_fresh::{FreshRestore, KubeadmCaModule, RestoredEtcdModule};
 use crate::modules::{
     addons, dns, etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
     runtime, scripts,
 };
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Module, Pipeline};
 
 /// The `install` pipeline in order.
 pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
     Pipeline {
         name: "install".to_string(),
-        modules: vec![
-            Box::new(preflight::PreflightModule(ctx.clone())),
-            Box::new(osrepo::OsRepoModule(ctx.clone())),
-            Box::new(scripts::PreInstallModule(ctx.clone())),
-            Box::new(os::NodePrepModule(ctx.clone())),
-            Box::new(etcd::EtcdModule(ctx.clone())),
-            Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
-            Box::new(registry::RegistryModule(ctx.clone())),
-            Box::new(runtime::RuntimeModule(ctx.clone())),
-            Box::new(kubexm::certs::KubexmCertsModule(ctx.clone())),
-            Box::new(kubexm::control_plane::KubexmControlPlaneModule(ctx.clone())),
-            Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
-            Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
-            Box::new(kubeadm::KubeadmModule(ctx.clone())),
-            Box::new(network::NetworkModule(ctx.clone())),
-            Box::new(dns::NodeLocalDnsModule(ctx.clone())),
-            Box::new(addons::AddonsModule(ctx.clone())),
-            Box::new(scripts::PostInstallModule(ctx.clone())),
-        ],
+        modules: install_modules(ctx, None),
     }
+}
+
+/// The install modules in order; with `fresh`, the cluster's identity and etcd data come from
+/// a backup (`restore --fresh`, [`crate::modules::restore_fresh`]).
+pub(crate) fn install_modules(
+    ctx: &Arc<InstallContext>,
+    fresh: Option<&FreshRestore>,
+) -> Vec<Box<dyn Module>> {
+    let etcd: Box<dyn Module> = match fresh {
+        Some(f) => Box::new(RestoredEtcdModule(f.clone())),
+        None => Box::new(etcd::EtcdModule(ctx.clone())),
+    };
+    let mut modules: Vec<Box<dyn Module>> = vec![
+        Box::new(preflight::PreflightModule(ctx.clone())),
+        Box::new(osrepo::OsRepoModule(ctx.clone())),
+        Box::new(scripts::PreInstallModule(ctx.clone())),
+        Box::new(os::NodePrepModule(ctx.clone())),
+        etcd,
+        Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
+        Box::new(registry::RegistryModule(ctx.clone())),
+        Box::new(runtime::RuntimeModule(ctx.clone())),
+        Box::new(kubexm::certs::KubexmCertsModule(ctx.clone())),
+        Box::new(kubexm::control_plane::KubexmControlPlaneModule(ctx.clone())),
+        Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
+        Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
+    ];
+    if let Some(f) = fresh {
+        modules.push(Box::new(KubeadmCaModule(f.clone())));
+    }
+    modules.extend([
+        Box::new(kubeadm::KubeadmModule(ctx.clone())) as Box<dyn Module>,
+        Box::new(network::NetworkModule(ctx.clone())),
+        Box::new(dns::NodeLocalDnsModule(ctx.clone())),
+        Box::new(addons::AddonsModule(ctx.clone())),
+        Box::new(scripts::PostInstallModule(ctx.clone())),
+    ]);
+    modules
 }

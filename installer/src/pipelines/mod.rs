@@ -56,4 +56,4 @@ pub use create::install_pipeline;
 pub use delete::delete_pipeline;
 pub use delete_node::delete_node_pipeline;
 pub use etcd_member::{add_member_pipeline, remove_member_pipeline};
-pub use restore::restore_pipeline;
+pub use restore::{restore_fresh_pipeline, restore_pipeline};

@@ -6,6 +6,7 @@ use crate::modules::restore::{
     RestartNodeAgentsModule, Restore, RestoreDataModule, StartControlPlaneModule, StartEtcdModule,
     StopControlPlaneModule, StopEtcdModule,
 };
+use crate::modules::restore_fresh::FreshRestore;
 use crate::pipeline::Pipeline;
 
 /// The `restore` pipeline.
@@ -20,5 +21,15 @@ pub fn restore_pipeline(r: &Restore) -> Pipeline {
             Box::new(StartControlPlaneModule(r.clone())),
             Box::new(RestartNodeAgentsModule(r.clone())),
         ],
+    }
+}
+
+/// The `restore-fresh` pipeline (`restore --fresh`): the install pipeline onto nodes that hold
+/// nothing of the cluster, with etcd's data and the cluster's CAs from the backup
+/// ([`crate::modules::restore_fresh`]).
+pub fn restore_fresh_pipeline(f: &FreshRestore) -> Pipeline {
+    Pipeline {
+        name: "restore-fresh".to_string(),
+        modules: super::create::install_modules(&f.restore.ctx, Some(f)),
     }
 }

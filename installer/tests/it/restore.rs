@@ -167,6 +167,110 @@ fn the_kubexm_path_stops_and_starts_units_and_stacked_etcd_is_not_restored() {
     );
 }
 
+/// `restore --fresh` is the install pipeline with etcd's data restored on every member before
+/// its first start, and (kubeadm path) the backup's CAs on the first master before `kubeadm init`.
+#[test]
+fn the_fresh_restore_is_an_install_that_keeps_the_backups_identity_and_data() {
+    use kubexm_install::modules::restore_fresh::{
+        FreshRestore, IdentityFile, KubeadmCaModule, KUBEADM_IDENTITY,
+    };
+    use kubexm_install::pipeline::Module;
+    use kubexm_install::pipelines::{install_pipeline, restore_fresh_pipeline};
+
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t);
+    let identity: Vec<IdentityFile> = KUBEADM_IDENTITY
+        .iter()
+        .map(|(name, mode)| {
+            let local = work.path().join(name);
+            std::fs::write(&local, name.as_bytes()).expect("write");
+            IdentityFile {
+                name,
+                local,
+                sha256: kubexm_bundles::hash::sha256_hex(name.as_bytes()),
+                mode: *mode,
+            }
+        })
+        .collect();
+    let f = FreshRestore {
+        restore: restore(&ctx, work.path()),
+        kubeadm_identity: identity,
+    };
+    let p = plan::build(
+        &restore_fresh_pipeline(&f),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("plan");
+    let o = outline_with(&p, true);
+    insta::assert_snapshot!("restore-fresh-outline-kubeadm", o);
+    // The same modules as an install, etcd's replaced and the CAs put before kubeadm.
+    let install = plan::build(
+        &install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("install plan");
+    let mut want: Vec<String> = install.modules.iter().map(|m| m.name.clone()).collect();
+    let etcd = want.iter().position(|m| m == "etcd").expect("etcd module");
+    want[etcd] = "etcd-from-backup".into();
+    let kubeadm = want
+        .iter()
+        .position(|m| m == "kubeadm")
+        .expect("kubeadm module");
+    want.insert(kubeadm, "kubeadm-ca-from-backup".into());
+    let got: Vec<String> = p.modules.iter().map(|m| m.name.clone()).collect();
+    assert_eq!(got, want);
+    assert!(
+        o.contains("install-etcd on node1,node2,node3: etcd-binaries, etcd-config, restore-etcd-data, start-etcd"),
+        "the data is restored after the configuration and before the first start:\n{o}"
+    );
+    assert!(
+        o.contains("kubeadm-ca-from-backup / restore-kubeadm-ca on node1: restore-kubeadm-ca"),
+        "{o}"
+    );
+    let text = p.to_text();
+    for (name, mode) in KUBEADM_IDENTITY {
+        assert!(
+            text.contains(&format!("-> /etc/kubernetes/pki/{name} ({mode:o})")),
+            "{name} uploaded with mode {mode:o}:\n{text}"
+        );
+    }
+
+    // A missing identity file is refused when the plan is built, naming what is needed.
+    let short = FreshRestore {
+        kubeadm_identity: f.kubeadm_identity[..5].to_vec(),
+        ..f.clone()
+    };
+    let err = plan::build(
+        &restore_fresh_pipeline(&short),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect_err("5 of 6");
+    assert!(
+        err.to_string().contains("5 of kubeadm's 6 identity files"),
+        "{err}"
+    );
+
+    // kubexm path: the CAs come from the control host's key directory.
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| {
+        t.replace("    type: kubeadm\n", "    type: kubexm\n")
+    });
+    let f = FreshRestore {
+        restore: restore(&ctx, work.path()),
+        kubeadm_identity: Vec::new(),
+    };
+    let skipped = KubeadmCaModule(f)
+        .skip()
+        .expect("skipped on the kubexm path");
+    assert!(
+        skipped.contains("control host's key directory"),
+        "{skipped}"
+    );
+}
+
 use crate::day2::cli;
 
 /// keygen never overwrites a key; verify refuses a backup changed by one byte, and a key file
@@ -244,6 +348,25 @@ fn cli_backup_keys_and_verification() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(
         !r.status.success() && err.contains("no cluster is recorded"),
+        "{err}"
+    );
+
+    // A fresh restore needs the bundle the new nodes are installed from (a usage error, exit 2).
+    let r = cli(
+        work.path(),
+        &[
+            "restore",
+            "--fresh",
+            "--backup",
+            &f,
+            "--key-file",
+            &k,
+            "--yes",
+        ],
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        r.status.code() == Some(2) && err.contains("restore --fresh needs --bundle FILE"),
         "{err}"
     );
 }
