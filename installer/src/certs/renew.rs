@@ -6,7 +6,9 @@
 //! |---|---|
 //! | [`Kind::Etcd`] | KubeXM's etcd (`/etc/ssl/etcd/ssl/`, the kubeadm path's copies `/etc/kubernetes/pki/apiserver-etcd-client.crt` and `pki/etcd/`), the control host's `etcd/` |
 //! | [`Kind::Kubernetes`] | the rest of `/etc/kubernetes/` (PKI and kubeconfig clients), the kubelet's client certificate `kubelet-client-current.pem`, the control host's `kubernetes/` |
-//! | [`Kind::Other`] | the kubelet's serving certificate (the kubelet's own), the registry's and Harbor's TLS: not renewed here |
+//! | [`Kind::KubeletServing`] | the kubelet's serving certificate `kubelet-server-current.pem` (kubeadm path: signed through a CSR KubeXM approves) |
+//! | [`Kind::Registry`] | the registry's and Harbor's server certificate (`/etc/kubexm-registry/tls/`, `/etc/kubexm-harbor/tls/`, the control host's `registry/`) |
+//! | [`Kind::Other`] | anything else (the kubelet's self-signed `kubelet.crt`): not renewed here |
 //!
 //! The default threshold, [`UNDER_DAYS`], is the margin under which an install re-run re-issues
 //! KubeXM's leaves too ([`crate::pki::RENEW_BEFORE_DAYS`]), so both agree on "due".
@@ -25,6 +27,10 @@ pub enum Kind {
     Etcd,
     /// Kubernetes (kubeadm's or KubeXM's).
     Kubernetes,
+    /// The kubelet's serving certificate signed through a CSR.
+    KubeletServing,
+    /// The registry's or Harbor's server certificate.
+    Registry,
     /// Not renewed by `certs renew`.
     Other,
 }
@@ -36,6 +42,8 @@ pub fn kind(node: &str, path: &str) -> Kind {
             Kind::Etcd
         } else if path.contains("/kubernetes/") {
             Kind::Kubernetes
+        } else if path.contains("/registry/") {
+            Kind::Registry
         } else {
             Kind::Other
         };
@@ -49,6 +57,12 @@ pub fn kind(node: &str, path: &str) -> Kind {
         || path == "/var/lib/kubelet/pki/kubelet-client-current.pem"
     {
         Kind::Kubernetes
+    } else if path == "/var/lib/kubelet/pki/kubelet-server-current.pem" {
+        Kind::KubeletServing
+    } else if path.starts_with("/etc/kubexm-registry/tls/")
+        || path.starts_with("/etc/kubexm-harbor/tls/")
+    {
+        Kind::Registry
     } else {
         Kind::Other
     }
@@ -68,6 +82,10 @@ pub struct Due {
     pub kubernetes_nodes: BTreeSet<String>,
     /// The control host keeps a Kubernetes leaf due (kubexm path).
     pub kubernetes_control_host: bool,
+    /// Nodes whose kubelet serving certificate (CSR-signed) is due.
+    pub kubelet_serving: BTreeSet<String>,
+    /// The registry's server certificate is due (on its host or on the control host).
+    pub registry: bool,
     /// Every leaf due (etcd and Kubernetes), soonest first as in the inventory.
     pub certificates: Vec<Entry>,
 }
@@ -96,6 +114,10 @@ pub fn due(inv: &Inventory, under_days: i64, all: bool) -> Due {
             Kind::Kubernetes => {
                 d.kubernetes_nodes.insert(e.node.clone());
             }
+            Kind::KubeletServing => {
+                d.kubelet_serving.insert(e.node.clone());
+            }
+            Kind::Registry => d.registry = true,
             Kind::Other => continue,
         }
         d.certificates.push(e.clone());
@@ -164,8 +186,16 @@ mod tests {
             Kind::Other
         );
         assert_eq!(
-            kind("node1", "/etc/kubexm-registry/tls/registry.crt"),
-            Kind::Other
+            kind("node1", "/etc/kubexm-registry/tls/server.crt"),
+            Kind::Registry
+        );
+        assert_eq!(
+            kind("node1", "/etc/kubexm-harbor/tls/server.crt"),
+            Kind::Registry
+        );
+        assert_eq!(
+            kind("node1", "/var/lib/kubelet/pki/kubelet-server-current.pem"),
+            Kind::KubeletServing
         );
         assert_eq!(
             kind(CONTROL_HOST, "/w/pki/c/etcd/member-node1.crt"),
@@ -176,8 +206,8 @@ mod tests {
             Kind::Kubernetes
         );
         assert_eq!(
-            kind(CONTROL_HOST, "/w/pki/c/registry/registry.crt"),
-            Kind::Other
+            kind(CONTROL_HOST, "/w/pki/c/registry/registry-server.crt"),
+            Kind::Registry
         );
     }
 
@@ -230,7 +260,27 @@ mod tests {
             ],
             ..Inventory::default()
         };
+        let mut with_more = inv.clone();
+        with_more.certificates.push(entry(
+            "node1",
+            "/etc/kubexm-registry/tls/server.crt",
+            10,
+            false,
+            Source::Certificate,
+        ));
+        with_more.certificates.push(entry(
+            "node3",
+            "/var/lib/kubelet/pki/kubelet-server-current.pem",
+            5,
+            false,
+            Source::Certificate,
+        ));
+        let m = due(&with_more, 30, false);
+        assert!(m.registry);
+        assert_eq!(m.kubelet_serving, BTreeSet::from(["node3".to_string()]));
+        assert_eq!(m.certificates.len(), 4);
         let d = due(&inv, 30, false);
+        assert!(!d.registry && d.kubelet_serving.is_empty());
         assert!(d.etcd);
         assert_eq!(d.kubernetes_nodes, BTreeSet::from(["node1".to_string()]));
         assert!(!d.kubernetes_control_host);

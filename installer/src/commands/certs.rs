@@ -139,19 +139,19 @@ fn renew(args: &CertsRenewArgs, work_dir: &std::path::Path) -> Result<()> {
             e.node, e.cert.path, e.cert.common_name, e.days_left
         );
     }
-    if spec.kubernetes.kind == KubernetesType::Kubeadm {
-        let left: Vec<&String> = due
-            .kubernetes_nodes
-            .iter()
-            .filter(|n| !masters.contains(n))
-            .collect();
-        if !left.is_empty() {
-            println!(
-                "warning: not renewed on {} (not masters): the kubelet renews its own client certificate while it is valid; an expired one needs the node joined again",
-                left.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
+    // kubeadm path: workers' kubelet client certificates (signed on the first master from
+    // requests the workers make) and the kubelets' CSR-signed serving certificates.
+    let (workers, serving): (Vec<String>, Vec<String>) = match spec.kubernetes.kind {
+        KubernetesType::Kubeadm => (
+            due.kubernetes_nodes
+                .iter()
+                .filter(|n| !masters.contains(n))
+                .cloned()
+                .collect(),
+            due.kubelet_serving.iter().cloned().collect(),
+        ),
+        KubernetesType::Kubexm => (Vec::new(), Vec::new()),
+    };
     if due.is_empty() {
         println!("nothing to renew");
         return Ok(());
@@ -178,7 +178,14 @@ fn renew(args: &CertsRenewArgs, work_dir: &std::path::Path) -> Result<()> {
         all: args.all,
         masters,
         etcd: due.etcd && kubexm_etcd,
+        etcd_expired: kubexm_etcd
+            && due.certificates.iter().any(|e| {
+                due::kind(&e.node, &e.cert.path) == due::Kind::Etcd && e.cert.not_after <= now
+            }),
         kubernetes: due.kubernetes_control_host || !due.kubernetes_nodes.is_empty(),
+        workers,
+        serving,
+        registry: due.registry,
     };
     let pipeline = kubexm_install::pipelines::renew::renew_pipeline(&r);
     let op = Operate {

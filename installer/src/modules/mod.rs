@@ -25,6 +25,8 @@ pub mod preflight;
 pub mod registry;
 mod remote_path;
 pub mod renew;
+pub mod renew_kubelet;
+pub mod renew_registry;
 pub mod restore;
 pub mod restore_fresh;
 pub mod runtime;

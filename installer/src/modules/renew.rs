@@ -4,8 +4,9 @@
 //!
 //! * **KubeXM's etcd** (`etcd.type: kubexm`, both paths): the leaves re-issued on the control
 //!   host from the kept etcd CA ([`crate::pki::Reissue`]), uploaded, each member restarted in
-//!   turn and `endpoint health --cluster` awaited; masters that are not members get their API
-//!   server client certificate (`node-<name>`).
+//!   turn and `endpoint health --cluster` awaited (all members together when a certificate has
+//!   already expired: peers on expired certificates refuse a renewed member); masters that are
+//!   not members get their API server client certificate (`node-<name>`).
 //! * **kubexm path**: every Kubernetes leaf and kubeconfig re-issued on the control host from the
 //!   kept CAs, uploaded; masters one at a time (kube-apiserver, controller-manager, scheduler,
 //!   kubelet, kube-proxy restarted; `/readyz`, the controller-manager's and scheduler's
@@ -71,8 +72,20 @@ pub struct Renew {
     pub masters: Vec<String>,
     /// KubeXM's etcd has a certificate due.
     pub etcd: bool,
+    /// One of KubeXM's etcd certificates has expired: members restart together, not one at a
+    /// time ([`RenewEtcdModule`]).
+    pub etcd_expired: bool,
     /// kubexm path: a Kubernetes certificate is due (on a node or on the control host).
     pub kubernetes: bool,
+    /// kubeadm path: workers whose kubelet client certificate is due
+    /// ([`super::renew_kubelet::RenewWorkerClientsModule`]).
+    pub workers: Vec<String>,
+    /// kubeadm path: nodes whose kubelet serving certificate is due
+    /// ([`super::renew_kubelet::RenewServingModule`]).
+    pub serving: Vec<String>,
+    /// The registry's (or Harbor's) server certificate is due
+    /// ([`super::renew_registry::RenewRegistryModule`]).
+    pub registry: bool,
 }
 
 impl Renew {
@@ -80,7 +93,8 @@ impl Renew {
         self.ctx.cluster.file.spec.kubernetes.kind
     }
 
-    fn marker(&self, what: &str) -> Marker {
+    /// The node-side marker of step `what` of this renewal.
+    pub fn marker(&self, what: &str) -> Marker {
         Marker {
             file: format!("{RENEWED}/{what}"),
             id: self.id.clone(),
@@ -154,8 +168,15 @@ impl Module for RenewEtcdModule {
             restart: false,
         };
         let upload = Arc::new(upload);
-        let mut tasks = vec![Task::new("renew-etcd-members", members)
-            .serial()
+        // Expired member certificates: a member restarted on a new certificate cannot talk to
+        // peers still holding expired ones, so one at a time the cluster would never be healthy
+        // between restarts. Then every member gets its files and restarts together, and each
+        // waits for the whole cluster.
+        let mut members_task = Task::new("renew-etcd-members", members);
+        if !self.0.etcd_expired {
+            members_task = members_task.serial();
+        }
+        let mut tasks = vec![members_task
             .step_arc(upload.clone())
             .step(RestartEtcdMember {
                 layout: layout.clone(),

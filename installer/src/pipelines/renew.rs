@@ -1,8 +1,14 @@
-//! The `certs renew` pipeline: KubeXM's etcd first (the API servers' etcd client certificates
-//! come from it), then the Kubernetes certificates of the cluster's bootstrap path (modules in
-//! [`crate::modules::renew`], in this order; each skips itself when it does not apply).
+//! The `certs renew` pipeline: the registry's TLS first (nodes pull from it when components
+//! restart), KubeXM's etcd (the API servers' etcd client certificates come from it), the
+//! Kubernetes certificates of the cluster's bootstrap path, then on the kubeadm path the
+//! workers' kubelet client certificates and the kubelets' serving certificates, which need a
+//! working API server (modules in [`crate::modules::renew`], [`crate::modules::renew_kubelet`]
+//! and [`crate::modules::renew_registry`], in this order; each skips itself when it does not
+//! apply).
 
 use crate::modules::renew::{Renew, RenewEtcdModule, RenewKubeadmModule, RenewKubexmModule};
+use crate::modules::renew_kubelet::{RenewServingModule, RenewWorkerClientsModule};
+use crate::modules::renew_registry::RenewRegistryModule;
 use crate::pipeline::Pipeline;
 
 /// The `certs renew` pipeline (state and journal named `certs-renew`).
@@ -10,9 +16,12 @@ pub fn renew_pipeline(r: &Renew) -> Pipeline {
     Pipeline {
         name: "certs-renew".to_string(),
         modules: vec![
+            Box::new(RenewRegistryModule(r.clone())),
             Box::new(RenewEtcdModule(r.clone())),
             Box::new(RenewKubexmModule(r.clone())),
             Box::new(RenewKubeadmModule(r.clone())),
+            Box::new(RenewWorkerClientsModule(r.clone())),
+            Box::new(RenewServingModule(r.clone())),
         ],
     }
 }

@@ -642,3 +642,48 @@ fn delete_stops_harbor_then_removes_its_files_compose_and_docker() {
         "{runtime}"
     );
 }
+
+/// `certs renew` with Harbor's certificate due: Harbor's own deploy task again (the certificate is
+/// part of the installation's stamp, so its installer runs and Harbor restarts on the new one),
+/// then Harbor must serve a certificate valid beyond the threshold.
+#[test]
+fn certs_renew_redeploys_harbor_on_its_renewed_certificate() {
+    use kubexm_install::modules::renew::Renew;
+    use kubexm_install::modules::renew_registry::RenewRegistryModule;
+    let (ctx, _work) = harbor_context(|t| t);
+    let r = Renew {
+        ctx: ctx.clone(),
+        id: "1700000000".into(),
+        under_days: 30,
+        all: false,
+        masters: Vec::new(),
+        etcd: false,
+        etcd_expired: false,
+        kubernetes: false,
+        workers: Vec::new(),
+        serving: Vec::new(),
+        registry: true,
+    };
+    let m = RenewRegistryModule(r);
+    assert_eq!(m.skip(), None);
+    let tasks = m.tasks().expect("tasks");
+    let names: Vec<(&str, Vec<&str>)> = tasks
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_str(),
+                t.steps.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    assert_eq!(names[0].0, "deploy-harbor");
+    assert!(names[0].1.contains(&"install-harbor"), "{names:?}");
+    assert_eq!(
+        names[1],
+        (
+            "registry-serves-renewed-certificate",
+            vec!["registry-serves-renewed-certificate"]
+        )
+    );
+    assert_eq!(tasks[1].hosts, ["node1"]);
+}

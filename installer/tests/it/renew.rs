@@ -48,7 +48,11 @@ fn renew(ctx: &Arc<InstallContext>, masters: &[&str]) -> Renew {
         all: false,
         masters: masters.iter().map(|m| (*m).to_string()).collect(),
         etcd: true,
+        etcd_expired: false,
         kubernetes: true,
+        workers: Vec::new(),
+        serving: Vec::new(),
+        registry: false,
     }
 }
 
@@ -98,6 +102,17 @@ fn kubeadm_path_renews_etcd_members_then_each_master_through_kubeadm() {
         "{o}"
     );
 
+    // Expired etcd certificates: every member restarts together (peers on expired certificates
+    // refuse a renewed member, so one at a time the cluster is never healthy in between).
+    let o = outline(&plan_of(&Renew {
+        etcd_expired: true,
+        ..renew(&ctx, &["node1"])
+    }));
+    assert!(
+        o.contains("renew-etcd-certificates / renew-etcd-members on node1,node2,node3: "),
+        "{o}"
+    );
+
     // Nothing due: both modules skip themselves and say why.
     let idle = Renew {
         masters: vec![],
@@ -114,6 +129,98 @@ fn kubeadm_path_renews_etcd_members_then_each_master_through_kubeadm() {
     );
     assert!(
         o.contains("renew-control-plane — skipped: no master has a certificate with fewer than 30 days left"),
+        "{o}"
+    );
+}
+
+/// kubeadm path, what the masters' renewal does not reach: a worker's kubelet client
+/// certificate (requested on the worker, signed on the first master, installed on the worker),
+/// kubelet serving certificates (a new CSR, approved with the install's checks) and the
+/// registry's TLS (the registry module's deploy task, then the served certificate checked).
+#[test]
+fn kubeadm_path_renews_workers_kubelets_and_the_registry() {
+    let work = tempfile::tempdir().expect("tempdir");
+    // node3 a worker only.
+    let ctx = context(
+        work.path(),
+        |t| {
+            t.replace(
+                "    master: [\"node[1:3]\"]\n",
+                "    master: [\"node[1:2]\"]\n",
+            )
+        },
+        None,
+    );
+    let r = Renew {
+        workers: vec!["node3".into()],
+        serving: vec!["node1".into(), "node3".into()],
+        registry: true,
+        etcd: false,
+        ..renew(&ctx, &[])
+    };
+    let p = plan_of(&r);
+    let o = outline(&p);
+    insta::assert_snapshot!("renew-outline-kubeadm-workers-serving-registry", o);
+    for want in [
+        "renew-registry-tls / deploy-registry on node1: install-registry-binary, configure-registry",
+        "renew-registry-tls / registry-serves-renewed-certificate on node1",
+        "renew-worker-kubelet-clients / kubelet-client-requests on node3: kubelet-client-request",
+        "renew-worker-kubelet-clients / sign-kubelet-clients on node1: sign-kubelet-clients",
+        "renew-worker-kubelet-clients / install-kubelet-clients on node3 (one at a time): install-kubelet-client, kubelet-healthy",
+        "renew-kubelet-serving / request-serving-certificates on node1,node3: request-serving-certificate",
+        "renew-kubelet-serving / approve-kubelet-serving-csrs on node1: approve-kubelet-serving-csrs",
+        "renew-kubelet-serving / serving-certificates-renewed on node1,node3: serving-certificate-renewed",
+    ] {
+        assert!(o.contains(want), "{want}\n{o}");
+    }
+    let order: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "renew-registry-tls",
+            "renew-etcd-certificates",
+            "renew-kubernetes-certificates",
+            "renew-control-plane",
+            "renew-worker-kubelet-clients",
+            "renew-kubelet-serving"
+        ]
+    );
+    let text = p.to_text();
+    assert!(
+        text.contains(
+            "# node3: its request (learned when it runs) checked and signed with the cluster CA"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("-> /var/lib/kubelet/pki/kubelet-client-kubexm-1700000000.crt (644)"),
+        "the plan shows where the certificate goes:\n{text}"
+    );
+    assert!(
+        text.contains("kubelet-server-current.pem.kubexm-before-1700000000"),
+        "the serving certificate is set aside, not deleted:\n{text}"
+    );
+
+    // The kubexm path: none of these three (KubeXM issues the kubelets' certificates).
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), kubexm, None);
+    let o = outline(&plan_of(&Renew {
+        workers: vec!["node3".into()],
+        serving: vec!["node3".into()],
+        ..renew(&ctx, &[])
+    }));
+    assert!(
+        o.contains("renew-worker-kubelet-clients — skipped: kubernetes.type is kubexm"),
+        "{o}"
+    );
+    assert!(
+        o.contains("renew-kubelet-serving — skipped: kubernetes.type is kubexm"),
+        "{o}"
+    );
+    assert!(
+        o.contains(
+            "renew-registry-tls — skipped: the registry's certificate has 30 days left or more"
+        ),
         "{o}"
     );
 }
