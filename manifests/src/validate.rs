@@ -627,8 +627,52 @@ fn check_network(
         }
     }
     let nodes: BTreeSet<&String> = roles.master.iter().chain(&roles.worker).collect();
+    let cm_args = &f.spec.kubernetes.controller_manager_args;
     for p in &pods {
-        let node_mask = if p.addr().is_ipv4() { 24 } else { 64 };
+        // kube-controller-manager gives each node a slice of the pod range: `--node-cidr-mask-size`
+        // (single stack) or `-ipv4`/`-ipv6` (dual-stack), 24 and 64 by default
+        // (kube-controller-manager reference).
+        let (family_key, default_mask, bits) = if p.addr().is_ipv4() {
+            ("node-cidr-mask-size-ipv4", 24u8, 32u8)
+        } else {
+            ("node-cidr-mask-size-ipv6", 64u8, 128u8)
+        };
+        let key = [family_key, "node-cidr-mask-size"]
+            .into_iter()
+            .find(|k| cm_args.contains_key(*k));
+        let node_mask = match key.map(|k| (k, cm_args[k].trim().parse::<u8>())) {
+            None => default_mask,
+            Some((_, Ok(m))) if m <= bits => m,
+            Some((k, _)) => {
+                c.add(
+                    format!("spec.kubernetes.controllerManagerArgs.{k}"),
+                    format!(
+                        "`{}` is not a prefix length of a {bits}-bit address",
+                        UntrustedMax(&cm_args[k], 40)
+                    ),
+                    "give a number such as 24 (IPv4) or 64 (IPv6)",
+                );
+                continue;
+            }
+        };
+        // Addresses of one node's range the kubelet can give pods (the network and broadcast
+        // addresses of an IPv4 range left out).
+        let host_bits = u32::from(bits - node_mask);
+        let per_node: u64 = if host_bits >= 63 {
+            u64::MAX
+        } else if p.addr().is_ipv4() {
+            (1u64 << host_bits).saturating_sub(2)
+        } else {
+            1u64 << host_bits
+        };
+        let max_pods = u64::from(f.spec.kubernetes.max_pods);
+        if per_node < max_pods {
+            c.add(
+                "spec.kubernetes.maxPods",
+                format!("{max_pods} pods do not fit a node's /{node_mask} range of `{p}` ({per_node} addresses)"),
+                "lower maxPods, or give each node a larger range (a shorter node-cidr-mask-size in spec.kubernetes.controllerManagerArgs)",
+            );
+        }
         if p.prefix_len() > node_mask {
             c.add(
                 "spec.network.podCidr",
@@ -641,7 +685,7 @@ fn check_network(
                 c.add(
                     "spec.network.podCidr",
                     format!("`{p}` holds {subnets} node ranges of /{node_mask} but the cluster has {} nodes", nodes.len()),
-                    "use a larger pod CIDR",
+                    "use a larger pod CIDR, or a longer node-cidr-mask-size in spec.kubernetes.controllerManagerArgs",
                 );
             }
         }

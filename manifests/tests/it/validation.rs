@@ -345,6 +345,40 @@ fn network() {
         "spec.network.podCidr",
         "smaller than one node's /24",
     );
+    // Issue 19: the pod address space against maxPods and the nodes, with the node range the
+    // controller-manager is told to hand out.
+    expect(
+        |f| {
+            f.spec
+                .kubernetes
+                .controller_manager_args
+                .insert("node-cidr-mask-size".into(), "26".into());
+        },
+        "spec.kubernetes.maxPods",
+        "110 pods do not fit a node's /26 range of `10.233.64.0/18` (62 addresses)",
+    );
+    expect(
+        |f| {
+            f.spec.network.pod_cidr = "10.244.0.0/24".into();
+            f.spec.kubernetes.max_pods = 60;
+            f.spec
+                .kubernetes
+                .controller_manager_args
+                .insert("node-cidr-mask-size".into(), "25".into());
+        },
+        "spec.network.podCidr",
+        "holds 2 node ranges of /25 but the cluster has 4 nodes",
+    );
+    expect(
+        |f| {
+            f.spec
+                .kubernetes
+                .controller_manager_args
+                .insert("node-cidr-mask-size".into(), "thirty".into());
+        },
+        "spec.kubernetes.controllerManagerArgs.node-cidr-mask-size",
+        "is not a prefix length of a 32-bit address",
+    );
     expect(
         |f| f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8607::1:0000/112".into(),
         "spec.network",
