@@ -336,7 +336,6 @@ impl Module for RenewServingModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let r = &self.0;
         let first = r.ctx.first_master()?.name.clone();
-        let seconds = r.under_days.max(0) * 86_400;
         Ok(vec![
             Task::new("request-serving-certificates", r.serving.clone()).step(RequestServing {
                 marker: r.marker("kubelet-serving"),
@@ -354,7 +353,7 @@ impl Module for RenewServingModule {
                     .collect(),
             }),
             Task::new("serving-certificates-renewed", r.serving.clone()).step(ServingRenewed {
-                check_seconds: if r.all { 0 } else { seconds },
+                before: format!("{SERVING_CURRENT}.kubexm-before-{}", r.id),
             }),
         ])
     }
@@ -388,10 +387,10 @@ impl Step for RequestServing {
     }
 }
 
-/// The node holds an approved serving certificate valid beyond the threshold.
+/// The node holds a valid serving certificate that is not the one set aside.
 pub struct ServingRenewed {
-    /// Seconds it must stay valid for (`openssl x509 -checkend`).
-    pub check_seconds: i64,
+    /// Where [`RequestServing`] set the old one aside.
+    pub before: String,
 }
 
 impl Step for ServingRenewed {
@@ -402,8 +401,8 @@ impl Step for ServingRenewed {
         Ok(vec![Op::Wait(WaitFor {
             what: format!("{}'s kubelet serving a new certificate", node.name),
             check: format!(
-                "openssl x509 -in {SERVING_CURRENT} -noout -checkend {} >/dev/null 2>&1",
-                self.check_seconds
+                "openssl x509 -in {SERVING_CURRENT} -noout -checkend 0 >/dev/null 2>&1 && ! cmp -s \"$(readlink -f {SERVING_CURRENT})\" \"$(readlink -f {b})\"",
+                b = shell::quote(&self.before)
             ),
             timeout: Duration::from_secs(180),
             interval: Duration::from_secs(2),

@@ -4,7 +4,7 @@
 //! module's own deploy task, which restarts the registry (docker-registry) or re-runs Harbor's
 //! installer (its certificate is part of the installation's stamp) only when the files changed.
 //! The nodes trust the CA, which does not change, so nothing else moves. Then the registry must
-//! serve a certificate valid beyond the threshold.
+//! serve the renewed certificate.
 
 use std::time::Duration;
 
@@ -56,29 +56,30 @@ impl Module for RenewRegistryModule {
             Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_string(), p.to_string()),
             _ => (endpoint.clone(), "443".to_string()),
         };
+        let cert_file = match r.ctx.cluster.file.spec.registry.kind {
+            RegistryType::Harbor => format!("{}/server.crt", super::registry::harbor::TLS_DIR),
+            _ => format!("{}/tls/server.crt", super::registry::CONFIG_DIR),
+        };
         Ok(vec![
             deploy,
             Task::new("registry-serves-renewed-certificate", host).step(ServesRenewed {
                 name,
                 port,
-                check_seconds: if r.all {
-                    0
-                } else {
-                    r.under_days.max(0) * 86_400
-                },
+                cert_file,
             }),
         ])
     }
 }
 
-/// The registry on this host serves (for its name) a certificate valid for `check_seconds`.
+/// The registry on this host serves (for its name) the certificate in `cert_file`, and it is
+/// valid: the renewed one, not the one it had when it started.
 pub struct ServesRenewed {
     /// The registry's name (SNI).
     pub name: String,
     /// Its port.
     pub port: String,
-    /// Seconds the served certificate must stay valid for.
-    pub check_seconds: i64,
+    /// The certificate file it was given.
+    pub cert_file: String,
 }
 
 impl Step for ServesRenewed {
@@ -86,13 +87,13 @@ impl Step for ServesRenewed {
         "registry-serves-renewed-certificate"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let f = shell::quote(&self.cert_file);
         Ok(vec![Op::Wait(WaitFor {
-            what: format!("the registry serving a renewed certificate for {}", self.name),
+            what: format!("the registry serving its renewed certificate for {}", self.name),
             check: format!(
-                "echo | timeout 10 openssl s_client -connect 127.0.0.1:{} -servername {} 2>/dev/null | openssl x509 -noout -checkend {} >/dev/null 2>&1",
+                "openssl x509 -in {f} -noout -checkend 0 >/dev/null && [ \"$(echo | timeout 10 openssl s_client -connect 127.0.0.1:{} -servername {} 2>/dev/null | openssl x509 -noout -fingerprint -sha256)\" = \"$(openssl x509 -in {f} -noout -fingerprint -sha256)\" ]",
                 shell::quote(&self.port),
                 shell::quote(&self.name),
-                self.check_seconds
             ),
             timeout: Duration::from_secs(300),
             interval: Duration::from_secs(3),

@@ -71,7 +71,7 @@ fn v135_external_etcd_internal_lb(work: &Path) -> Arc<InstallContext> {
     .expect("client");
     let d = etcd.display();
     context(work, |t| {
-        t.replace("version: v1.31.13", "version: v1.35.4\n    dnsDomain: corp.example\n    proxyMode: nftables\n    maxPods: 200\n    featureGates: {InPlacePodVerticalScaling: true, UserNamespacesSupport: false}\n    apiserverCertExtraSans: [api.corp.example, 203.0.113.10]\n    apiserverArgs: {v: \"2\", audit-log-path: /var/log/kubernetes/audit.log}\n    kubeletArgs: {v: \"2\"}\n    controllerManagerArgs: {node-cidr-mask-size: \"25\"}\n    schedulerArgs: {v: \"3\"}\n    kubeProxyArgs: {v: \"4\"}")
+        t.replace("version: v1.31.13", "version: v1.35.4\n    dnsDomain: corp.example\n    proxyMode: nftables\n    maxPods: 120\n    featureGates: {InPlacePodVerticalScaling: true, UserNamespacesSupport: false}\n    apiserverCertExtraSans: [api.corp.example, 203.0.113.10]\n    apiserverArgs: {v: \"2\", audit-log-path: /var/log/kubernetes/audit.log}\n    kubeletArgs: {v: \"2\"}\n    controllerManagerArgs: {node-cidr-mask-size: \"25\"}\n    schedulerArgs: {v: \"3\"}\n    kubeProxyArgs: {v: \"4\"}")
             .replace("    etcd: [\"master[1:3]\"]\n", "")
             .replace("    loadbalancer: [\"master[1:3]\"]\n", "")
             .replace(
@@ -325,7 +325,7 @@ fn v1_35_external_etcd_internal_lb_files() {
     let kc = yaml(&f("worker1", "/etc/kubernetes/kubelet-config.yaml"));
     assert_eq!(kc["clusterDNS"][0], "169.254.25.10");
     assert_eq!(kc["clusterDomain"], "corp.example");
-    assert_eq!(kc["maxPods"], 200);
+    assert_eq!(kc["maxPods"], 120);
     assert_eq!(kc["featureGates"]["InPlacePodVerticalScaling"], true);
     assert_eq!(kc["featureGates"]["UserNamespacesSupport"], false);
     let kp = yaml(&f("worker1", "/etc/kubernetes/kube-proxy.yaml"));
