@@ -1,8 +1,11 @@
 //! The `certs renew` pipeline: KubeXM's etcd first (the API servers' etcd client certificates
 //! come from it), then the Kubernetes certificates of the cluster's bootstrap path (modules in
-//! [`crate::modules::renew`], in this order; each skips itself when it does not apply).
+//! [`crate::modules::renew`], in this order; each skips itself when it does not apply), then on
+//! the kubeadm path the pending kubelet serving CSRs approved after their checks.
 
-use crate::modules::renew::{Renew, RenewEtcdModule, RenewKubeadmModule, RenewKubexmModule};
+use crate::modules::renew::{
+    ApproveServingCsrsModule, Renew, RenewEtcdModule, RenewKubeadmModule, RenewKubexmModule,
+};
 use crate::pipeline::Pipeline;
 
 /// The `certs renew` pipeline (state and journal named `certs-renew`).
@@ -13,6 +16,7 @@ pub fn renew_pipeline(r: &Renew) -> Pipeline {
             Box::new(RenewEtcdModule(r.clone())),
             Box::new(RenewKubexmModule(r.clone())),
             Box::new(RenewKubeadmModule(r.clone())),
+            Box::new(ApproveServingCsrsModule(r.clone())),
         ],
     }
 }
