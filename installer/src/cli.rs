@@ -340,8 +340,10 @@ pub(crate) enum CertsCommand {
     /// certificates: kubeadm path `kubeadm certs renew` (each certificate) plus the kubelet's client
     /// certificate on each master due, kubexm path re-issued from the kept CAs; components
     /// restarted one node at a time, each healthy before the next; admin.conf fetched again.
-    /// Works with expired certificates (nothing asks the API server before the health
-    /// checks). Refuses without --yes.
+    /// kubeadm path, also when nothing is due: the pending kubelet serving CSRs (a kubelet's
+    /// renewed serving certificate) approved after the install's checks. Works with expired
+    /// certificates (nothing asks the API server before the health checks). Refuses without
+    /// --yes.
     #[command(after_help = CERTS_EXAMPLES)]
     Renew(CertsRenewArgs),
     /// Renew on a schedule: a systemd timer on this host (the control host) runs `certs renew

@@ -119,6 +119,7 @@ fn renew(args: &CertsRenewArgs, work_dir: &std::path::Path) -> Result<()> {
         format!("fewer than {} days left", args.under_days)
     };
     let spec = &s.installed.cluster.file.spec;
+    let kubeadm = spec.kubernetes.kind == KubernetesType::Kubeadm;
     let kubexm_etcd = spec.etcd.kind == EtcdType::Kubexm;
     let masters: Vec<String> = match spec.kubernetes.kind {
         KubernetesType::Kubeadm => s
@@ -154,7 +155,11 @@ fn renew(args: &CertsRenewArgs, work_dir: &std::path::Path) -> Result<()> {
     };
     if due.is_empty() {
         println!("nothing to renew");
-        return Ok(());
+        // A kubelet's renewed serving certificate waits for an approval whatever else is due.
+        if !kubeadm {
+            return Ok(());
+        }
+        println!("kubeadm path: the pending kubelet serving CSRs are approved after their checks");
     }
     let reissue = kubexm_install::pki::Reissue {
         under_days: args.under_days,
@@ -190,7 +195,11 @@ fn renew(args: &CertsRenewArgs, work_dir: &std::path::Path) -> Result<()> {
     let pipeline = kubexm_install::pipelines::renew::renew_pipeline(&r);
     let op = Operate {
         operation: "certs renew",
-        done: "certificates renewed on",
+        done: if due.is_empty() {
+            "kubelet serving CSRs checked from"
+        } else {
+            "certificates renewed on"
+        },
         nodes: i.nodes.iter().map(|n| n.name.clone()).collect(),
         desired: s.installed.clone(),
         journal_ctx: s.installed.clone(),

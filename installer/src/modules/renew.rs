@@ -19,7 +19,9 @@
 //!   kubelet's client certificate ([`KubeletClient`]); then the static pods restart (manifests
 //!   parked and put back, as `restore` does), the kubelet restarts, `/readyz` is awaited.
 //!
-//! The admin kubeconfig is fetched again to the control host at the end.
+//! The admin kubeconfig is fetched again to the control host at the end. Last, on the kubeadm
+//! path, the kubelet serving CSRs pending then are approved after the install's checks
+//! ([`ApproveServingCsrsModule`]), also when nothing else is due.
 //!
 //! Nothing here asks the API server before the health checks: expired certificates (an API
 //! server that no longer starts, kubeconfigs it refuses) are renewed the same way. Every node
@@ -329,6 +331,37 @@ impl Step for KubeletHealthy {
             timeout: Duration::from_secs(180),
             interval: Duration::from_secs(2),
         })])
+    }
+}
+
+/// kubeadm path: the kubelet serving CSRs pending now approved with the install's checks
+/// ([`crate::modules::kubeadm::serving_csr`]), whatever else is due: a kubelet renews its serving
+/// certificate with a new CSR late in its life, which nothing else approves. Reads the CSRs
+/// when it runs, without waiting for any; `certs schedule`'s timer so approves them daily.
+pub struct ApproveServingCsrsModule(pub Renew);
+
+impl Module for ApproveServingCsrsModule {
+    fn name(&self) -> &str {
+        "kubelet-serving-certificates"
+    }
+    fn skip(&self) -> Option<String> {
+        (self.0.kind() != KubernetesType::Kubeadm).then(|| {
+            "kubernetes.type is kubexm: KubeXM issues the kubelet serving certificates itself"
+                .into()
+        })
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let ctx = &self.0.ctx;
+        let first = ctx.first_master()?.name.clone();
+        let nodes: Vec<Node> = ctx
+            .nodes
+            .iter()
+            .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
+            .cloned()
+            .collect();
+        Ok(crate::modules::kubeadm::serving_csr::approval_tasks(
+            &nodes, &first, false, "",
+        ))
     }
 }
 

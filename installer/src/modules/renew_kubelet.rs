@@ -340,8 +340,10 @@ impl Module for RenewServingModule {
             Task::new("request-serving-certificates", r.serving.clone()).step(RequestServing {
                 marker: r.marker("kubelet-serving"),
             }),
+            // The kubelets just restarted: wait (bounded) until each has asked again.
             Task::new("kubelet-serving-csrs", [first.clone()]).step(LearnServingCsrs {
                 nodes: r.serving.clone(),
+                wait: true,
             }),
             Task::new("approve-kubelet-serving-csrs", [first]).step(ApproveServingCsrs {
                 nodes: r

@@ -4,9 +4,12 @@
 //! workers' kubelet client certificates and the kubelets' serving certificates, which need a
 //! working API server (modules in [`crate::modules::renew`], [`crate::modules::renew_kubelet`]
 //! and [`crate::modules::renew_registry`], in this order; each skips itself when it does not
-//! apply).
+//! apply), and last on the kubeadm path the pending kubelet serving CSRs approved after their
+//! checks (a kubelet's own renewal waits for it).
 
-use crate::modules::renew::{Renew, RenewEtcdModule, RenewKubeadmModule, RenewKubexmModule};
+use crate::modules::renew::{
+    ApproveServingCsrsModule, Renew, RenewEtcdModule, RenewKubeadmModule, RenewKubexmModule,
+};
 use crate::modules::renew_kubelet::{RenewServingModule, RenewWorkerClientsModule};
 use crate::modules::renew_registry::RenewRegistryModule;
 use crate::pipeline::Pipeline;
@@ -22,6 +25,7 @@ pub fn renew_pipeline(r: &Renew) -> Pipeline {
             Box::new(RenewKubeadmModule(r.clone())),
             Box::new(RenewWorkerClientsModule(r.clone())),
             Box::new(RenewServingModule(r.clone())),
+            Box::new(ApproveServingCsrsModule(r.clone())),
         ],
     }
 }

@@ -437,6 +437,60 @@ fn kubelet_serving_csrs_are_learned_then_approved_on_the_first_master_for_every_
             "{n}: {planned:?}"
         );
     }
+    // A kubelet restarted after it asked (a worker behind the internal load balancer's local
+    // proxy, seen on real v1.20.2) asks again: the nodes still without a serving certificate
+    // settle briefly, the CSRs are read and approved a second time (no wait), then every kubelet
+    // must serve its certificate.
+    assert_eq!(
+        at("kubelet-serving-settle"),
+        at("approve-kubelet-serving-csrs") + 1
+    );
+    assert_eq!(
+        at("kubelet-serving-csrs-again"),
+        at("kubelet-serving-settle") + 1
+    );
+    assert_eq!(
+        at("approve-kubelet-serving-csrs-again"),
+        at("kubelet-serving-csrs-again") + 1
+    );
+    assert_eq!(at("kubelet-serving-certificates"), tasks.len() - 1);
+    for name in [
+        "kubelet-serving-csrs-again",
+        "approve-kubelet-serving-csrs-again",
+    ] {
+        assert_eq!(tasks[at(name)].1, ["node1"], "{name}");
+    }
+    for name in ["kubelet-serving-settle", "kubelet-serving-certificates"] {
+        assert_eq!(
+            tasks[at(name)].1,
+            kube_nodes,
+            "{name} runs on every kubelet's node"
+        );
+    }
+    let ops_of = |name: &str| -> Vec<String> {
+        all[at(name)].steps[0]
+            .ops(node, &kubexm_install::pipeline::Facts::default().for_plan())
+            .expect("plan")
+            .iter()
+            .map(|o| o.generic().plan().detail)
+            .collect()
+    };
+    let again = ops_of("kubelet-serving-csrs-again");
+    assert!(
+        again.len() == 1 && again[0].ends_with(" get csr -o json") && !again[0].contains("sleep"),
+        "the second reading does not wait: {again:?}"
+    );
+    let settle = ops_of("kubelet-serving-settle").join("\n");
+    assert!(
+        settle.contains("[ -s /var/lib/kubelet/pki/kubelet-server-current.pem ]")
+            && settle.contains("-lt 10 "),
+        "bounded, and nothing to wait for with a certificate: {settle}"
+    );
+    let fetched = ops_of("kubelet-serving-certificates").join("\n");
+    assert!(
+        fetched.contains("[ -s /var/lib/kubelet/pki/kubelet-server-current.pem ]"),
+        "{fetched}"
+    );
 }
 
 #[test]
@@ -460,7 +514,11 @@ fn task_order_per_load_balancer_mode() {
             "kubeadm-reconfigure",
             "node-roles",
             "kubelet-serving-csrs",
-            "approve-kubelet-serving-csrs"
+            "approve-kubelet-serving-csrs",
+            "kubelet-serving-settle",
+            "kubelet-serving-csrs-again",
+            "approve-kubelet-serving-csrs-again",
+            "kubelet-serving-certificates"
         ]
     );
     // Each control-plane node settles before the next joins; its kubelet then talks to its
@@ -512,7 +570,11 @@ fn task_order_per_load_balancer_mode() {
             "kubeadm-reconfigure",
             "node-roles",
             "kubelet-serving-csrs",
-            "approve-kubelet-serving-csrs"
+            "approve-kubelet-serving-csrs",
+            "kubelet-serving-settle",
+            "kubelet-serving-csrs-again",
+            "approve-kubelet-serving-csrs-again",
+            "kubelet-serving-certificates"
         ]
     );
     assert_eq!(
@@ -554,7 +616,11 @@ fn task_order_per_load_balancer_mode() {
             "kubeadm-reconfigure",
             "node-roles",
             "kubelet-serving-csrs",
-            "approve-kubelet-serving-csrs"
+            "approve-kubelet-serving-csrs",
+            "kubelet-serving-settle",
+            "kubelet-serving-csrs-again",
+            "approve-kubelet-serving-csrs-again",
+            "kubelet-serving-certificates"
         ])
     );
 }

@@ -182,7 +182,8 @@ fn kubeadm_path_renews_workers_kubelets_and_the_registry() {
             "renew-kubernetes-certificates",
             "renew-control-plane",
             "renew-worker-kubelet-clients",
-            "renew-kubelet-serving"
+            "renew-kubelet-serving",
+            "kubelet-serving-certificates"
         ]
     );
     let text = p.to_text();
@@ -221,6 +222,66 @@ fn kubeadm_path_renews_workers_kubelets_and_the_registry() {
         o.contains(
             "renew-registry-tls — skipped: the registry's certificate has 30 days left or more"
         ),
+        "{o}"
+    );
+}
+
+/// A kubelet's renewed serving certificate (issue 13 item 8): `certs renew` on the kubeadm path
+/// approves the pending kubelet-serving CSRs on the first master with the install's checks,
+/// after the renewal, also when nothing else is due, and without the install's wait for every
+/// node's CSR; the kubexm path issues serving certificates itself and skips it.
+#[test]
+fn certs_renew_approves_renewed_kubelet_serving_csrs_on_the_kubeadm_path() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context(work.path(), |t| t, None);
+    let first = ctx.first_master().expect("master").name.clone();
+    let idle = Renew {
+        masters: vec![],
+        etcd: false,
+        kubernetes: false,
+        ..renew(&ctx, &[])
+    };
+    for r in [renew(&ctx, &["node1"]), idle] {
+        let p = plan_of(&r);
+        let o = outline(&p);
+        let learn = format!(
+            "kubelet-serving-certificates / kubelet-serving-csrs on {first}: kubelet-serving-csrs\n"
+        );
+        let approve = format!(
+            "kubelet-serving-certificates / approve-kubelet-serving-csrs on {first}: approve-kubelet-serving-csrs\n"
+        );
+        let (Some(l), Some(a)) = (o.find(&learn), o.find(&approve)) else {
+            panic!("no approval of the kubelet serving CSRs on {first}:\n{o}")
+        };
+        assert!(l < a, "{o}");
+        assert!(
+            o.lines().last().is_some_and(|x| approve.starts_with(x)),
+            "the approval comes last, after any renewal:\n{o}"
+        );
+        let text = p.to_text();
+        let learned = text
+            .lines()
+            .find(|l| l.contains("get csr -o json"))
+            .unwrap_or_else(|| panic!("no CSR listing:\n{text}"));
+        assert!(
+            !text.contains("sleep 3"),
+            "no wait for every node's CSR:\n{text}"
+        );
+        assert!(
+            learned.contains("--kubeconfig /etc/kubernetes/admin.conf"),
+            "{learned}"
+        );
+        for n in ["node1", "node2", "node3"] {
+            assert!(
+                text.contains(&format!("CSR of system:node:{n}, checked>")),
+                "{n}:\n{text}"
+            );
+        }
+    }
+    let kx = context(work.path(), kubexm, None);
+    let o = outline(&plan_of(&renew(&kx, &[])));
+    assert!(
+        o.contains("kubelet-serving-certificates — skipped: kubernetes.type is kubexm: KubeXM issues the kubelet serving certificates itself"),
         "{o}"
     );
 }

@@ -29,6 +29,10 @@
 //!     runs with `serverTLSBootstrap: true`; the pending `kubernetes.io/kubelet-serving` CSRs
 //!     of this cluster's nodes that name only the node's own name and addresses are approved,
 //!     so kubelets serve certificates of the cluster CA (metrics-server): [`serving_csr`].
+//!     Then `kubelet-serving-settle` (every node without a serving certificate yet: a short
+//!     bounded wait), `kubelet-serving-csrs-again`, `approve-kubelet-serving-csrs-again` (a kubelet
+//!     restarted after it asked asks again) and `kubelet-serving-certificates` (every kubelet
+//!     serves its certificate, awaited).
 //!
 //! Every step is skipped when already done (`kubeadm init` when admin.conf exists, a join when
 //! the node has kubelet.conf), so a re-run with the same cluster.yaml changes nothing; a changed
@@ -62,7 +66,6 @@ use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_C
 use joining::JoinNode;
 use labels::NodeRoles;
 use reconfigure::Reconfigure;
-use serving_csr::{ApproveServingCsrs, LearnServingCsrs, NodeNames};
 use settle::{ControlPlaneSettled, RestartKubeProxy};
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
@@ -218,21 +221,13 @@ impl Module for KubeadmModule {
         // Kubelet serving certificates from the cluster CA (metrics-server checks them):
         // every kubelet asks with `serverTLSBootstrap`, KubeXM approves only its nodes' own.
         let kube_nodes = kubernetes_nodes(ctx);
-        tasks.push(
-            Task::new("kubelet-serving-csrs", [first.clone()]).step(LearnServingCsrs {
-                nodes: kube_nodes.clone(),
-            }),
-        );
-        tasks.push(
-            Task::new("approve-kubelet-serving-csrs", [first]).step(ApproveServingCsrs {
-                nodes: ctx
-                    .nodes
-                    .iter()
-                    .filter(|n| kube_nodes.contains(&n.name))
-                    .map(NodeNames::of)
-                    .collect(),
-            }),
-        );
+        let kube_nodes: Vec<Node> = ctx
+            .nodes
+            .iter()
+            .filter(|n| kube_nodes.contains(&n.name))
+            .cloned()
+            .collect();
+        tasks.extend(serving_csr::install_approval_tasks(&kube_nodes, &first));
         Ok(tasks)
     }
 }

@@ -27,8 +27,10 @@
 //! requesters are left alone.
 //!
 //! The kubelet renews its serving certificate with a new CSR late in the certificate's life
-//! (`rotateCertificates`); that CSR waits for the next `kubexm-install` run (any re-run approves
-//! it with the same checks) or an operator's `kubectl certificate approve`.
+//! (`rotateCertificates`). `certs renew` approves such a CSR with the same checks, reading what
+//! is pending when it runs (no wait: the kubelets are not starting), also when no certificate of
+//! its own is due; so `certs schedule`'s timer approves a renewed serving CSR at its next run.
+//! Any re-run of the install approves it too.
 //!
 //! The kubexm path needs none of this: KubeXM issues each kubelet's serving certificate
 //! (`pki/kubelet.crt`, SANs the node's name and addresses) from the cluster CA itself.
@@ -325,16 +327,23 @@ pub fn decide(csrs: &[ServingCsr], nodes: &[NodeNames]) -> Result<Vec<String>, S
 }
 
 /// Learns the pending kubelet-serving CSRs on the first master, after waiting (bounded) until
-/// every node's kubelet has asked.
+/// every node's kubelet has asked when `wait` says so.
 pub struct LearnServingCsrs {
     /// The masters and workers.
     pub nodes: Vec<String>,
+    /// Wait (at most [`WAIT`]) until every node's kubelet has asked: at install time, when the
+    /// kubelets have just started. Without it (`certs renew`) the CSRs pending now are read.
+    pub wait: bool,
 }
 
 impl LearnServingCsrs {
-    /// The script: a bounded wait for a kubelet-serving CSR of every node, then the CSR list.
+    /// The script: a bounded wait for a kubelet-serving CSR of every node (when `wait`), then the
+    /// CSR list.
     pub fn script(&self) -> String {
         let k = kubectl();
+        if !self.wait {
+            return format!("{k} get csr -o json");
+        }
         let wanted: Vec<String> = self
             .nodes
             .iter()
@@ -375,8 +384,110 @@ impl Step for LearnServingCsrs {
             parse: learn,
             facts: facts.clone(),
             prefix: String::new(),
-            timeout: WAIT + Duration::from_secs(60),
+            timeout: if self.wait { WAIT } else { Duration::ZERO } + Duration::from_secs(60),
         })])
+    }
+}
+
+/// The two tasks on the first master `first` that approve the kubelet serving CSRs of `nodes`
+/// (every master and worker): learn the pending ones (after a bounded wait for every node's
+/// when `wait`), then approve those [`decide`] accepts. `suffix` ends the tasks' names (a second
+/// round has names of its own).
+pub fn approval_tasks(
+    nodes: &[Node],
+    first: &str,
+    wait: bool,
+    suffix: &str,
+) -> Vec<crate::pipeline::Task> {
+    use crate::pipeline::Task;
+    vec![
+        Task::new(format!("kubelet-serving-csrs{suffix}"), [first.to_string()]).step(
+            LearnServingCsrs {
+                nodes: nodes.iter().map(|n| n.name.clone()).collect(),
+                wait,
+            },
+        ),
+        Task::new(
+            format!("approve-kubelet-serving-csrs{suffix}"),
+            [first.to_string()],
+        )
+        .step(ApproveServingCsrs {
+            nodes: nodes.iter().map(NodeNames::of).collect(),
+        }),
+    ]
+}
+
+/// The kubelet's current serving certificate on a kubeadm node (kubelet's certificate directory).
+pub const SERVING_CERT: &str = "/var/lib/kubelet/pki/kubelet-server-current.pem";
+/// How long a node whose kubelet has no serving certificate after the first approval is given to
+/// ask again before the CSRs are read a second time.
+pub const SETTLE: Duration = Duration::from_secs(20);
+/// How long the kubelets are given to fetch their approved certificates.
+pub const FETCH: Duration = Duration::from_secs(90);
+
+/// The install's approval, at its end: [`approval_tasks`] once after a bounded wait for every
+/// node's CSR, then again for the nodes whose kubelet still serves no certificate, then every
+/// kubelet serving its certificate (awaited, bounded; the error names the node).
+///
+/// The second round is for a kubelet restarted after it asked (a worker behind the internal
+/// load balancer's local proxy is restarted on `127.0.0.1:6443` right after its join): its first
+/// CSR is pending, so the first round's wait is over, but the key of that request died with the
+/// process; the restarted kubelet asks again, maybe only after the first round read the list
+/// (seen on real v1.20.2: the worker's kubelet served no certificate, `kubectl logs` failed with
+/// "tls: internal error"). A node with a certificate skips the settling wait, so a re-run does
+/// not wait at all.
+pub fn install_approval_tasks(nodes: &[Node], first: &str) -> Vec<crate::pipeline::Task> {
+    use crate::pipeline::Task;
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let mut tasks = approval_tasks(nodes, first, true, "");
+    tasks.push(
+        Task::new("kubelet-serving-settle", names.clone())
+            .step(ServingCertificate { required: false }),
+    );
+    tasks.extend(approval_tasks(nodes, first, false, "-again"));
+    tasks.push(
+        Task::new("kubelet-serving-certificates", names)
+            .step(ServingCertificate { required: true }),
+    );
+    tasks
+}
+
+/// On a node: its kubelet serves a certificate ([`SERVING_CERT`]). `required`: awaited for
+/// [`FETCH`], else the step fails naming the node; otherwise a node without one is given
+/// [`SETTLE`] (its kubelet asks again meanwhile) and the step succeeds either way.
+pub struct ServingCertificate {
+    /// Fail when the kubelet does not serve a certificate in time.
+    pub required: bool,
+}
+
+impl Step for ServingCertificate {
+    fn name(&self) -> &str {
+        if self.required {
+            "kubelet-serving-certificate"
+        } else {
+            "kubelet-serving-settle"
+        }
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let has = format!("[ -s {SERVING_CERT} ]");
+        if self.required {
+            return Ok(vec![Op::Wait(crate::pipeline::ops::WaitFor {
+                what: "the kubelet serving a certificate of the cluster CA (its approved CSR)"
+                    .into(),
+                check: has,
+                timeout: FETCH,
+                interval: Duration::from_secs(2),
+            })]);
+        }
+        let tries = SETTLE.as_secs() / 2;
+        Ok(vec![Op::Run(
+            RunCommand::new(format!(
+                "i=0; while [ $i -lt {tries} ] && ! {has}; do i=$((i+1)); sleep 2; done"
+            ))
+            .unless(has)
+            // (it succeeds either way: the second round approves what the kubelet asks now)
+            .verify("true"),
+        )])
     }
 }
 
@@ -690,6 +801,7 @@ mod tests {
     fn the_learn_script_waits_for_every_node_then_lists_csrs() {
         let s = LearnServingCsrs {
             nodes: vec!["master1".into(), "worker1".into()],
+            wait: true,
         }
         .script();
         assert!(
@@ -702,5 +814,17 @@ mod tests {
         );
         assert!(s.ends_with("get csr -o json"), "{s}");
         assert!(s.contains("-lt 30 "), "bounded: {s}");
+    }
+
+    /// `certs renew` reads what is pending when it runs: no loop, no sleep.
+    #[test]
+    fn without_wait_the_learn_script_only_lists_csrs() {
+        let s = LearnServingCsrs {
+            nodes: vec!["master1".into(), "worker1".into()],
+            wait: false,
+        }
+        .script();
+        assert_eq!(s, format!("{} get csr -o json", kubectl()));
+        assert!(!s.contains("sleep"), "{s}");
     }
 }
