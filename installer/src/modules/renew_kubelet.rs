@@ -340,10 +340,12 @@ impl Module for RenewServingModule {
             Task::new("request-serving-certificates", r.serving.clone()).step(RequestServing {
                 marker: r.marker("kubelet-serving"),
             }),
-            // The kubelets just restarted: wait (bounded) until each has asked again.
+            // The kubelets just restarted: wait (bounded) until each has a pending CSR (their
+            // approved ones from the install may still be listed).
             Task::new("kubelet-serving-csrs", [first.clone()]).step(LearnServingCsrs {
                 nodes: r.serving.clone(),
                 wait: true,
+                pending: true,
             }),
             Task::new("approve-kubelet-serving-csrs", [first]).step(ApproveServingCsrs {
                 nodes: r

@@ -334,6 +334,9 @@ pub struct LearnServingCsrs {
     /// Wait (at most [`WAIT`]) until every node's kubelet has asked: at install time, when the
     /// kubelets have just started. Without it (`certs renew`) the CSRs pending now are read.
     pub wait: bool,
+    /// With `wait`: only a pending CSR counts as asked (`certs renew` restarted kubelets whose
+    /// earlier, approved CSRs may still be listed).
+    pub pending: bool,
 }
 
 impl LearnServingCsrs {
@@ -350,11 +353,19 @@ impl LearnServingCsrs {
             .map(|n| shell::quote(&format!("system:node:{n}")))
             .collect();
         let tries = WAIT.as_secs() / 3;
+        // Pending: no condition yet (jsonpath prints nothing for the missing conditions).
+        let list = if self.pending {
+            format!(
+                "{k} get csr -o jsonpath='{{range .items[?(@.spec.signerName==\"{KUBELET_SERVING_SIGNER}\")]}}{{.spec.username}} {{.status.conditions[*].type}}{{\"\\n\"}}{{end}}' 2>/dev/null | awk 'NF == 1 {{print $1}}'"
+            )
+        } else {
+            format!("{k} get csr -o go-template=\"$tpl\" 2>/dev/null")
+        };
         format!(
             "tpl='{{{{range .items}}}}{{{{if eq .spec.signerName \"{KUBELET_SERVING_SIGNER}\"}}}}{{{{.spec.username}}}}{{{{\"\\n\"}}}}{{{{end}}}}{{{{end}}}}'\n\
              i=0\n\
              while [ $i -lt {tries} ]; do\n  \
-               have=$({k} get csr -o go-template=\"$tpl\" 2>/dev/null) || have=\n  \
+               have=$({list}) || have=\n  \
                missing=0\n  \
                for n in {wanted}; do printf '%s\\n' \"$have\" | grep -qxF -- \"$n\" || missing=1; done\n  \
                [ $missing = 0 ] && break\n  \
@@ -405,6 +416,7 @@ pub fn approval_tasks(
             LearnServingCsrs {
                 nodes: nodes.iter().map(|n| n.name.clone()).collect(),
                 wait,
+                pending: false,
             },
         ),
         Task::new(
@@ -802,6 +814,7 @@ mod tests {
         let s = LearnServingCsrs {
             nodes: vec!["master1".into(), "worker1".into()],
             wait: true,
+            pending: false,
         }
         .script();
         assert!(
@@ -816,12 +829,39 @@ mod tests {
         assert!(s.contains("-lt 30 "), "bounded: {s}");
     }
 
+    /// `certs renew` after restarting kubelets: only a pending CSR (no condition) counts, and the
+    /// filter keeps exactly the lines without one.
+    #[test]
+    fn the_pending_wait_counts_only_csrs_without_a_condition() {
+        let s = LearnServingCsrs {
+            nodes: vec!["node1".into()],
+            wait: true,
+            pending: true,
+        }
+        .script();
+        assert!(s.contains("{.status.conditions[*].type}"), "{s}");
+        let filter = s
+            .split(" | ")
+            .find(|p| p.starts_with("awk"))
+            .and_then(|p| p.split(") ||").next())
+            .expect("an awk filter");
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "printf 'system:node:node1 Approved\\nsystem:node:node2 \\nsystem:node:node3 Denied\\n' | {filter}"
+            ))
+            .output()
+            .expect("bash");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "system:node:node2\n");
+    }
+
     /// `certs renew` reads what is pending when it runs: no loop, no sleep.
     #[test]
     fn without_wait_the_learn_script_only_lists_csrs() {
         let s = LearnServingCsrs {
             nodes: vec!["master1".into(), "worker1".into()],
             wait: false,
+            pending: false,
         }
         .script();
         assert_eq!(s, format!("{} get csr -o json", kubectl()));
