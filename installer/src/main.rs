@@ -52,6 +52,7 @@ fn run(cli: Cli) -> Result<()> {
         (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
         (Some(Command::Backup(cmd)), _) => commands::backup::run(&cmd, &cli.work_dir),
         (Some(Command::Restore(args)), _) => commands::backup::restore(&args, &cli.work_dir),
+        (Some(Command::RotateCa(args)), _) => commands::rotate::run(&args, &cli.work_dir),
         (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
         (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.

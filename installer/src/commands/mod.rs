@@ -12,6 +12,7 @@ pub(crate) mod etcd;
 pub(crate) mod install;
 pub(crate) mod inventory;
 pub(crate) mod plan;
+pub(crate) mod rotate;
 pub(crate) mod seed;
 pub(crate) mod status;
 pub(crate) mod unpack;

@@ -293,7 +293,7 @@ pub fn certificates(
     let mut out: BTreeMap<String, Vec<CertFile>> = BTreeMap::new();
     let ca_file = || CertFile {
         name: "ca.pem".to_string(),
-        content: ca.cert_pem().as_bytes().to_vec(),
+        content: ca.trust_pem().as_bytes().to_vec(),
         mode: 0o644,
     };
     let mut push = |node: &str, stem: &str, spec: CertSpec| -> Result<(), PkiError> {
@@ -346,6 +346,21 @@ pub fn certificates(
     Ok(out)
 }
 
+/// [`certificates`] for the context's etcd members and masters, from its key directory.
+pub fn context_certificates(
+    ctx: &InstallContext,
+    layout: &EtcdLayout,
+) -> Result<BTreeMap<String, Vec<CertFile>>, StepError> {
+    let masters: Vec<Node> = ctx
+        .nodes
+        .iter()
+        .filter(|n| n.has_role(Role::Master))
+        .cloned()
+        .collect();
+    certificates(layout, &masters, &ctx.key_dir().join("etcd"))
+        .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))
+}
+
 /// Restarts a running etcd without waiting (a member of a quorum-less cluster would block).
 fn restart_if_running() -> String {
     format!("if systemctl is-active -q {UNIT}; then systemctl restart --no-block {UNIT}; fi")
@@ -381,14 +396,7 @@ impl Module for EtcdModule {
                 "etcd.type is kubexm but no node has the etcd role".into(),
             ));
         };
-        let masters: Vec<Node> = ctx
-            .nodes
-            .iter()
-            .filter(|n| n.has_role(Role::Master))
-            .cloned()
-            .collect();
-        let files = certificates(&layout, &masters, &ctx.key_dir().join("etcd"))
-            .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))?;
+        let files = context_certificates(ctx, &layout)?;
         let cert_hosts: Vec<String> = ctx
             .nodes
             .iter()

@@ -26,5 +26,6 @@ pub mod registry;
 mod remote_path;
 pub mod renew;
 pub mod restore;
+pub mod rotate;
 pub mod runtime;
 pub mod scripts;
