@@ -193,6 +193,61 @@ pub(crate) enum Command {
     /// and etcd data. Refuses without --yes.
     #[command(after_help = RESTORE_EXAMPLES)]
     Restore(RestoreArgs),
+    /// Rotate a CA with a dual-CA transition, phase by phase: `new` (a new CA on the control
+    /// host), `trust-both` (every place that trusts the CA trusts old and new; rolling
+    /// restarts), `reissue` (every leaf from the new CA; rolling restarts), `drop-old` (the old
+    /// CA trusted no more; rolling restarts; its key deleted). Each phase is verified (etcd:
+    /// `endpoint health` on every member after each restart) and recorded on the control host
+    /// beside the CA, so a later run continues. Refuses without --yes.
+    #[command(name = "rotate-ca", after_help = ROTATE_EXAMPLES)]
+    RotateCa(RotateCaArgs),
+}
+
+const ROTATE_EXAMPLES: &str = "Examples:
+  kubexm-install rotate-ca --ca etcd --dry-run                  # the phases still to run and their steps
+  kubexm-install rotate-ca --ca etcd --phase trust-both --yes   # new CA, trusted beside the old one; stop there
+  kubexm-install rotate-ca --ca etcd --yes                      # continue: reissue, drop-old
+  kubexm-install rotate-ca --ca etcd --yes --resume             # after a failure: skip what finished";
+
+/// The CA `rotate-ca` rotates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RotateCaWhich {
+    /// KubeXM's etcd CA (`etcd.type: kubexm`).
+    Etcd,
+    /// The Kubernetes cluster CA (not supported yet).
+    Kubernetes,
+    /// The front-proxy CA (not supported yet).
+    FrontProxy,
+    /// Every CA (not supported yet).
+    All,
+}
+
+/// A phase of `rotate-ca` (see `kubexm_install::rotation::Phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RotatePhase {
+    /// A new CA on the control host beside the old one.
+    New,
+    /// Old and new CA trusted everywhere (rolling restarts).
+    TrustBoth,
+    /// Every leaf re-issued from the new CA (rolling restarts).
+    Reissue,
+    /// The old CA trusted no more (rolling restarts), its key deleted.
+    DropOld,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RotateCaArgs {
+    /// The CA to rotate.
+    #[arg(long, value_enum, value_name = "CA")]
+    pub(crate) ca: RotateCaWhich,
+    /// Run the phases up to and including this one, then stop (default: every phase).
+    #[arg(long, value_enum, value_name = "PHASE")]
+    pub(crate) phase: Option<RotatePhase>,
+    /// Change the cluster (required unless --dry-run).
+    #[arg(long)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 const BACKUP_EXAMPLES: &str = "Examples:

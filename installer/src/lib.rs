@@ -27,6 +27,7 @@ pub mod pki;
 pub mod private_dir;
 pub mod progress;
 pub mod record;
+pub mod rotation;
 pub mod run;
 pub mod runner;
 pub mod seed;

@@ -55,6 +55,7 @@ fn run(cli: Cli) -> Result<()> {
             commands::restore_fresh::run(&args, &cli.work_dir, &trust)
         }
         (Some(Command::Restore(args)), _) => commands::backup::restore(&args, &cli.work_dir),
+        (Some(Command::RotateCa(args)), _) => commands::rotate::run(&args, &cli.work_dir),
         (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
         (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.

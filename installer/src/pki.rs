@@ -63,6 +63,9 @@ pub enum PkiError {
         /// The file missing.
         missing: PathBuf,
     },
+    /// A CA rotation is in progress and its state could not be read, or contradicts the files.
+    #[error("the CA rotation in progress")]
+    Rotation(#[from] crate::rotation::RotationError),
     /// rcgen refused the parameters (a bad SAN, for example).
     #[error("certificate {name}: {source}")]
     Generate {
@@ -225,6 +228,19 @@ pub struct KeyDir {
     keys: Keys,
     planned: Arc<Mutex<BTreeMap<PathBuf, String>>>,
     reissue: Option<Reissue>,
+    rotation: Option<Rotating>,
+}
+
+/// `rotate-ca`: the CA `name` seen as its rotation will be once `phase` finished (whatever the
+/// state file says): what the phase being run distributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotating {
+    /// The CA (`etcd`).
+    pub name: String,
+    /// The phase.
+    pub phase: crate::rotation::Phase,
+    /// The rotation's id (the new CA's common name carries it).
+    pub id: i64,
 }
 
 /// `certs renew`: stored leaves to re-issue although they still match their spec.
@@ -270,6 +286,7 @@ impl KeyDir {
             keys,
             planned: Arc::default(),
             reissue: None,
+            rotation: None,
         }
     }
 
@@ -278,6 +295,16 @@ impl KeyDir {
     pub fn with_reissue(&self, reissue: Reissue) -> Self {
         Self {
             reissue: Some(reissue),
+            ..self.clone()
+        }
+    }
+
+    /// The same directory (and mode, and planned files) with the CA `rotating.name` seen as
+    /// `rotating.phase` leaves it ([`KeyDir::ca`]).
+    #[must_use]
+    pub fn with_rotation(&self, rotating: Rotating) -> Self {
+        Self {
+            rotation: Some(rotating),
             ..self.clone()
         }
     }
@@ -313,12 +340,56 @@ impl KeyDir {
             keys: self.keys,
             planned: self.planned.clone(),
             reissue: self.reissue,
+            rotation: self.rotation.clone(),
         }
     }
 
     /// The CA `<name>-ca.crt` + `.key` ([`Ca::load_or_create`]; kept only in [`Keys::Keep`]).
+    ///
+    /// During a rotation of it ([`crate::rotation`]; the phase given by
+    /// [`KeyDir::with_rotation`], else the last one finished in its state file) the CA returned
+    /// signs with the old or the new CA and its [`Ca::trust_pem`] is the bundle the phase
+    /// distributes. Only the `new` phase makes the new CA; later phases refuse when it is gone.
     pub fn ca(&self, name: &str, common_name: &str) -> Result<Ca, PkiError> {
-        Ca::load_or_make(&self.path, name, common_name, &self.store())
+        use crate::rotation::{self, Files, Phase};
+        let files = Files::new(&self.path, name);
+        let (phase, id) = match &self.rotation {
+            Some(r) if r.name == name => (r.phase, r.id),
+            _ => match files.load()? {
+                Some(s) => (s.finished, s.id),
+                None => return Ca::load_or_make(&self.path, name, common_name, &self.store()),
+            },
+        };
+        let store = self.store();
+        let next_exists = store.exists(&files.next_crt) || store.exists(&files.next_key);
+        if !next_exists && phase == Phase::DropOld {
+            // Finalized: the new CA is already the one in use.
+            return Ca::load_or_make(&self.path, name, common_name, &store);
+        }
+        let old = Ca::load_or_make(&self.path, name, common_name, &store)?;
+        if !next_exists && phase != Phase::New {
+            return Err(rotation::RotationError::Inconsistent {
+                name: name.to_string(),
+                message: format!(
+                    "phase {phase} needs the new CA `{}`, which does not exist",
+                    files.next_crt.display()
+                ),
+            }
+            .into());
+        }
+        let next_cn = rotation::next_common_name(common_name, id);
+        let next = Ca::load_or_make(&self.path, &rotation::next_name(name), &next_cn, &store)?;
+        let mut trusted = Vec::new();
+        if phase.trusts_old() {
+            trusted.push(old.cert_pem.as_str());
+        }
+        if phase.trusts_new() {
+            trusted.push(next.cert_pem.as_str());
+        }
+        let trust_pem = rotation::bundle(trusted);
+        let mut ca = if phase.signs_with_new() { next } else { old };
+        ca.trust_pem = trust_pem;
+        Ok(ca)
     }
 
     /// The leaf `<stem>.crt` + `.key` signed by `ca` ([`Ca::load_or_issue`]; kept only in
@@ -385,6 +456,9 @@ fn validity(pem: &str) -> Option<(i64, i64)> {
 /// A certificate authority loaded from (or created in) a directory.
 pub struct Ca {
     cert_pem: String,
+    /// What the places that trust this CA get: its certificate, or during a rotation the
+    /// bundle of the old and new CAs ([`KeyDir::ca`]).
+    trust_pem: String,
     cert_der: Vec<u8>,
     issuer: Issuer<'static, KeyPair>,
 }
@@ -511,6 +585,7 @@ impl Ca {
         params.not_after = now + Duration::days(i64::from(CA_VALIDITY_DAYS));
         let cert = params.self_signed(&key).map_err(gen_err(common_name))?;
         Ok(Self {
+            trust_pem: cert.pem(),
             cert_pem: cert.pem(),
             cert_der: cert.der().to_vec(),
             issuer: Issuer::new(params, key),
@@ -544,6 +619,7 @@ impl Ca {
             });
         }
         Ok(Self {
+            trust_pem: cert_pem.clone(),
             cert_pem,
             cert_der,
             issuer,
@@ -553,6 +629,13 @@ impl Ca {
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
+    }
+
+    /// What the places that trust this CA get (the CA file on the nodes, kubeconfigs'
+    /// `certificate-authority-data`): the certificate, or during a rotation the old and new
+    /// CAs ([`crate::rotation`]).
+    pub fn trust_pem(&self) -> &str {
+        &self.trust_pem
     }
 
     /// The CA's private key, PEM (PKCS#8). Only for a component that signs with it (the
@@ -950,6 +1033,104 @@ mod tests {
         std::fs::write(dir.path().join("sa.key"), "garbage").expect("write");
         let err = load_or_create_key(dir.path(), "sa").expect_err("garbage");
         assert!(err.to_string().contains("sa.key"), "{err}");
+    }
+
+    #[test]
+    fn a_rotation_signs_and_trusts_as_its_phase_says() {
+        use crate::rotation::{Files, Phase, State};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys = KeyDir::new(dir.path(), Keys::Keep);
+        let old = keys.ca("etcd", "etcd-ca").expect("old");
+        let leaf = keys.leaf(&old, "m", &member_spec()).expect("leaf");
+        let rotating = |phase| {
+            keys.with_rotation(Rotating {
+                name: "etcd".into(),
+                phase,
+                id: 7,
+            })
+        };
+        // Later phases refuse before the new CA exists.
+        let err = rotating(Phase::TrustBoth)
+            .ca("etcd", "etcd-ca")
+            .expect_err("no new CA yet");
+        assert!(err.to_string().contains("rotation"), "{err}");
+
+        let new_phase = rotating(Phase::New).ca("etcd", "etcd-ca").expect("new");
+        assert_eq!(new_phase.cert_pem(), old.cert_pem());
+        assert_eq!(new_phase.trust_pem(), old.cert_pem());
+        let files = Files::new(dir.path(), "etcd");
+        let next = std::fs::read_to_string(&files.next_crt).expect("new CA written");
+        assert!(std::fs::read_to_string(&files.next_key).is_ok());
+        let (_, text) = openssl(&[
+            "x509",
+            "-noout",
+            "-subject",
+            "-in",
+            files.next_crt.to_str().expect("utf-8"),
+        ]);
+        assert!(text.contains("etcd-ca-r7"), "{text}");
+        let both = crate::rotation::bundle([old.cert_pem(), next.as_str()]);
+
+        let trust = rotating(Phase::TrustBoth)
+            .ca("etcd", "etcd-ca")
+            .expect("trust");
+        assert_eq!(
+            trust.cert_pem(),
+            old.cert_pem(),
+            "still signs with the old CA"
+        );
+        assert_eq!(trust.trust_pem(), both);
+        let kept = rotating(Phase::TrustBoth)
+            .leaf(&trust, "m", &member_spec())
+            .expect("kept");
+        assert_eq!(kept, leaf, "trust-both re-issues nothing");
+
+        let reissue = rotating(Phase::Reissue)
+            .ca("etcd", "etcd-ca")
+            .expect("reissue");
+        assert_eq!(reissue.cert_pem(), next);
+        assert_eq!(reissue.trust_pem(), both);
+        let renewed = keys.leaf(&reissue, "m", &member_spec()).expect("renewed");
+        assert_ne!(renewed, leaf, "reissue signs every leaf with the new CA");
+        let again = keys.leaf(&reissue, "m", &member_spec()).expect("again");
+        assert_eq!(again, renewed, "a second reissue changes nothing");
+        let (ok, out) = openssl(&[
+            "verify",
+            "-CAfile",
+            files.next_crt.to_str().expect("utf-8"),
+            dir.path().join("m.crt").to_str().expect("utf-8"),
+        ]);
+        assert!(ok, "{out}");
+
+        let drop = rotating(Phase::DropOld)
+            .ca("etcd", "etcd-ca")
+            .expect("drop");
+        assert_eq!(drop.cert_pem(), next);
+        assert_eq!(drop.trust_pem(), next, "the old CA is trusted no more");
+
+        // Without an explicit phase, the state file decides (an install re-run mid-rotation).
+        files
+            .save(&State {
+                finished: Phase::TrustBoth,
+                id: 7,
+            })
+            .expect("save");
+        assert_eq!(keys.ca("etcd", "etcd-ca").expect("state").trust_pem(), both);
+        files
+            .save(&State {
+                finished: Phase::DropOld,
+                id: 7,
+            })
+            .expect("save");
+        files.finalize().expect("finalize");
+        let after = keys.ca("etcd", "etcd-ca").expect("after");
+        assert_eq!(after.cert_pem(), next);
+        assert_eq!(after.trust_pem(), next);
+        // Another CA of the directory is never affected.
+        let other = rotating(Phase::Reissue)
+            .ca("front-proxy", "fp")
+            .expect("other");
+        assert_eq!(other.trust_pem(), other.cert_pem());
     }
 
     #[test]

@@ -455,6 +455,18 @@ pub(crate) fn execute(
     opts: &RunOptions,
     dry_run: bool,
 ) -> Result<()> {
+    execute_on(s, &conn, pipeline, op, opts, dry_run)
+}
+
+/// [`execute`] over connections kept for the next pipeline (`rotate-ca` runs one per phase).
+pub(crate) fn execute_on(
+    s: &Session,
+    conn: &Connected,
+    pipeline: &Pipeline,
+    op: Operate<'_>,
+    opts: &RunOptions,
+    dry_run: bool,
+) -> Result<()> {
     let nodes: Vec<Node> = conn.runners.iter().map(|(n, _)| n.clone()).collect();
     let mut all_nodes = op.journal_ctx.plan_nodes();
     for n in nodes {
@@ -475,7 +487,7 @@ pub(crate) fn execute(
     let result = conn.runtime.block_on(run::run_pipeline(
         &op.journal_ctx,
         pipeline,
-        conn.runners,
+        conn.runners.clone(),
         opts,
     ));
     let seconds = started.elapsed().as_secs_f64();

@@ -13,6 +13,7 @@ pub(crate) mod install;
 pub(crate) mod inventory;
 pub(crate) mod plan;
 pub(crate) mod restore_fresh;
+pub(crate) mod rotate;
 pub(crate) mod seed;
 pub(crate) mod status;
 pub(crate) mod unpack;

@@ -281,21 +281,6 @@ pub struct CertFile {
     pub mode: u32,
 }
 
-/// [`certificates`] for the cluster's members and masters, from its key directory.
-pub fn cluster_certificates(
-    ctx: &InstallContext,
-    layout: &EtcdLayout,
-) -> Result<BTreeMap<String, Vec<CertFile>>, StepError> {
-    let masters: Vec<Node> = ctx
-        .nodes
-        .iter()
-        .filter(|n| n.has_role(Role::Master))
-        .cloned()
-        .collect();
-    certificates(layout, &masters, &ctx.key_dir().join("etcd"))
-        .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))
-}
-
 /// Makes (or reuses, from `pki`) the etcd CA and certificates, and returns the files each
 /// node gets: members get the CA, `member-*`, `peer-*` and `admin-*`; masters get the CA and
 /// `node-*` (the kube-apiserver's etcd client certificate).
@@ -308,7 +293,7 @@ pub fn certificates(
     let mut out: BTreeMap<String, Vec<CertFile>> = BTreeMap::new();
     let ca_file = || CertFile {
         name: "ca.pem".to_string(),
-        content: ca.cert_pem().as_bytes().to_vec(),
+        content: ca.trust_pem().as_bytes().to_vec(),
         mode: 0o644,
     };
     let mut push = |node: &str, stem: &str, spec: CertSpec| -> Result<(), PkiError> {
@@ -361,6 +346,21 @@ pub fn certificates(
     Ok(out)
 }
 
+/// [`certificates`] for the context's etcd members and masters, from its key directory.
+pub fn context_certificates(
+    ctx: &InstallContext,
+    layout: &EtcdLayout,
+) -> Result<BTreeMap<String, Vec<CertFile>>, StepError> {
+    let masters: Vec<Node> = ctx
+        .nodes
+        .iter()
+        .filter(|n| n.has_role(Role::Master))
+        .cloned()
+        .collect();
+    certificates(layout, &masters, &ctx.key_dir().join("etcd"))
+        .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))
+}
+
 /// Restarts a running etcd without waiting (a member of a quorum-less cluster would block).
 fn restart_if_running() -> String {
     format!("if systemctl is-active -q {UNIT}; then systemctl restart --no-block {UNIT}; fi")
@@ -406,7 +406,7 @@ pub fn install_tasks(
             "etcd.type is kubexm but no node has the etcd role".into(),
         ));
     };
-    let files = cluster_certificates(ctx, &layout)?;
+    let files = context_certificates(ctx, &layout)?;
     let cert_hosts: Vec<String> = ctx
         .nodes
         .iter()

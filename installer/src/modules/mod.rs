@@ -29,5 +29,6 @@ pub mod renew_kubelet;
 pub mod renew_registry;
 pub mod restore;
 pub mod restore_fresh;
+pub mod rotate;
 pub mod runtime;
 pub mod scripts;

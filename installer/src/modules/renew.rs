@@ -154,46 +154,71 @@ impl Module for RenewEtcdModule {
         })
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let ctx = &self.0.ctx;
-        let layout = Arc::new(EtcdLayout::from_context(ctx));
-        let files = etcd::cluster_certificates(ctx, &layout)?;
-        let members: Vec<String> = layout.members.iter().map(|m| m.name.clone()).collect();
-        let others: Vec<String> = ctx
-            .nodes
-            .iter()
-            .filter(|n| files.contains_key(&n.name) && !members.contains(&n.name))
-            .map(|n| n.name.clone())
-            .collect();
-        let upload = EtcdCertificates {
-            layout: layout.clone(),
-            files,
-            restart: false,
-        };
-        let upload = Arc::new(upload);
-        // Expired member certificates: a member restarted on a new certificate cannot talk to
-        // peers still holding expired ones, so one at a time the cluster would never be healthy
-        // between restarts. Then every member gets its files and restarts together, and each
-        // waits for the whole cluster.
-        let mut members_task = Task::new("renew-etcd-members", members);
-        if !self.0.etcd_expired {
-            members_task = members_task.serial();
-        }
-        let mut tasks = vec![members_task
-            .step_arc(upload.clone())
-            .step(RestartEtcdMember {
-                layout: layout.clone(),
-                // In the certificate directory, which etcd's delete removes (an etcd-only node
-                // has no /etc/kubernetes).
-                marker: Marker {
-                    file: format!("{}/kubexm-renewed", layout.cert_dir),
-                    id: self.0.id.clone(),
-                },
-            })];
-        if !others.is_empty() {
-            tasks.push(Task::new("etcd-client-certificates", others).step_arc(upload));
-        }
-        Ok(tasks)
+        etcd_rolling_tasks(
+            &self.0.ctx,
+            "renew-etcd-members",
+            "kubexm-renewed",
+            &self.0.id,
+            self.0.etcd_expired,
+            |_, f| f,
+        )
     }
+}
+
+/// KubeXM's etcd files (made from the context's key directory: [`etcd::certificates`], each
+/// node's list filtered by `keep`) uploaded and the members restarted one at a time, each
+/// followed by `endpoint health` on every member (task `members_task`, restart guarded by the
+/// marker file `marker` in the certificate directory holding `id`); masters that are not
+/// members get their files too. Shared by `certs renew` and `rotate-ca`.
+///
+/// `together`: every member at once instead (expired member certificates: a member restarted
+/// on a new certificate cannot talk to peers still holding expired ones, so one at a time the
+/// cluster would never be healthy between restarts; each then waits for the whole cluster).
+pub fn etcd_rolling_tasks(
+    ctx: &InstallContext,
+    members_task: &str,
+    marker: &str,
+    id: &str,
+    together: bool,
+    keep: impl Fn(&str, Vec<etcd::CertFile>) -> Vec<etcd::CertFile>,
+) -> Result<Vec<Task>, StepError> {
+    let layout = Arc::new(EtcdLayout::from_context(ctx));
+    let files = etcd::context_certificates(ctx, &layout)?
+        .into_iter()
+        .map(|(n, f)| {
+            let f = keep(&n, f);
+            (n, f)
+        })
+        .collect::<std::collections::BTreeMap<_, _>>();
+    let members: Vec<String> = layout.members.iter().map(|m| m.name.clone()).collect();
+    let others: Vec<String> = ctx
+        .nodes
+        .iter()
+        .filter(|n| files.contains_key(&n.name) && !members.contains(&n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    let upload = Arc::new(EtcdCertificates {
+        layout: layout.clone(),
+        files,
+        restart: false,
+    });
+    let mut members = Task::new(members_task, members);
+    if !together {
+        members = members.serial();
+    }
+    let mut tasks = vec![members.step_arc(upload.clone()).step(RestartEtcdMember {
+        layout: layout.clone(),
+        // In the certificate directory, which etcd's delete removes (an etcd-only node
+        // has no /etc/kubernetes).
+        marker: Marker {
+            file: format!("{}/{marker}", layout.cert_dir),
+            id: id.to_string(),
+        },
+    })];
+    if !others.is_empty() {
+        tasks.push(Task::new("etcd-client-certificates", others).step_arc(upload));
+    }
+    Ok(tasks)
 }
 
 /// etcd restarted on this member (unless this renewal did already), then every member answers

@@ -50,6 +50,7 @@ pub mod etcd_member;
 pub mod phase;
 pub mod renew;
 pub mod restore;
+pub mod rotate;
 
 pub use add_node::add_node_pipeline;
 pub use create::install_pipeline;

@@ -21,6 +21,7 @@ mod plan_cli;
 mod preflight;
 mod renew;
 mod restore;
+mod rotate;
 mod runtime;
 mod scope;
 mod scripts;

@@ -17,26 +17,35 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The lab cluster (edited), its PKI kept under `work/pki` and re-issued as `reissue` says.
-fn context(
+/// The lab cluster (edited), its PKI kept under `work/pki` and seen through `keys` (a
+/// renewal's re-issue, a rotation's phase).
+pub(crate) fn lab_context(
     work: &Path,
     edit: impl Fn(String) -> String,
-    reissue: Option<Reissue>,
+    keys: impl FnOnce(KeyDir) -> KeyDir,
 ) -> Arc<InstallContext> {
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
     let file = work.join("cluster.yaml");
     std::fs::write(&file, edit(text)).expect("write");
     let catalog = repo().join("tests/lab/mirror/catalog-lab.yaml");
     let mut ctx = load_context(&file, Some(&catalog), None, work).expect("cluster loads");
-    let keys = KeyDir::new(ctx.pki_dir.clone(), Keys::Keep);
-    ctx.keys = match reissue {
-        Some(r) => keys.with_reissue(r),
-        None => keys,
-    };
+    ctx.keys = keys(KeyDir::new(ctx.pki_dir.clone(), Keys::Keep));
     Arc::new(ctx)
 }
 
-fn kubexm(t: String) -> String {
+/// The lab cluster (edited), its PKI re-issued as `reissue` says.
+fn context(
+    work: &Path,
+    edit: impl Fn(String) -> String,
+    reissue: Option<Reissue>,
+) -> Arc<InstallContext> {
+    lab_context(work, edit, |keys| match reissue {
+        Some(r) => keys.with_reissue(r),
+        None => keys,
+    })
+}
+
+pub(crate) fn kubexm(t: String) -> String {
     t.replace("    type: kubeadm\n", "    type: kubexm\n")
 }
 
@@ -440,16 +449,21 @@ fn reissue_takes_leaves_under_the_threshold_issued_before_the_renewal() {
     assert!(!Reissue { all: true, ..r }.due(100 * day - 3600, 465 * day, 100 * day + 60));
 }
 
+/// `args` exits 2 (usage) asking to review with --dry-run and pass --yes.
+pub(crate) fn refused_asking_for_yes(work: &Path, args: &[&str]) {
+    let out = cli(work, args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(
+        err.contains("pass --yes") && err.contains("--dry-run"),
+        "{args:?}: {err}"
+    );
+}
+
 #[test]
 fn renew_refuses_without_yes_and_contradictory_thresholds() {
     let work = tempfile::tempdir().expect("tempdir");
-    let out = cli(work.path(), &["certs", "renew"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("pass --yes") && err.contains("--dry-run"),
-        "{err}"
-    );
+    refused_asking_for_yes(work.path(), &["certs", "renew"]);
     assert!(
         !work.path().join("state").exists(),
         "a refused renewal writes nothing"

@@ -1,0 +1,17 @@
+//! The `rotate-ca` pipeline of one phase ([`crate::rotation::Phase`]): the etcd members first,
+//! then the API servers that read the etcd CA (modules in [`crate::modules::rotate`]; each skips
+//! itself when it does not apply).
+
+use crate::modules::rotate::{Rotate, RotateEtcdClientsModule, RotateEtcdModule};
+use crate::pipeline::Pipeline;
+
+/// The pipeline of `r`'s phase (state and journal named `rotate-ca-etcd-<phase>`).
+pub fn rotate_pipeline(r: &Rotate) -> Pipeline {
+    Pipeline {
+        name: format!("rotate-ca-etcd-{}", r.phase),
+        modules: vec![
+            Box::new(RotateEtcdModule(r.clone())),
+            Box::new(RotateEtcdClientsModule(r.clone())),
+        ],
+    }
+}

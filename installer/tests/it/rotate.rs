@@ -1,0 +1,219 @@
+//! `rotate-ca --ca etcd`: the plan of each phase on both bootstrap paths, what each phase
+//! uploads (trust-both and drop-old the bundle alone, reissue every leaf), each phase built
+//! twice changing nothing the second time, and the command's refusals.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kubexm_install::context::InstallContext;
+use kubexm_install::modules::rotate::Rotate;
+use kubexm_install::pipeline::plan::{self, Plan};
+use kubexm_install::pipelines::rotate::rotate_pipeline;
+use kubexm_install::pki::Rotating;
+use kubexm_install::rotation::{Files, Phase};
+
+use crate::day2::cli;
+use crate::renew::{kubexm, lab_context, refused_asking_for_yes};
+
+const ID: i64 = 1_700_000_000;
+
+/// The lab cluster (edited), the etcd CA seen as `phase` leaves it.
+fn context(
+    work: &Path,
+    edit: impl Fn(String) -> String,
+    phase: Option<Phase>,
+) -> Arc<InstallContext> {
+    lab_context(work, edit, |keys| match phase {
+        Some(phase) => keys.with_rotation(Rotating {
+            name: "etcd".into(),
+            phase,
+            id: ID,
+        }),
+        None => keys,
+    })
+}
+
+fn plan_of(ctx: &Arc<InstallContext>, phase: Phase) -> Plan {
+    let r = Rotate {
+        ctx: ctx.clone(),
+        id: ID,
+        phase,
+    };
+    plan::build(&rotate_pipeline(&r), &ctx.plan_nodes(), &Default::default()).expect("plan")
+}
+
+fn outline(p: &Plan) -> String {
+    crate::restore::outline_with(p, true)
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).expect("read")
+}
+
+/// The etcd files the rotation's etcd task uploads to node1 (names in the certificate
+/// directory).
+fn uploads_to_node1(p: &Plan) -> Vec<String> {
+    let mut names: Vec<String> = p
+        .modules
+        .iter()
+        .filter(|m| m.name == "rotate-etcd-ca")
+        .flat_map(|m| &m.tasks)
+        .flat_map(|t| &t.steps)
+        .filter(|s| s.name == "etcd-certificates")
+        .flat_map(|s| &s.groups)
+        .filter(|g| g.nodes.iter().any(|n| n == "node1"))
+        .flat_map(|g| &g.ops)
+        .filter_map(|o| {
+            o.detail
+                .split_whitespace()
+                .find(|w| w.starts_with("/etc/ssl/etcd/ssl/") && w.ends_with(".pem"))
+                .map(|w| w.trim_start_matches("/etc/ssl/etcd/ssl/").to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every phase in turn on a fresh install's PKI: what it plans, what the control host then holds.
+fn every_phase(edit: impl Fn(String) -> String + Copy, snapshot: &str) {
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = context(work.path(), edit, None);
+    // The install made the old CA and the leaves.
+    let _ = plan_of(&installed, Phase::TrustBoth);
+    let etcd = installed.pki_dir.join("etcd");
+    let files = Files::new(&etcd, "etcd");
+    let old = read(&files.crt);
+    let member = read(&etcd.join("member-node1.crt"));
+    assert!(!files.next_crt.exists());
+
+    let mut outlines = String::new();
+    // `new`: nothing on the nodes (both modules skip themselves), the new CA made beside the old.
+    let new = context(work.path(), edit, Some(Phase::New));
+    let p = plan_of(&new, Phase::New);
+    let o = outline(&p);
+    assert!(
+        o.contains("rotate-etcd-ca — skipped: the new etcd CA is made on the control host"),
+        "{o}"
+    );
+    outlines.push_str(&format!("## new\n{o}"));
+    new.key_dir()
+        .join("etcd")
+        .ca("etcd", "etcd-ca")
+        .expect("new CA");
+    let next = read(&files.next_crt);
+    assert_ne!(next, old);
+    assert_eq!(read(&files.crt), old, "the old CA is kept");
+
+    for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
+        let ctx = context(work.path(), edit, Some(phase));
+        let p = plan_of(&ctx, phase);
+        let o = outline(&p);
+        outlines.push_str(&format!("## {phase}\n{o}"));
+        assert!(
+            o.contains(&format!(
+                "rotate-etcd-ca / etcd-{phase} on node1,node2,node3 (one at a time): etcd-certificates, restart-etcd-member"
+            )),
+            "{o}"
+        );
+        let text = p.to_text();
+        assert!(text.contains("endpoint health --cluster"), "{text}");
+        assert!(
+            text.contains(&format!("kubexm-rotated-etcd-{phase}"))
+                && text.contains(&ID.to_string()),
+            "restarts guarded by the rotation's marker:\n{text}"
+        );
+        let uploads = uploads_to_node1(&p);
+        if phase == Phase::Reissue {
+            for f in [
+                "ca.pem",
+                "member-node1.pem",
+                "peer-node1-key.pem",
+                "admin-node1.pem",
+                "node-node1.pem",
+            ] {
+                assert!(
+                    uploads.iter().any(|u| u == f),
+                    "reissue uploads {f}: {uploads:?}"
+                );
+            }
+            assert_ne!(read(&etcd.join("member-node1.crt")), member, "reissued");
+        } else {
+            assert_eq!(uploads, ["ca.pem"], "{phase} uploads the bundle alone");
+        }
+        // Idempotent: building the phase again makes the same files.
+        let leaf = read(&etcd.join("member-node1.crt"));
+        let again = plan_of(&context(work.path(), edit, Some(phase)), phase);
+        assert_eq!(read(&etcd.join("member-node1.crt")), leaf, "{phase}");
+        assert_eq!(again.to_text(), text, "{phase} planned twice differs");
+    }
+    // Reissued leaves verify against the new CA only.
+    let leaf = read(&etcd.join("member-node1.crt"));
+    let verify = |ca: &Path| {
+        std::process::Command::new("openssl")
+            .arg("verify")
+            .arg("-CAfile")
+            .arg(ca)
+            .arg(etcd.join("member-node1.crt"))
+            .output()
+            .expect("openssl")
+            .status
+            .success()
+    };
+    assert!(verify(&files.next_crt));
+    assert!(!verify(&files.crt), "not the old CA's");
+    assert!(leaf.contains("BEGIN CERTIFICATE"));
+    insta::assert_snapshot!(snapshot, outlines);
+}
+
+#[test]
+fn kubexm_path_rotates_the_etcd_ca_phase_by_phase_then_restarts_each_api_server() {
+    every_phase(kubexm, "rotate-etcd-outline-kubexm");
+}
+
+#[test]
+fn kubeadm_path_rotates_the_etcd_ca_and_refreshes_the_api_servers_copies() {
+    every_phase(|t| t, "rotate-etcd-outline-kubeadm");
+}
+
+#[test]
+fn rotate_ca_refuses_without_yes_unknown_phases_and_other_cas() {
+    let work = tempfile::tempdir().expect("tempdir");
+    refused_asking_for_yes(work.path(), &["rotate-ca", "--ca", "etcd"]);
+    assert!(
+        std::fs::read_dir(work.path())
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0,
+        "a refused rotation writes nothing"
+    );
+
+    let bad = cli(
+        work.path(),
+        &["rotate-ca", "--ca", "etcd", "--phase", "trust-all", "--yes"],
+    );
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("trust-all") && err.contains("trust-both"),
+        "{err}"
+    );
+
+    for ca in ["kubernetes", "front-proxy", "all"] {
+        let out = cli(work.path(), &["rotate-ca", "--ca", ca, "--yes"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{ca}: {err}");
+        assert!(
+            err.contains("not supported yet") && err.contains("--ca etcd"),
+            "{ca}: {err}"
+        );
+    }
+
+    let none = cli(work.path(), &["rotate-ca", "--ca", "etcd", "--yes"]);
+    assert!(!none.status.success());
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("no cluster is recorded"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+}
