@@ -112,6 +112,24 @@ pub fn check_component(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// The longest network interface name Linux accepts (`IFNAMSIZ` - 1).
+pub const INTERFACE_NAME_MAX: usize = 15;
+
+/// A network interface name KubeXM accepts (`spec.loadBalancer.interface`, and what nodes
+/// report): 1 to 15 bytes, not `.` or `..`, of ASCII letters, digits, `.`, `_` and `-`. Linux
+/// accepts more (anything but `/`, `:` and whitespace), but every name an installer meets
+/// (`eth0`, `enp0s3`, `bond0.100`, `br-lan`, `vxlan.calico`) fits, and such a name is safe in a
+/// shell command and a message.
+pub fn is_interface_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= INTERFACE_NAME_MAX
+        && s != "."
+        && s != ".."
+        && s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// RFC 1123 label: what Kubernetes requires of namespaces and most object names.
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()

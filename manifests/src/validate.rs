@@ -16,7 +16,9 @@ use crate::model::{
     AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
     Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
 };
-use crate::name::{check_component, is_dns_label, is_dns_subdomain};
+use crate::name::{
+    check_component, is_dns_label, is_dns_subdomain, is_interface_name, INTERFACE_NAME_MAX,
+};
 use crate::ranges;
 use crate::version::KubeVersion;
 
@@ -679,13 +681,32 @@ fn check_network(
                 format!("`{p}` is smaller than one node's /{node_mask} pod range"),
                 format!("use a prefix of /{node_mask} or shorter"),
             );
-        } else if p.addr().is_ipv4() {
-            let subnets = 1u64 << (node_mask - p.prefix_len());
+        } else {
+            // Every node that runs a kubelet (masters and workers) gets one range of each
+            // family: the pod CIDR split at the node mask must give at least as many.
+            let diff = u32::from(node_mask - p.prefix_len());
+            let subnets = if diff >= 64 { u64::MAX } else { 1u64 << diff };
             if (nodes.len() as u64) > subnets {
+                let mask_field = key.map_or_else(
+                    || "kube-controller-manager's default".to_string(),
+                    |k| format!("spec.kubernetes.controllerManagerArgs.{k}: {node_mask}"),
+                );
+                let mask_key = if pods.len() == 2 {
+                    family_key
+                } else {
+                    "node-cidr-mask-size"
+                };
                 c.add(
                     "spec.network.podCidr",
-                    format!("`{p}` holds {subnets} node ranges of /{node_mask} but the cluster has {} nodes", nodes.len()),
-                    "use a larger pod CIDR, or a longer node-cidr-mask-size in spec.kubernetes.controllerManagerArgs",
+                    format!(
+                        "`{p}` holds {subnets} node ranges of /{node_mask} ({mask_field}) but the cluster has {} nodes that run a kubelet (masters and workers)",
+                        nodes.len()
+                    ),
+                    format!(
+                        "use a pod CIDR of /{} or shorter, or a longer {mask_key} in spec.kubernetes.controllerManagerArgs (as long as maxPods still fits)",
+                        u32::from(node_mask)
+                            .saturating_sub(nodes.len().next_power_of_two().trailing_zeros())
+                    ),
                 );
             }
         }
@@ -699,13 +720,24 @@ fn check_network(
         );
     }
     if let Some(v) = version {
-        if dual && v.dual_stack() != DualStack::Stable {
+        // IPv6DualStack: alpha behind its feature gate in v1.20, beta and on by default from
+        // v1.21, GA in v1.23 (Kubernetes documentation, "IPv4/IPv6 dual-stack").
+        if dual && v.dual_stack() == DualStack::Alpha {
             c.add(
                 "spec.network.podCidr",
-                format!("dual-stack is not generally available in {v}"),
-                "use Kubernetes v1.23 or later, or a single-stack CIDR",
+                format!("dual-stack (two CIDRs in podCidr and serviceCidr) needs Kubernetes v1.21 or later; in {v} (spec.kubernetes.version) it is alpha, behind the IPv6DualStack feature gate"),
+                "use Kubernetes v1.21 or later (dual-stack beta, on by default; GA from v1.23), or one CIDR in podCidr and serviceCidr",
             );
         }
+    }
+    // kube-controller-manager refuses the family-less mask on a dual-stack cluster ("usage of
+    // --node-cidr-mask-size is not allowed with dual-stack clusters").
+    if pods.len() == 2 && cm_args.contains_key("node-cidr-mask-size") {
+        c.add(
+            "spec.kubernetes.controllerManagerArgs.node-cidr-mask-size",
+            "kube-controller-manager refuses node-cidr-mask-size on a dual-stack cluster",
+            "use node-cidr-mask-size-ipv4 and node-cidr-mask-size-ipv6 instead",
+        );
     }
     if n.plugin == Plugin::Multus {
         match n.multus.delegate {
@@ -928,6 +960,15 @@ fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
             format!("{what} needs the network interface that carries the VIP"),
             "set interface, e.g. eth0",
         );
+    }
+    if let Some(iface) = lb.interface.as_deref() {
+        if !is_interface_name(iface) {
+            c.add(
+                "spec.loadBalancer.interface",
+                format!("`{iface}` is not a network interface name"),
+                format!("write the interface's name as `ip link` shows it (at most {INTERFACE_NAME_MAX} letters, digits, `.`, `_` or `-`), e.g. eth0"),
+            );
+        }
     }
     let managed_external =
         lb.mode == LbMode::External && lb.external.kind != ExternalLbType::External;

@@ -14,6 +14,7 @@
 
 pub mod checks;
 pub mod host;
+pub mod net;
 pub mod node;
 pub mod parse;
 

@@ -338,7 +338,7 @@ fn network() {
     expect(
         |f| f.spec.network.pod_cidr = "10.244.0.0/23".into(),
         "spec.network.podCidr",
-        "holds 2 node ranges of /24 but the cluster has 4 nodes",
+        "`10.244.0.0/23` holds 2 node ranges of /24 (kube-controller-manager's default) but the cluster has 4 nodes that run a kubelet (masters and workers)",
     );
     expect(
         |f| f.spec.network.pod_cidr = "10.244.0.0/26".into(),
@@ -367,7 +367,7 @@ fn network() {
                 .insert("node-cidr-mask-size".into(), "25".into());
         },
         "spec.network.podCidr",
-        "holds 2 node ranges of /25 but the cluster has 4 nodes",
+        "holds 2 node ranges of /25 (spec.kubernetes.controllerManagerArgs.node-cidr-mask-size: 25) but the cluster has 4 nodes",
     );
     expect(
         |f| {
@@ -389,15 +389,70 @@ fn network() {
         "spec.network.podCidr",
         "same IP family",
     );
-    expect_in(
-        &with_old_release(),
+    // Issue 19: dual-stack needs v1.21+ (IPv6DualStack beta, on by default); v1.20 has it
+    // alpha behind the feature gate.
+    let dual = |f: &mut ClusterFile| {
+        f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8600::/56".into();
+        f.spec.network.service_cidr = "10.233.0.0/18,fd85:ee78:d8a6:9000::1000/116".into();
+    };
+    expect(
         |f| {
-            f.spec.kubernetes.version = "v1.22.17".into();
-            f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8607::1:0/112".into();
-            f.spec.network.service_cidr = "10.233.0.0/18,fd85:ee78:d8a6:8607::1000/116".into();
+            dual(f);
+            f.spec.kubernetes.version = "v1.20.2".into();
         },
         "spec.network.podCidr",
-        "dual-stack is not generally available in v1.22.17",
+        "needs Kubernetes v1.21 or later; in v1.20.2 (spec.kubernetes.version) it is alpha",
+    );
+    for v in ["v1.21.14", "v1.22.17", "v1.23.17"] {
+        assert_eq!(
+            problems_with(&with_old_release(), |f| {
+                dual(f);
+                f.spec.kubernetes.version = v.into();
+                // The builtin catalog has no CNI default for every old patch release.
+                f.spec.network.plugin = Plugin::None;
+            }),
+            Vec::<Problem>::new(),
+            "dual-stack on {v}"
+        );
+    }
+    // Issue 19: the IPv6 pod range split by the node mask (default /64) against the 4 nodes.
+    expect(
+        |f| {
+            dual(f);
+            f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8600::/63".into();
+        },
+        "spec.network.podCidr",
+        "`fd85:ee78:d8a6:8600::/63` holds 2 node ranges of /64 (kube-controller-manager's default) but the cluster has 4 nodes that run a kubelet",
+    );
+    expect(
+        |f| {
+            dual(f);
+            f.spec
+                .kubernetes
+                .controller_manager_args
+                .insert("node-cidr-mask-size-ipv6".into(), "57".into());
+        },
+        "spec.network.podCidr",
+        "`fd85:ee78:d8a6:8600::/56` holds 2 node ranges of /57 (spec.kubernetes.controllerManagerArgs.node-cidr-mask-size-ipv6: 57) but the cluster has 4 nodes",
+    );
+    let hint = problems_with(&builtin(), |f| {
+        dual(f);
+        f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8600::/63".into();
+    });
+    assert!(
+        hint.iter().any(|p| p.hint.contains("use a pod CIDR of /62 or shorter")),
+        "{hint:#?}"
+    );
+    expect(
+        |f| {
+            dual(f);
+            f.spec
+                .kubernetes
+                .controller_manager_args
+                .insert("node-cidr-mask-size".into(), "24".into());
+        },
+        "spec.kubernetes.controllerManagerArgs.node-cidr-mask-size",
+        "refuses node-cidr-mask-size on a dual-stack cluster",
     );
     expect(
         |f| f.spec.network.plugin = Plugin::Multus,
@@ -508,6 +563,27 @@ fn load_balancer() {
         "spec.loadBalancer.vip",
         "already the address of host `m2`",
     );
+    // Issue 19: the interface is put into commands and messages: a plain name only.
+    for bad in ["eth0; reboot", "$(reboot)", "a-very-long-interface", "..", "eth 0"] {
+        expect(
+            |f| {
+                kube_vip(f);
+                f.spec.load_balancer.interface = Some(bad.into());
+            },
+            "spec.loadBalancer.interface",
+            "is not a network interface name",
+        );
+    }
+    for good in ["eth0", "bond0.100", "br-lan", "enp0s31f6"] {
+        assert_eq!(
+            problems_with(&builtin(), |f| {
+                kube_vip(f);
+                f.spec.load_balancer.interface = Some(good.into());
+            }),
+            Vec::<Problem>::new(),
+            "{good}"
+        );
+    }
     expect(
         |f| f.spec.load_balancer.vip = Some("vip.local".into()),
         "spec.loadBalancer.vip",

@@ -2,8 +2,12 @@
 //! install before anything changed, with what is wrong and what to do.
 
 mod host;
+mod network;
 
 pub use host::{CheckHostRequirements, GatherHostFacts, HostRules};
+pub use network::{
+    CheckNodeNetwork, CheckVipFree, GatherNetFacts, NetRules, ProbeVip, VipRule, WantedAddress,
+};
 
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
@@ -27,11 +31,25 @@ impl Module for PreflightModule {
         let ctx = &self.0;
         let limits = ctx.cluster.file.spec.system.preflight.clone();
         let cluster = ctx.cluster.cluster_name().to_string();
-        Ok(vec![
-            // Facts first: the kernel and cgroup hierarchy of every node, then the decision.
-            Task::new("gather-host-facts", ctx.all()).step(GatherHostFacts),
+        let net = Arc::new(NetRules::of(ctx));
+        let mut tasks = vec![
+            // Facts first: the kernel, cgroup hierarchy, interfaces and addresses of every
+            // node, then the decision.
+            Task::new("gather-host-facts", ctx.all())
+                .step(GatherHostFacts)
+                .step(GatherNetFacts),
             Task::new("check-host-requirements", ctx.all())
-                .step(CheckHostRequirements(ctx.clone())),
+                .step(CheckHostRequirements(ctx.clone()))
+                .step(CheckNodeNetwork(net.clone())),
+        ];
+        // The VIP, probed from its first holder once every node's addresses are known.
+        if let Some(rule) = &net.vip {
+            if let Some(first) = rule.holders.first() {
+                tasks.push(Task::new("probe-vip", [first.clone()]).step(ProbeVip(rule.clone())));
+                tasks.push(Task::new("check-vip", [first.clone()]).step(CheckVipFree(net.clone())));
+            }
+        }
+        tasks.push(
             Task::new("check-nodes", ctx.all())
                 .step(CheckAccess)
                 .step(CheckOs)
@@ -61,7 +79,8 @@ impl Module for PreflightModule {
                 .step(CheckPorts { cluster })
                 .step(CheckResolvConf)
                 .step(CheckHostSettings),
-        ])
+        );
+        Ok(tasks)
     }
 }
 
