@@ -17,7 +17,7 @@ use crate::pipeline::Facts;
 
 /// The probe preflight runs on every node (read-only). Interfaces without an address (a VIP's
 /// interface before keepalived starts may have none) appear only under `/sys/class/net`.
-pub const PROBE: &str = "echo '#links'\nls -1 /sys/class/net\necho '#addrs'\nip -o addr show";
+pub const PROBE: &str = "if ! command -v ip >/dev/null 2>&1; then echo 'ip (iproute2) is not installed: install it (kubeadm needs it too) and re-run' >&2; exit 1; fi\necho '#links'\nls -1 /sys/class/net\necho '#addrs'\nip -o addr show";
 
 /// At most this much probe output is read.
 pub const MAX_OUTPUT: usize = 256 * 1024;

@@ -245,3 +245,247 @@ fn node_preparation_installs_what_the_proxy_mode_needs() {
         "{ipt:?}"
     );
 }
+
+/// A stand-in node for the network checks (issue 19): answers the interface probe with `net`
+/// and the VIP probe with `vip`.
+struct NetAnswer {
+    net: String,
+    vip: &'static str,
+}
+
+#[async_trait]
+impl Runner for NetAnswer {
+    fn node(&self) -> &str {
+        "stand-in"
+    }
+    async fn exec(&self, e: &Exec) -> Result<ExecOutput, RunError> {
+        let script = format!("{e:?}");
+        let stdout = if script.contains("arping") {
+            self.vip.to_string()
+        } else if script.contains("#links") {
+            self.net.clone()
+        } else {
+            String::new()
+        };
+        Ok(ExecOutput {
+            code: Some(0),
+            stdout,
+            stderr: String::new(),
+        })
+    }
+    async fn upload(&self, _: &Upload) -> Result<UploadOutcome, RunError> {
+        Ok(UploadOutcome::Uploaded(0))
+    }
+}
+
+/// `ip -o addr` of a node with `addrs` on eth0.
+fn ip_addr(addrs: &[&str]) -> String {
+    let mut s = "#links\nlo\neth0\n#addrs\n1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n".to_string();
+    for a in addrs {
+        let family = if a.contains(':') { "inet6" } else { "inet" };
+        s.push_str(&format!(
+            "2: eth0@if7    {family} {a} scope global eth0\\       valid_lft forever preferred_lft forever\n"
+        ));
+    }
+    s
+}
+
+/// Runs preflight's network tasks as the install does (facts on every node, then the
+/// decisions; the VIP from its first holder): the first refusal, or every note.
+async fn network_preflight(
+    ctx: &Arc<InstallContext>,
+    nodes: &[(&str, String)],
+    vip: &'static str,
+) -> Result<Vec<String>, String> {
+    use kubexm_install::modules::preflight::{
+        CheckNodeNetwork, CheckVipFree, GatherNetFacts, NetRules, ProbeVip,
+    };
+    let facts = Facts::default();
+    let rules = Arc::new(NetRules::of(ctx));
+    let runner = |name: &str| NetAnswer {
+        net: nodes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| ip_addr(&[])),
+        vip,
+    };
+    let mut notes = Vec::new();
+    let run = |ops: Vec<Op>, r: NetAnswer| async move {
+        let mut out = Vec::new();
+        for op in ops {
+            let a = op
+                .generic()
+                .apply_noted(&r)
+                .await
+                .map_err(|e| e.to_string())?;
+            out.extend(a.notes);
+        }
+        Ok::<_, String>(out)
+    };
+    for name in ctx.all() {
+        let n = ctx.node(&name).expect("node");
+        notes.extend(run(GatherNetFacts.ops(n, &facts).expect("ops"), runner(&name)).await?);
+    }
+    for name in ctx.all() {
+        let n = ctx.node(&name).expect("node");
+        let ops = CheckNodeNetwork(rules.clone()).ops(n, &facts).expect("ops");
+        notes.extend(run(ops, runner(&name)).await?);
+    }
+    if let Some(rule) = &rules.vip {
+        let first = ctx.node(&rule.holders[0]).expect("holder");
+        let ops = ProbeVip(rule.clone()).ops(first, &facts).expect("ops");
+        notes.extend(run(ops, runner(&first.name)).await?);
+        let ops = CheckVipFree(rules.clone()).ops(first, &facts).expect("ops");
+        notes.extend(run(ops, runner(&first.name)).await?);
+    }
+    Ok(notes)
+}
+
+fn healthy_nodes() -> Vec<(&'static str, String)> {
+    vec![
+        ("master1", ip_addr(&["192.168.50.11/24"])),
+        ("master2", ip_addr(&["192.168.50.12/24"])),
+        ("master3", ip_addr(&["192.168.50.13/24"])),
+        ("worker1", ip_addr(&["192.168.50.21/24"])),
+        ("worker2", ip_addr(&["192.168.50.22/24"])),
+    ]
+}
+
+/// Issue 19: each node holds its configured internal address; the VIP's interface is on every
+/// node that holds the VIP (keepalived on the masters here).
+#[tokio::test]
+async fn node_addresses_and_the_vip_interface_are_checked_on_every_node() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = cluster(work.path(), "v1.31.13", "kubexm", |t| t);
+    assert_eq!(
+        network_preflight(&ctx, &healthy_nodes(), "ping=silent\narping=absent\n").await,
+        Ok(vec![])
+    );
+    // worker1's address is not on the machine (a typo in cluster.yaml, or the wrong host).
+    let mut nodes = healthy_nodes();
+    nodes[3].1 = ip_addr(&["192.168.50.121/24"]);
+    let e = network_preflight(&ctx, &nodes, "ping=silent\narping=absent\n")
+        .await
+        .expect_err("worker1 refused");
+    assert!(
+        e.contains("node worker1: spec.hosts[3].address 192.168.50.21 is not assigned to any interface of the node (`ip -o addr` shows 192.168.50.121 on eth0)"),
+        "{e}"
+    );
+    // master3 names its interface differently.
+    let mut nodes = healthy_nodes();
+    nodes[2].1 = "#links\nlo\nens3\n#addrs\n2: ens3    inet 192.168.50.13/24 scope global ens3\n"
+        .to_string();
+    let e = network_preflight(&ctx, &nodes, "ping=silent\narping=absent\n")
+        .await
+        .expect_err("master3 refused");
+    assert!(
+        e.contains("node master3 has no network interface `eth0` (spec.loadBalancer.interface: keepalived puts the VIP 192.168.50.100 on it there); its interfaces: ens3, lo"),
+        "{e}"
+    );
+    // A worker holds no VIP: its interface names do not matter.
+    let mut nodes = healthy_nodes();
+    nodes[4].1 = "#links\nlo\nens3\n#addrs\n2: ens3    inet 192.168.50.22/24 scope global ens3\n"
+        .to_string();
+    assert_eq!(
+        network_preflight(&ctx, &nodes, "ping=silent\narping=absent\n").await,
+        Ok(vec![])
+    );
+}
+
+/// Issue 19: on a dual-stack cluster the node's internalAddressV6 (the kubelet's second
+/// `--node-ip`) must be assigned too; on a single-stack cluster it is not used, so not checked.
+#[tokio::test]
+async fn the_ipv6_address_is_checked_on_dual_stack_clusters() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let v6 = |t: String| {
+        t.replace(
+            "{name: worker1, address: 192.168.50.21}",
+            "{name: worker1, address: 192.168.50.21, internalAddressV6: 'fd00:50::21'}",
+        )
+    };
+    let single = cluster(work.path(), "v1.31.13", "kubexm", v6);
+    assert_eq!(
+        network_preflight(&single, &healthy_nodes(), "ping=silent\narping=silent\n").await,
+        Ok(vec![])
+    );
+    let dual = cluster(work.path(), "v1.31.13", "kubexm", |t| {
+        v6(t).replace(
+            "  network:\n",
+            "  network:\n    podCidr: 10.233.64.0/18,fd00:64::/56\n    serviceCidr: 10.233.0.0/18,fd00:233::/112\n",
+        )
+    });
+    let e = network_preflight(&dual, &healthy_nodes(), "ping=silent\narping=silent\n")
+        .await
+        .expect_err("v6 missing");
+    assert!(
+        e.contains("node worker1: spec.hosts[3].internalAddressV6 fd00:50::21 is not assigned to any interface of the node (`ip -o addr` shows no IPv6 address)"),
+        "{e}"
+    );
+    let mut nodes = healthy_nodes();
+    nodes[3].1 = ip_addr(&["192.168.50.21/24", "fd00:50::21/64"]);
+    assert_eq!(
+        network_preflight(&dual, &nodes, "ping=silent\narping=silent\n").await,
+        Ok(vec![])
+    );
+}
+
+/// Issue 19: a VIP something else answers for is refused before the first install; once one
+/// of this cluster's nodes holds it (a re-run, day-2), the answer is ours.
+#[tokio::test]
+async fn a_vip_in_use_is_refused_unless_this_cluster_holds_it() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = cluster(work.path(), "v1.31.13", "kubexm", |t| t);
+    let e = network_preflight(&ctx, &healthy_nodes(), "ping=answered\narping=absent\n")
+        .await
+        .expect_err("in use");
+    assert!(
+        e.contains("the VIP 192.168.50.100 (spec.loadBalancer.vip) is already in use: probed from node master1, it answers (ping answered, arping absent), and no node of this cluster has it on an interface"),
+        "{e}"
+    );
+    let e = network_preflight(&ctx, &healthy_nodes(), "ping=silent\narping=answered\n")
+        .await
+        .expect_err("ARP answer");
+    assert!(e.contains("arping answered"), "{e}");
+    // keepalived on master2 holds it: a re-run of the install.
+    let mut nodes = healthy_nodes();
+    nodes[1].1 = ip_addr(&["192.168.50.12/24", "192.168.50.100/32"]);
+    let notes = network_preflight(&ctx, &nodes, "ping=answered\narping=answered\n")
+        .await
+        .expect("ours");
+    assert_eq!(
+        notes,
+        vec!["VIP not in use: the VIP 192.168.50.100 is already on eth0 of node master2 (this cluster's keepalived): not checked for another user".to_string()]
+    );
+    // kube-vip: the masters hold it; without a load balancer that puts a VIP on an interface
+    // there is nothing to probe.
+    let kube_vip = cluster(work.path(), "v1.31.13", "kubeadm", |t| {
+        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "")
+            .replace(
+                "    mode: external\n    external:\n      type: kubexm-kh\n",
+                "    mode: internal\n    internal:\n      type: kube-vip\n",
+            )
+    });
+    let rules = kubexm_install::modules::preflight::NetRules::of(&kube_vip);
+    let rule = rules.vip.expect("kube-vip VIP");
+    assert_eq!(rule.holder_kind, "kube-vip");
+    assert_eq!(rule.holders, ["master1", "master2", "master3"]);
+    let none = cluster(work.path(), "v1.31.13", "kubeadm", |t| {
+        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "").replace(
+            "    mode: external\n    external:\n      type: kubexm-kh\n",
+            "    mode: internal\n",
+        )
+    });
+    assert!(kubexm_install::modules::preflight::NetRules::of(&none)
+        .vip
+        .is_none());
+    use kubexm_install::modules::preflight::PreflightModule;
+    use kubexm_install::pipeline::Module;
+    let tasks: Vec<String> = PreflightModule(none.clone())
+        .tasks()
+        .expect("tasks")
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(!tasks.iter().any(|t| t.contains("vip")), "{tasks:?}");
+}
