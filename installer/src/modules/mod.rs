@@ -12,6 +12,7 @@ pub mod delete;
 pub mod dns;
 pub mod etcd;
 pub mod etcd_member;
+pub mod finalize;
 pub mod images;
 pub mod internal_lb;
 pub mod kubeadm;

@@ -27,7 +27,8 @@
 //! 9. `local-api-proxies` — with a new master, every worker's local API proxy (internal
 //!    haproxy/nginx) lists it.
 //! 10. `network` — from the first master: the pod network (unchanged) and every node Ready.
-//! 11. `post-install` — the operator's `system.postInstall` scripts on the new nodes (e.g. the
+//! 11. `finalize` — a new master's non-root SSH user gets the admin kubeconfig in `~/.kube/config`.
+//! 12. `post-install` — the operator's `system.postInstall` scripts on the new nodes (e.g. the
 //!     CNI an operator brings with `network.plugin: none`, without which a new node never turns
 //!     Ready). The existing nodes' stamps keep their runs as they were.
 
@@ -43,7 +44,8 @@ use crate::facts::ClusterFacts;
 use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime, scripts,
+    etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime,
+    scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -204,6 +206,16 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
     phases.push(
         Phase::new("network", network::NetworkModule(d.clone()))
             .scope(d.scope(std::slice::from_ref(&first))?),
+    );
+    phases.push(
+        Phase::new("finalize", finalize::FinalizeModule(d.clone()))
+            .scope(new.clone())
+            .skip_if(
+                !new_masters
+                    .iter()
+                    .any(|m| finalize::has_non_root_user(d, m)),
+                "no new master with a non-root SSH user: no user kubeconfig to write",
+            ),
     );
     phases.push(Phase::new("post-install", scripts::PostInstallModule(d.clone())).scope(new));
     Ok(Pipeline {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::context::InstallContext;
 use crate::modules::restore_fresh::{FreshRestore, KubeadmCaModule, RestoredEtcdModule};
 use crate::modules::{
-    addons, dns, etcd, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
-    runtime, scripts,
+    addons, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight,
+    registry, runtime, scripts,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -51,6 +51,7 @@ pub(crate) fn install_modules(
         Box::new(network::NetworkModule(ctx.clone())),
         Box::new(dns::NodeLocalDnsModule(ctx.clone())),
         Box::new(addons::AddonsModule(ctx.clone())),
+        Box::new(finalize::FinalizeModule(ctx.clone())),
         Box::new(scripts::PostInstallModule(ctx.clone())),
     ]);
     modules

@@ -7,6 +7,7 @@ mod day2;
 mod delete;
 mod dns;
 mod etcd;
+mod finalize;
 mod guide;
 mod harbor;
 mod intake;
