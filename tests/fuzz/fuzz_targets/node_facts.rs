@@ -1,12 +1,15 @@
 //! What nodes print about themselves: preflight's host facts (`facts::host::parse`: uname -r,
-//! the cgroup filesystem, os-release) and `status`'s node facts (`facts::node::parse_node`:
+//! the cgroup filesystem, os-release), its network facts (`facts::net::parse`: interfaces and
+//! `ip -o addr`; `facts::net::learn_vip`) and `status`'s node facts (`facts::node::parse_node`:
 //! versions, units, certificates). Never panics; accepted host facts are short and hold no
-//! control characters; node facts hold no control characters in what is printed.
+//! control characters; accepted interface names are plain and short, and the facts round-trip
+//! through the pipeline's store; node facts hold no control characters in what is printed.
 #![no_main]
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use kubexm_install::facts::{host, node};
+use kubexm_install::facts::{host, net, node};
+use kubexm_install::pipeline::Facts;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,6 +24,24 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = h.summary();
     }
+    if let Ok(n) = net::parse(text) {
+        for i in &n.interfaces {
+            assert!(i.as_str().len() <= net::IFNAME_MAX, "{i:?}");
+            assert!(
+                i.as_str()
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)),
+                "{i:?}"
+            );
+        }
+        let facts = Facts::default();
+        for (k, v) in n.to_facts() {
+            facts.set(format!("{}{k}", net::fact_prefix("n")), v);
+        }
+        assert_eq!(net::NetFacts::from_facts(&facts, "n").as_ref(), Some(&n));
+        let _ = (n.describe_family(true), n.describe_family(false), n.describe_interfaces());
+    }
+    let _ = net::learn_vip(text);
     let f = node::parse_node(text, UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     for c in &f.certificates {
         assert!(!c.path.chars().any(char::is_control), "{:?}", c.path);
