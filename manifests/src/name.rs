@@ -125,8 +125,7 @@ pub fn is_interface_name(s: &str) -> bool {
         && s.len() <= INTERFACE_NAME_MAX
         && s != "."
         && s != ".."
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 

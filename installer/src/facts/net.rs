@@ -308,7 +308,11 @@ impl VipProbe {
 
     /// `ping answered, arping absent`.
     pub fn summary(&self) -> String {
-        format!("ping {}, arping {}", self.ping.as_str(), self.arping.as_str())
+        format!(
+            "ping {}, arping {}",
+            self.ping.as_str(),
+            self.arping.as_str()
+        )
     }
 }
 
@@ -395,7 +399,9 @@ mod tests {
         assert_eq!(NetFacts::from_facts(&facts, "node2"), None);
         // An interface without an address (before keepalived puts the VIP on it).
         let bare = parse("#links\nlo\nens3\n#addrs\n").expect("bare");
-        assert!(bare.interfaces.contains(&IfaceName::new("ens3").expect("n")));
+        assert!(bare
+            .interfaces
+            .contains(&IfaceName::new("ens3").expect("n")));
         assert_eq!(bare.describe_family(true), "no IPv4 address");
     }
 
@@ -403,7 +409,9 @@ mod tests {
     fn hostile_output_is_bounded_and_never_quoted() {
         assert!(parse(&"x".repeat(MAX_OUTPUT + 1)).is_err());
         assert!(parse("eth0\n").is_err(), "no sections");
-        let e = parse("\u{1b}[31mboom").expect_err("no sections").to_string();
+        let e = parse("\u{1b}[31mboom")
+            .expect_err("no sections")
+            .to_string();
         assert!(!e.contains('\u{1b}'), "{e}");
         // Names the kernel refuses, addresses that are not addresses, families that lie.
         let n = parse(&format!(
@@ -435,10 +443,22 @@ mod tests {
         assert_eq!(p.summary(), "ping silent, arping answered");
         assert!(learn_vip("ping=maybe\narping=absent\n").is_err());
         assert!(learn_vip("").is_err());
-        let s = vip_probe_script("10.0.0.100".parse().expect("ip"), &IfaceName::new("eth0").expect("n"));
+        let s = vip_probe_script(
+            "10.0.0.100".parse().expect("ip"),
+            &IfaceName::new("eth0").expect("n"),
+        );
         assert!(s.contains("timeout 10 ping -n -c 2 -W 1 10.0.0.100"), "{s}");
-        assert!(s.contains("arping -D -q -c 2 -w 3 -I eth0 10.0.0.100"), "{s}");
-        let s6 = vip_probe_script("fd00::64".parse().expect("ip"), &IfaceName::new("eth0").expect("n"));
-        assert!(s6.contains("ping -6") && s6.contains("echo arping=absent"), "{s6}");
+        assert!(
+            s.contains("arping -D -q -c 2 -w 3 -I eth0 10.0.0.100"),
+            "{s}"
+        );
+        let s6 = vip_probe_script(
+            "fd00::64".parse().expect("ip"),
+            &IfaceName::new("eth0").expect("n"),
+        );
+        assert!(
+            s6.contains("ping -6") && s6.contains("echo arping=absent"),
+            "{s6}"
+        );
     }
 }

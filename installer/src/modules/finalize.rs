@@ -77,10 +77,12 @@ impl Module for FinalizeModule {
         if masters.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(vec![Task::new("user-kubeconfig", masters).step(UserKubeconfig {
-            ctx: self.0.clone(),
-            src: admin_conf_on_masters(&self.0)?,
-        })])
+        Ok(vec![Task::new("user-kubeconfig", masters).step(
+            UserKubeconfig {
+                ctx: self.0.clone(),
+                src: admin_conf_on_masters(&self.0)?,
+            },
+        )])
     }
 }
 
@@ -174,7 +176,11 @@ mod tests {
             std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("shim");
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
-        format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())
+        format!(
+            "{}:{}",
+            dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
     }
 
     fn sh(path: &str, script: &str) -> bool {
@@ -208,14 +214,23 @@ mod tests {
 
         assert!(!sh(&path, &unless), "not done before");
         assert!(sh(&path, &c.command), "applied");
-        assert_eq!(std::fs::read(&config).expect("config"), std::fs::read(&admin).expect("admin"));
+        assert_eq!(
+            std::fs::read(&config).expect("config"),
+            std::fs::read(&admin).expect("admin")
+        );
         assert_eq!(mode(&home.join(".kube")), 0o700);
         assert_eq!(mode(&config), 0o600);
         assert!(sh(&path, &unless), "done: a re-run skips it");
         assert!(sh(&path, &c.command), "applying again is harmless");
-        assert!(!home.join(".kube/config.kubexm-bak").exists(), "no backup of our own copy");
+        assert!(
+            !home.join(".kube/config.kubexm-bak").exists(),
+            "no backup of our own copy"
+        );
         assert!(sh(&path, &undo), "reverted");
-        assert!(!config.exists() && !home.join(".kube").exists(), "what it wrote is gone");
+        assert!(
+            !config.exists() && !home.join(".kube").exists(),
+            "what it wrote is gone"
+        );
         assert!(sh(&path, &undo), "reverting twice is harmless");
 
         // The user's own kubeconfig is kept and put back.
@@ -230,7 +245,10 @@ mod tests {
         );
         assert!(sh(&path, &unless));
         assert!(sh(&path, &undo));
-        assert_eq!(std::fs::read_to_string(&config).expect("restored"), "mine\n");
+        assert_eq!(
+            std::fs::read_to_string(&config).expect("restored"),
+            "mine\n"
+        );
         assert!(home.join(".kube/other").exists(), "the user's files stay");
 
         // No such user, no admin kubeconfig: refused with what is wrong.
@@ -240,6 +258,10 @@ mod tests {
         assert!(!sh(&path, &c.command));
         // Hostile user names stay one quoted word.
         let c = UserKubeconfig::command("/etc/kubernetes/admin.conf", "a'; reboot; '");
-        assert!(c.command.contains(r"u='a'\''; reboot; '\'''"), "{}", c.command);
+        assert!(
+            c.command.contains(r"u='a'\''; reboot; '\'''"),
+            "{}",
+            c.command
+        );
     }
 }

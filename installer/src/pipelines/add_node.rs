@@ -44,8 +44,8 @@ use crate::facts::ClusterFacts;
 use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime,
-    scripts,
+    etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
+    runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 

@@ -55,7 +55,11 @@ fn the_admin_kubeconfig_goes_to_the_masters_non_root_ssh_users() {
             "{kind}: {}",
             cmds[0]
         );
-        assert!(cmds[0].contains("install -d -m 0700 -o \"$u\""), "{}", cmds[0]);
+        assert!(
+            cmds[0].contains("install -d -m 0700 -o \"$u\""),
+            "{}",
+            cmds[0]
+        );
     }
     // Every master logs in as root: nothing to do, and the plan says why.
     let ctx = cluster(work.path(), "v1.31.13", "kubeadm", |t| t);

@@ -471,10 +471,11 @@ async fn a_vip_in_use_is_refused_unless_this_cluster_holds_it() {
     assert_eq!(rule.holder_kind, "kube-vip");
     assert_eq!(rule.holders, ["master1", "master2", "master3"]);
     let none = cluster(work.path(), "v1.31.13", "kubeadm", |t| {
-        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "").replace(
-            "    mode: external\n    external:\n      type: kubexm-kh\n",
-            "    mode: internal\n",
-        )
+        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "")
+            .replace(
+                "    mode: external\n    external:\n      type: kubexm-kh\n",
+                "    mode: internal\n",
+            )
     });
     assert!(kubexm_install::modules::preflight::NetRules::of(&none)
         .vip

@@ -440,7 +440,8 @@ fn network() {
         f.spec.network.pod_cidr = "10.233.64.0/18,fd85:ee78:d8a6:8600::/63".into();
     });
     assert!(
-        hint.iter().any(|p| p.hint.contains("use a pod CIDR of /62 or shorter")),
+        hint.iter()
+            .any(|p| p.hint.contains("use a pod CIDR of /62 or shorter")),
         "{hint:#?}"
     );
     expect(
@@ -564,7 +565,13 @@ fn load_balancer() {
         "already the address of host `m2`",
     );
     // Issue 19: the interface is put into commands and messages: a plain name only.
-    for bad in ["eth0; reboot", "$(reboot)", "a-very-long-interface", "..", "eth 0"] {
+    for bad in [
+        "eth0; reboot",
+        "$(reboot)",
+        "a-very-long-interface",
+        "..",
+        "eth 0",
+    ] {
         expect(
             |f| {
                 kube_vip(f);

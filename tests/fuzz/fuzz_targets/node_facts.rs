@@ -39,7 +39,11 @@ fuzz_target!(|data: &[u8]| {
             facts.set(format!("{}{k}", net::fact_prefix("n")), v);
         }
         assert_eq!(net::NetFacts::from_facts(&facts, "n").as_ref(), Some(&n));
-        let _ = (n.describe_family(true), n.describe_family(false), n.describe_interfaces());
+        let _ = (
+            n.describe_family(true),
+            n.describe_family(false),
+            n.describe_interfaces(),
+        );
     }
     let _ = net::learn_vip(text);
     let f = node::parse_node(text, UNIX_EPOCH + Duration::from_secs(1_800_000_000));

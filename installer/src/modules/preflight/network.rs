@@ -132,7 +132,11 @@ impl NetRules {
             .flatten()
             .map(|w| format!("{} ({}) assigned to an interface", w.addr, w.field))
             .collect();
-        if let Some(v) = self.vip.as_ref().filter(|v| v.holders.iter().any(|h| h == node)) {
+        if let Some(v) = self
+            .vip
+            .as_ref()
+            .filter(|v| v.holders.iter().any(|h| h == node))
+        {
             parts.push(format!(
                 "interface {} present (spec.loadBalancer.interface, {})",
                 v.interface, v.holder_kind
@@ -160,7 +164,11 @@ impl NetRules {
                 ));
             }
         }
-        if let Some(v) = self.vip.as_ref().filter(|v| v.holders.iter().any(|h| h == node)) {
+        if let Some(v) = self
+            .vip
+            .as_ref()
+            .filter(|v| v.holders.iter().any(|h| h == node))
+        {
             let present =
                 IfaceName::new(&v.interface).is_some_and(|i| facts.interfaces.contains(&i));
             if !present {
@@ -193,7 +201,12 @@ impl VipRule {
 
     /// The verdict from `probe` (run on `from`) and every node's network facts (`None`: not
     /// gathered on that node).
-    pub fn judge(&self, from: &str, probe: VipProbe, nodes: &[(String, Option<NetFacts>)]) -> Verdict {
+    pub fn judge(
+        &self,
+        from: &str,
+        probe: VipProbe,
+        nodes: &[(String, Option<NetFacts>)],
+    ) -> Verdict {
         use crate::facts::net::ProbeAnswer;
         let ours = nodes.iter().find_map(|(name, f)| {
             f.as_ref()
@@ -375,7 +388,9 @@ mod tests {
     fn addresses_and_interface_present() {
         let r = rules();
         assert_eq!(r.judge("node1", &parse(GOOD).expect("probe")), Ok(vec![]));
-        assert!(r.describe("node1").contains("10.0.0.11 (spec.hosts[0].internalAddress)"));
+        assert!(r
+            .describe("node1")
+            .contains("10.0.0.11 (spec.hosts[0].internalAddress)"));
         assert!(r.describe("node1").contains("interface eth0 present"));
         assert_eq!(r.describe("node9"), "nothing to check");
     }
@@ -384,7 +399,9 @@ mod tests {
     fn missing_address_is_refused_naming_node_address_and_what_was_found() {
         let r = rules();
         let other = "#links\nlo\neth0\n#addrs\n2: eth0    inet 10.0.0.99/24 scope global eth0\n";
-        let e = r.judge("node1", &parse(other).expect("probe")).expect_err("missing");
+        let e = r
+            .judge("node1", &parse(other).expect("probe"))
+            .expect_err("missing");
         assert!(
             e.contains("node node1: spec.hosts[0].internalAddress 10.0.0.11 is not assigned to any interface of the node (`ip -o addr` shows 10.0.0.99 on eth0)"),
             "{e}"
@@ -399,7 +416,9 @@ mod tests {
     fn missing_interface_is_refused_naming_node_and_interface() {
         let r = rules();
         let ens = "#links\nlo\nens3\n#addrs\n2: ens3    inet 10.0.0.11/24 scope global ens3\n2: ens3    inet6 fd00::11/64 scope global\n";
-        let e = r.judge("node1", &parse(ens).expect("probe")).expect_err("no eth0");
+        let e = r
+            .judge("node1", &parse(ens).expect("probe"))
+            .expect_err("no eth0");
         assert!(
             e.contains("node node1 has no network interface `eth0` (spec.loadBalancer.interface: kube-vip puts the VIP 10.0.0.100 on it there); its interfaces: ens3, lo"),
             "{e}"
@@ -422,19 +441,37 @@ mod tests {
             ("node2".to_string(), None),
         ];
         let e = rule
-            .judge("node1", probe(ProbeAnswer::Silent, ProbeAnswer::Answered), &nodes)
+            .judge(
+                "node1",
+                probe(ProbeAnswer::Silent, ProbeAnswer::Answered),
+                &nodes,
+            )
             .expect_err("in use");
         assert!(e.contains("the VIP 10.0.0.100 (spec.loadBalancer.vip) is already in use: probed from node node1, it answers (ping silent, arping answered)"), "{e}");
-        assert!(e.contains("the interfaces of node2 were not learned"), "{e}");
-        assert!(e.contains("set spec.loadBalancer.vip to a free address"), "{e}");
+        assert!(
+            e.contains("the interfaces of node2 were not learned"),
+            "{e}"
+        );
+        assert!(
+            e.contains("set spec.loadBalancer.vip to a free address"),
+            "{e}"
+        );
         // Nothing answers: free.
         assert_eq!(
-            rule.judge("node1", probe(ProbeAnswer::Silent, ProbeAnswer::Silent), &nodes),
+            rule.judge(
+                "node1",
+                probe(ProbeAnswer::Silent, ProbeAnswer::Silent),
+                &nodes
+            ),
             Ok(vec![])
         );
         // Nothing to probe with: a warning, not a refusal.
         let w = rule
-            .judge("node1", probe(ProbeAnswer::Absent, ProbeAnswer::Absent), &nodes)
+            .judge(
+                "node1",
+                probe(ProbeAnswer::Absent, ProbeAnswer::Absent),
+                &nodes,
+            )
             .expect("warning");
         assert!(w[0].contains("was not checked"), "{w:?}");
     }
@@ -449,7 +486,11 @@ mod tests {
             ("node2".to_string(), Some(parse(held).expect("probe"))),
         ];
         let w = rule
-            .judge("node1", probe(ProbeAnswer::Answered, ProbeAnswer::Answered), &nodes)
+            .judge(
+                "node1",
+                probe(ProbeAnswer::Answered, ProbeAnswer::Answered),
+                &nodes,
+            )
             .expect("ours");
         assert_eq!(
             w,
