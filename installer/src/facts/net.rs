@@ -267,7 +267,7 @@ pub enum ProbeAnswer {
     Answered,
     /// Nothing answered in time.
     Silent,
-    /// The tool is not on the node.
+    /// Not probed: the tool is not on the node, or it failed.
     Absent,
 }
 
@@ -317,19 +317,21 @@ impl VipProbe {
 }
 
 /// The probe of `vip` on `iface` (bounded: two tries of one second each, the whole under
-/// `timeout 10`). Only iputils' arping is used (`-D`: exit 1 when another host answers); other
-/// arpings take other flags and count as absent.
+/// `timeout 10`). Exit statuses as iputils documents them: ping 0 = a reply, 1 = none; arping
+/// `-D` (duplicate address detection) 0 = no reply, 1 = a reply. Anything else (an error, the
+/// timeout) counts as not probed, like a missing tool. Only iputils' arping is used: other
+/// arpings take other flags.
 pub fn vip_probe_script(vip: IpAddr, iface: &IfaceName) -> String {
     let arping = if vip.is_ipv4() {
         format!(
-            "if command -v arping >/dev/null 2>&1 && arping -V 2>&1 | grep -q iputils; then\n  if timeout 10 arping -D -q -c 2 -w 3 -I {iface} {vip} >/dev/null 2>&1; then echo arping=silent; else echo arping=answered; fi\nelse echo arping=absent; fi"
+            "if command -v arping >/dev/null 2>&1 && arping -V 2>&1 | grep -q iputils; then\n  timeout 10 arping -D -q -c 2 -w 3 -I {iface} {vip} >/dev/null 2>&1\n  case $? in 0) echo arping=silent;; 1) echo arping=answered;; *) echo arping=absent;; esac\nelse echo arping=absent; fi"
         )
     } else {
         "echo arping=absent".to_string()
     };
     let ping = if vip.is_ipv4() { "ping" } else { "ping -6" };
     format!(
-        "if command -v ping >/dev/null 2>&1; then\n  if timeout 10 {ping} -n -c 2 -W 1 {vip} >/dev/null 2>&1; then echo ping=answered; else echo ping=silent; fi\nelse echo ping=absent; fi\n{arping}"
+        "if command -v ping >/dev/null 2>&1; then\n  timeout 10 {ping} -n -c 2 -W 1 {vip} >/dev/null 2>&1\n  case $? in 0) echo ping=answered;; 1) echo ping=silent;; *) echo ping=absent;; esac\nelse echo ping=absent; fi\n{arping}"
     )
 }
 
@@ -460,5 +462,54 @@ mod tests {
             s6.contains("ping -6") && s6.contains("echo arping=absent"),
             "{s6}"
         );
+    }
+
+    /// The probe script run against stand-in ping/arping exiting as iputils documents.
+    #[test]
+    fn vip_probe_reads_the_exit_statuses() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let t = tempfile::tempdir().expect("tempdir");
+        let tool = |name: &str, body: &str| {
+            let p = t.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("shim");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        };
+        tool("ping", "exit $PING_RC");
+        tool(
+            "arping",
+            "if [ \"$1\" = -V ]; then echo \"$ARPING_VERSION\"; exit 0; fi\nexit $ARPING_RC",
+        );
+        let path = format!(
+            "{}:{}",
+            t.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let script = vip_probe_script(
+            "10.0.0.100".parse().expect("ip"),
+            &IfaceName::new("eth0").expect("n"),
+        );
+        let run = |ping: &str, arping: &str, version: &str| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .env("PATH", &path)
+                .env("PING_RC", ping)
+                .env("ARPING_RC", arping)
+                .env("ARPING_VERSION", version)
+                .output()
+                .expect("sh");
+            let facts = Facts::default();
+            for (k, v) in learn_vip(&String::from_utf8_lossy(&out.stdout)).expect("parsed") {
+                facts.set(format!("{VIP_PREFIX}{k}"), v);
+            }
+            VipProbe::from_facts(&facts).expect("learned").summary()
+        };
+        let iputils = "arping from iputils 20221126";
+        assert_eq!(run("0", "1", iputils), "ping answered, arping answered");
+        assert_eq!(run("1", "0", iputils), "ping silent, arping silent");
+        // Errors (2: e.g. no such device) and the timeout (124) probe nothing.
+        assert_eq!(run("2", "2", iputils), "ping absent, arping absent");
+        assert_eq!(run("124", "124", iputils), "ping absent, arping absent");
+        // Another arping (Thomas Habets'): other flags, not used.
+        assert_eq!(run("1", "1", "ARPing 2.21"), "ping silent, arping absent");
     }
 }
