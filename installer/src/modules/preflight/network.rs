@@ -80,7 +80,9 @@ impl NetRules {
                     addr,
                 });
             }
-            if let Some(v6) = h.internal_address_v6.as_deref().filter(|_| dual) {
+            // As the kubelet's `--node-ip` takes it (`dns::node_ip`): beside an IPv4 address.
+            let v4 = !h.internal().contains(':');
+            if let Some(v6) = h.internal_address_v6.as_deref().filter(|_| dual && v4) {
                 if let Ok(addr) = v6.parse::<IpAddr>() {
                     want.push(WantedAddress {
                         field: format!("spec.hosts[{i}].internalAddressV6"),
