@@ -6,7 +6,8 @@
 //! The user's own `~/.kube/config`, when one is there and is not the admin kubeconfig already,
 //! is kept beside it as `config.kubexm-bak` (once: a later run does not replace the first
 //! copy) and put back by the revert; the revert removes only what this wrote (the file while it
-//! is still the admin kubeconfig, `~/.kube` when it is left empty). The control host's copy of
+//! is still the admin kubeconfig, `~/.kube` when it is left empty), and so does `delete`
+//! ([`delete_module`], first: the admin kubeconfig tells the copy apart). The control host's copy of
 //! the admin kubeconfig is fetched where `admin.conf` is made (the kubeadm and kubexm modules).
 
 use std::sync::Arc;
@@ -96,10 +97,9 @@ pub struct UserKubeconfig {
 impl UserKubeconfig {
     /// The commands for `user` (quoted here; the home directory is the user's in passwd).
     pub fn command(src: &str, user: &str) -> RunCommand {
-        let (u, src) = (quote(user), quote(src));
-        let home = format!(
-            "u={u}\nhome=$(getent passwd \"$u\" | cut -d: -f6)\nd=\"$home/.kube\"\nf=\"$d/config\""
-        );
+        let src_raw = src;
+        let home = home_of(user);
+        let src = quote(src);
         RunCommand::new(format!(
             "set -e\n{home}\n\
              if [ -z \"$home\" ] || [ ! -d \"$home\" ]; then echo \"user $u has no home directory on this node (getent passwd)\" >&2; exit 1; fi\n\
@@ -114,13 +114,36 @@ impl UserKubeconfig {
         .unless(format!(
             "{home}\n[ -n \"$home\" ] && cmp -s {src} \"$f\" && [ \"$(stat -c '%U %a' \"$d\")\" = \"$u 700\" ] && [ \"$(stat -c '%U %a' \"$f\")\" = \"$u 600\" ]"
         ))
-        .undo(format!(
+        .undo(Self::removal(src_raw, user))
+    }
+
+    /// Removes what [`Self::command`] wrote: the file while it is still the admin kubeconfig
+    /// (the user's own copy back from `config.kubexm-bak`), `~/.kube` when left empty.
+    pub fn removal(src: &str, user: &str) -> String {
+        let (home, src) = (home_of(user), quote(src));
+        format!(
             "{home}\n[ -n \"$home\" ] || exit 0\n\
              if [ -f \"$f\" ] && cmp -s {src} \"$f\"; then rm -f \"$f\"; fi\n\
              if [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; then mv \"$f.kubexm-bak\" \"$f\"; fi\n\
              rmdir \"$d\" 2>/dev/null || true"
-        ))
+        )
     }
+
+    /// True when [`Self::removal`] has nothing (left) to do.
+    pub fn removed(src: &str, user: &str) -> String {
+        let (home, src) = (home_of(user), quote(src));
+        format!(
+            "{home}\n[ -z \"$home\" ] && exit 0\n! {{ [ -f \"$f\" ] && cmp -s {src} \"$f\"; }} && ! {{ [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; }}"
+        )
+    }
+}
+
+/// Shell setting `u`, `home` (from passwd), `d` (`~/.kube`) and `f` (`~/.kube/config`).
+fn home_of(user: &str) -> String {
+    format!(
+        "u={}\nhome=$(getent passwd \"$u\" | cut -d: -f6)\nd=\"$home/.kube\"\nf=\"$d/config\"",
+        quote(user)
+    )
 }
 
 impl Step for UserKubeconfig {
@@ -130,6 +153,57 @@ impl Step for UserKubeconfig {
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         match ssh_user(&self.ctx, &node.name) {
             Some(user) if user != "root" => Ok(vec![Op::Run(Self::command(&self.src, user))]),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The removal for the `delete` pipeline, first after its preflight: while the admin
+/// kubeconfig is still there to tell KubeXM's copy from the user's own.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> FinalizeDeleteModule {
+    FinalizeDeleteModule(FinalizeModule(ctx.clone()))
+}
+
+/// Removes the SSH users' copies of the admin kubeconfig (not reverted, as every delete step).
+pub struct FinalizeDeleteModule(FinalizeModule);
+
+impl Module for FinalizeDeleteModule {
+    fn name(&self) -> &str {
+        "delete-finalize"
+    }
+    fn skip(&self) -> Option<String> {
+        self.0.skip()
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let masters = self.0.masters_with_users();
+        if masters.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Task::new("delete-user-kubeconfig", masters).step(
+            RemoveUserKubeconfig {
+                ctx: self.0 .0.clone(),
+                src: admin_conf_on_masters(&self.0 .0)?,
+            },
+        )])
+    }
+}
+
+/// Removes the SSH user's copy of the admin kubeconfig ([`UserKubeconfig::removal`]).
+pub struct RemoveUserKubeconfig {
+    ctx: Arc<InstallContext>,
+    src: String,
+}
+
+impl Step for RemoveUserKubeconfig {
+    fn name(&self) -> &str {
+        "remove-user-kubeconfig"
+    }
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        match ssh_user(&self.ctx, &node.name) {
+            Some(user) if user != "root" => Ok(vec![Op::Run(
+                RunCommand::new(UserKubeconfig::removal(&self.src, user))
+                    .unless(UserKubeconfig::removed(&self.src, user)),
+            )]),
             _ => Ok(Vec::new()),
         }
     }

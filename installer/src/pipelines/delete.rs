@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
-use crate::modules::{etcd, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts};
+use crate::modules::{
+    etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts,
+};
 use crate::pipeline::Pipeline;
 
 /// The `delete` pipeline, modules in reverse install order.
@@ -15,6 +17,8 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         name: "delete".to_string(),
         modules: vec![
             Box::new(DeletePreflight(ctx.clone())),
+            // The SSH users' copies of the admin kubeconfig, while it still tells them apart.
+            Box::new(finalize::delete_module(ctx)),
             Box::new(kubexm::delete::delete_module(ctx)),
             Box::new(kubeadm::delete_module(ctx)),
             Box::new(runtime::delete_module(ctx)),

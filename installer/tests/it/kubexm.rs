@@ -1135,15 +1135,16 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
     .expect("delete plan");
     let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(
-        names[..4],
+        names[..5],
         [
             "delete-preflight",
+            "delete-finalize",
             "delete-kubexm",
             "delete-kubeadm",
             "delete-runtime"
         ]
     );
-    let m = &p.modules[1];
+    let m = &p.modules[2];
     assert!(m.skipped.is_none());
     assert_eq!(
         m.tasks[0].hosts,
