@@ -103,11 +103,12 @@ impl UserKubeconfig {
         RunCommand::new(format!(
             "set -e\n{home}\n\
              if [ -z \"$home\" ] || [ ! -d \"$home\" ]; then echo \"user $u has no home directory on this node (getent passwd)\" >&2; exit 1; fi\n\
-             if [ ! -s {src} ]; then echo \"{src} is missing: the admin kubeconfig was not written on this master\" >&2; exit 1; fi\n\
+             if [ ! -s {src} ]; then echo \"{src_raw} is missing: the admin kubeconfig was not written on this master\" >&2; exit 1; fi\n\
              g=$(id -gn \"$u\")\n\
              install -d -m 0700 -o \"$u\" -g \"$g\" \"$d\"\n\
              chown \"$u:$g\" \"$d\"\nchmod 0700 \"$d\"\n\
-             if [ -e \"$f\" ] && ! cmp -s {src} \"$f\" && [ ! -e \"$f.kubexm-bak\" ]; then cp -p \"$f\" \"$f.kubexm-bak\"; fi\n\
+             if [ -e \"$f\" ] && ! cmp -s {src} \"$f\" && ! ours && [ ! -e \"$f.kubexm-bak\" ]; then cp -p \"$f\" \"$f.kubexm-bak\"; fi\n\
+             sha256sum <{src} | cut -d' ' -f1 >>\"$s\"\n\
              install -m 0600 -o \"$u\" -g \"$g\" {src} \"$f.kubexm-part\"\n\
              mv -f \"$f.kubexm-part\" \"$f\""
         ))
@@ -117,13 +118,15 @@ impl UserKubeconfig {
         .undo(Self::removal(src_raw, user))
     }
 
-    /// Removes what [`Self::command`] wrote: the file while it is still the admin kubeconfig
-    /// (the user's own copy back from `config.kubexm-bak`), `~/.kube` when left empty.
+    /// Removes what [`Self::command`] wrote: the file while it is a copy KubeXM made (the
+    /// admin kubeconfig now, or an earlier one whose sha256 it recorded), then the user's own
+    /// copy back from `config.kubexm-bak`, `~/.kube` when left empty.
     pub fn removal(src: &str, user: &str) -> String {
         let (home, src) = (home_of(user), quote(src));
         format!(
             "{home}\n[ -n \"$home\" ] || exit 0\n\
-             if [ -f \"$f\" ] && cmp -s {src} \"$f\"; then rm -f \"$f\"; fi\n\
+             if [ -f \"$f\" ] && {{ cmp -s {src} \"$f\" || ours; }}; then rm -f \"$f\"; fi\n\
+             rm -f \"$s\" \"$f.kubexm-part\"\n\
              if [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; then mv \"$f.kubexm-bak\" \"$f\"; fi\n\
              rmdir \"$d\" 2>/dev/null || true"
         )
@@ -133,15 +136,18 @@ impl UserKubeconfig {
     pub fn removed(src: &str, user: &str) -> String {
         let (home, src) = (home_of(user), quote(src));
         format!(
-            "{home}\n[ -z \"$home\" ] && exit 0\n! {{ [ -f \"$f\" ] && cmp -s {src} \"$f\"; }} && ! {{ [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; }}"
+            "{home}\n[ -z \"$home\" ] && exit 0\n[ ! -e \"$s\" ] && ! {{ [ -f \"$f\" ] && cmp -s {src} \"$f\"; }} && ! {{ [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; }}"
         )
     }
 }
 
-/// Shell setting `u`, `home` (from passwd), `d` (`~/.kube`) and `f` (`~/.kube/config`).
+/// Shell setting `u`, `home` (from passwd), `d` (`~/.kube`), `f` (`~/.kube/config`), `s` (the
+/// sha256 of every copy KubeXM wrote there, so a stale copy after the admin kubeconfig changed,
+/// e.g. by `certs renew`, is still known as KubeXM's, not backed up as the user's own) and
+/// `ours` (whether `f` is such a copy).
 fn home_of(user: &str) -> String {
     format!(
-        "u={}\nhome=$(getent passwd \"$u\" | cut -d: -f6)\nd=\"$home/.kube\"\nf=\"$d/config\"",
+        "u={}\nhome=$(getent passwd \"$u\" | cut -d: -f6)\nd=\"$home/.kube\"\nf=\"$d/config\"\ns=\"$f.kubexm-sha256\"\nours() {{ [ -f \"$s\" ] && [ -f \"$f\" ] && grep -qxF \"$(sha256sum <\"$f\" | cut -d' ' -f1)\" \"$s\"; }}",
         quote(user)
     )
 }
@@ -285,7 +291,12 @@ mod tests {
             c.undo.clone().expect("undo"),
         );
         let config = home.join(".kube/config");
+        let removed = UserKubeconfig::removed(&admin.display().to_string(), "alice");
 
+        assert!(
+            sh(&path, &removed),
+            "delete: nothing to do before the install"
+        );
         assert!(!sh(&path, &unless), "not done before");
         assert!(sh(&path, &c.command), "applied");
         assert_eq!(
@@ -300,11 +311,13 @@ mod tests {
             !home.join(".kube/config.kubexm-bak").exists(),
             "no backup of our own copy"
         );
+        assert!(!sh(&path, &removed), "delete has something to do");
         assert!(sh(&path, &undo), "reverted");
         assert!(
             !config.exists() && !home.join(".kube").exists(),
             "what it wrote is gone"
         );
+        assert!(sh(&path, &removed), "delete has nothing left to do");
         assert!(sh(&path, &undo), "reverting twice is harmless");
 
         // The user's own kubeconfig is kept and put back.
@@ -318,12 +331,33 @@ mod tests {
             "mine\n"
         );
         assert!(sh(&path, &unless));
+        assert!(!sh(&path, &removed));
         assert!(sh(&path, &undo));
+        assert!(sh(&path, &removed));
         assert_eq!(
             std::fs::read_to_string(&config).expect("restored"),
             "mine\n"
         );
         assert!(home.join(".kube/other").exists(), "the user's files stay");
+        std::fs::remove_file(home.join(".kube/other")).expect("rm other");
+
+        // The admin kubeconfig changes (certs renew): the stale copy is KubeXM's, not backed up
+        // as the user's, and delete leaves nothing behind.
+        std::fs::remove_file(&config).expect("fresh start");
+        assert!(sh(&path, &removed));
+        assert!(sh(&path, &c.command));
+        std::fs::write(&admin, "apiVersion: v1\nkind: Config\n# renewed\n").expect("renewed");
+        assert!(!sh(&path, &unless), "stale copy: to do again");
+        assert!(sh(&path, &c.command));
+        assert!(!home.join(".kube/config.kubexm-bak").exists(), "{:?}", home);
+        std::fs::write(&admin, "apiVersion: v1\nkind: Config\n# renewed again\n").expect("again");
+        assert!(
+            !sh(&path, &removed),
+            "a stale copy of ours is still to remove"
+        );
+        assert!(sh(&path, &undo));
+        assert!(sh(&path, &removed));
+        assert!(!home.join(".kube").exists(), "nothing of ours left");
 
         // No such user, no admin kubeconfig: refused with what is wrong.
         let c = UserKubeconfig::command(&admin.display().to_string(), "bob");
