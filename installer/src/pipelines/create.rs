@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use crate::context::InstallContext;
-use crate::modules::restore_fresh::{FreshRestore, KubeadmCaModule, RestoredEtcdModule};
+use crate::modules::restore_fresh::{
+    FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
+};
 use crate::modules::{
     addons, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight,
     registry, runtime, scripts,
@@ -43,11 +45,16 @@ pub(crate) fn install_modules(
         Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
         Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
     ];
-    if let Some(f) = fresh {
-        modules.push(Box::new(KubeadmCaModule(f.clone())));
-    }
+    let kubeadm = kubeadm::KubeadmModule(ctx.clone());
+    let kubeadm: Box<dyn Module> = match fresh {
+        Some(f) => {
+            modules.push(Box::new(KubeadmCaModule(f.clone())));
+            Box::new(RestoredKubeadmModule(kubeadm))
+        }
+        None => Box::new(kubeadm),
+    };
     modules.extend([
-        Box::new(kubeadm::KubeadmModule(ctx.clone())) as Box<dyn Module>,
+        kubeadm,
         Box::new(network::NetworkModule(ctx.clone())),
         Box::new(dns::NodeLocalDnsModule(ctx.clone())),
         Box::new(addons::AddonsModule(ctx.clone())),

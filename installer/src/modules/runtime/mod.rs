@@ -340,6 +340,15 @@ pub(crate) struct PullPause {
     credentials: Option<(Vec<u8>, String)>,
 }
 
+/// Succeeds when the runtime's CRI reports the (quoted) image. crictl exits 1 both for "no such
+/// image" and for a CRI call that timed out (seen on a loaded node right after the runtime's
+/// restart: a re-run then pulled again and reported a change), so a failure is asked once more
+/// after a pause before the image counts as missing.
+fn crictl_present(quoted_image: &str) -> String {
+    let once = format!("{BIN_DIR}/crictl inspecti {quoted_image} >/dev/null 2>&1");
+    format!("{once} || {{ sleep 3; {once}; }}")
+}
+
 impl PullPause {
     /// `crictl pull` through the runtime's CRI (containerd, cri-o), which holds the registry
     /// credentials in its own configuration.
@@ -347,7 +356,7 @@ impl PullPause {
         let i = shell::quote(image);
         Self {
             pull: format!("{BIN_DIR}/crictl pull {i} >/dev/null"),
-            present: format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"),
+            present: crictl_present(&i),
             remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
             credentials: None,
         }
@@ -370,7 +379,7 @@ impl PullPause {
         };
         Self {
             pull: format!("{login_cmd}{BIN_DIR}/isula pull {i} >/dev/null"),
-            present: format!("{BIN_DIR}/crictl inspecti {i} >/dev/null 2>&1"),
+            present: crictl_present(&i),
             remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
             credentials,
         }
