@@ -59,8 +59,9 @@ fn relative(raw: &[u8]) -> Result<Option<PathBuf>, BackupError> {
 }
 
 /// Reads the regular files of tar `file` (checked as the module says) as `(name, bytes)`;
-/// `want` picks which names are read (others are skipped unread).
-fn read_tar(
+/// `want` picks which names are read (others are skipped unread). The tar comes from a backup
+/// file (hostile input, fuzzed: `tests/fuzz`, `backup_key_tar`).
+pub fn read_tar(
     file: &Path,
     what: &str,
     want: &dyn Fn(&Path) -> bool,

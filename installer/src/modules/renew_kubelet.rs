@@ -131,7 +131,10 @@ fn one_b64_line(out: &str) -> Result<Option<String>, String> {
     Ok(Some(t.to_string()))
 }
 
-fn learn_request(out: &str) -> Result<Vec<(String, String)>, String> {
+/// Parses a worker's answer to [`RequestClient`]'s script (one base64 line of its certificate
+/// request, or nothing when done already) into facts. The answer is hostile input: a fuzz target
+/// (`tests/fuzz`, `learned_certs`) feeds it anything.
+pub fn learn_request(out: &str) -> Result<Vec<(String, String)>, String> {
     Ok(one_b64_line(out)?
         .map(|b| vec![("csr".to_string(), b)])
         .unwrap_or_default())
@@ -197,7 +200,10 @@ impl SignClients {
     }
 }
 
-fn learn_certs(out: &str) -> Result<Vec<(String, String)>, String> {
+/// Parses the first master's answer to [`SignClients`]'s script (`NAME BASE64` lines) into
+/// facts; node names are checked, every certificate is one bounded base64 line. Hostile input,
+/// fuzzed like [`learn_request`].
+pub fn learn_certs(out: &str) -> Result<Vec<(String, String)>, String> {
     let mut v = Vec::new();
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         let (name, b64) = line
