@@ -216,7 +216,7 @@ pub(crate) enum RotateCaWhich {
     Etcd,
     /// The Kubernetes cluster CA (not supported yet).
     Kubernetes,
-    /// The front-proxy CA (not supported yet).
+    /// The front-proxy CA (aggregation layer: the API servers' requestheader trust and client certificate).
     FrontProxy,
     /// Every CA (not supported yet).
     All,

@@ -260,6 +260,27 @@ pub fn bundle<'a>(certs: impl IntoIterator<Item = &'a str>) -> String {
     seen.iter().map(|c| format!("{c}\n")).collect()
 }
 
+/// The certificates of a PEM text, in order (each from its `BEGIN` to its `END` line).
+pub fn certificates(pem: &str) -> Vec<&str> {
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        out.push(&rest[start..start + len + END.len()]);
+        rest = &rest[start + len + END.len()..];
+    }
+    out
+}
+
+/// A CA file that is also a trust bundle (kubeadm's `front-proxy-ca.crt`): the signing CA
+/// `first`, then every other certificate of `trust`, each once.
+pub fn signing_first(first: &str, trust: &str) -> String {
+    bundle(std::iter::once(first).chain(certificates(trust)))
+}
+
 /// The common name of a new CA replacing one named `common_name`: a suffix with the rotation's
 /// time, so that `certs check` tells the issuers apart.
 pub fn next_common_name(common_name: &str, id: i64) -> String {
@@ -273,6 +294,18 @@ pub fn next_common_name(common_name: &str, id: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signing_ca_file_starts_with_the_signer_and_holds_each_certificate_once() {
+        let a = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----";
+        let b = "-----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----";
+        let trust = bundle([a, b]);
+        assert_eq!(certificates(&trust), [a, b]);
+        assert_eq!(signing_first(b, &trust), format!("{b}\n{a}\n"));
+        assert_eq!(signing_first(a, &trust), trust);
+        assert_eq!(signing_first(b, b), format!("{b}\n"));
+        assert!(certificates("garbage -----BEGIN CERTIFICATE----- no end").is_empty());
+    }
 
     #[test]
     fn phases_run_in_order_from_the_last_finished_up_to_the_target() {

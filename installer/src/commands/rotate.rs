@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use kubexm_install::context::InstallContext;
+use kubexm_install::modules::rotate::RotatedCa;
 use kubexm_install::pki::Rotating;
 use kubexm_install::rotation::{Files, Phase, State};
 use kubexm_manifests::model::EtcdType;
@@ -13,10 +14,6 @@ use kubexm_manifests::model::EtcdType;
 use super::day2::{connect, execute_on, require_every_node, Operate, Session};
 use crate::cli::{RotateCaArgs, RotateCaWhich, RotatePhase};
 use crate::exit::UsageError;
-
-/// The etcd CA's name in its key directory (`etcd-ca.crt`).
-const ETCD_CA: &str = "etcd";
-const ETCD_CA_CN: &str = "etcd-ca";
 
 fn phase(p: RotatePhase) -> Phase {
     match p {
@@ -29,52 +26,63 @@ fn phase(p: RotatePhase) -> Phase {
 
 pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()> {
     let c = &args.common;
-    let unsupported = match args.ca {
-        RotateCaWhich::Etcd => None,
-        RotateCaWhich::Kubernetes => Some("kubernetes"),
-        RotateCaWhich::FrontProxy => Some("front-proxy"),
-        RotateCaWhich::All => Some("all"),
+    let rotated = match args.ca {
+        RotateCaWhich::Etcd => RotatedCa::Etcd,
+        RotateCaWhich::FrontProxy => RotatedCa::FrontProxy,
+        RotateCaWhich::Kubernetes | RotateCaWhich::All => {
+            let ca = if args.ca == RotateCaWhich::All {
+                "all"
+            } else {
+                "kubernetes"
+            };
+            return Err(UsageError(format!(
+                "rotate-ca --ca {ca} is not supported yet: this version rotates KubeXM's etcd CA (--ca etcd) and the front-proxy CA (--ca front-proxy); the Kubernetes CA keeps its certificate (renew its leaves with `certs renew`)"
+            ))
+            .into());
+        }
     };
-    if let Some(ca) = unsupported {
-        return Err(UsageError(format!(
-            "rotate-ca --ca {ca} is not supported yet: this version rotates KubeXM's etcd CA only (--ca etcd); the Kubernetes and front-proxy CAs keep their certificates (renew their leaves with `certs renew`)"
-        ))
-        .into());
-    }
+    let ca_name = rotated.name();
     if !c.dry_run && !args.yes {
-        return Err(UsageError(
-            "rotate-ca replaces the CA every node trusts and restarts etcd and the API servers one node at a time, phase by phase. Review with --dry-run, then pass --yes".into(),
-        )
+        return Err(UsageError(format!(
+            "rotate-ca replaces the CA every node trusts and restarts {} one node at a time, phase by phase. Review with --dry-run, then pass --yes",
+            match rotated {
+                RotatedCa::Etcd => "etcd and the API servers",
+                RotatedCa::FrontProxy => "the control plane of each master",
+            }
+        ))
         .into());
     }
     let s = Session::open(c, work_dir)?;
     println!("{}", s.header());
-    let kind = s.installed.cluster.file.spec.etcd.kind;
-    if kind != EtcdType::Kubexm {
+    let spec = &s.installed.cluster.file.spec;
+    let kind = spec.etcd.kind;
+    if rotated == RotatedCa::Etcd && kind != EtcdType::Kubexm {
         return Err(UsageError(format!(
             "etcd.type is {kind:?}: rotate-ca --ca etcd rotates the CA of KubeXM's own etcd (etcd.type: kubexm) only"
         ))
         .into());
     }
-    let keys = s.installed.key_dir().join("etcd");
-    let files = Files::new(keys.path(), ETCD_CA);
+    let k8s = spec.kubernetes.kind;
+    let subdir = rotated.key_subdir(k8s);
+    let keys = s.installed.key_dir().join(subdir);
+    let files = Files::new(keys.path(), ca_name);
     let state = files
         .load()
-        .context("Failed to read the etcd CA rotation state")?;
+        .with_context(|| format!("Failed to read the {ca_name} CA rotation state"))?;
     files
-        .check(ETCD_CA, state.as_ref())
-        .context("Failed to continue the etcd CA rotation")?;
+        .check(ca_name, state.as_ref())
+        .with_context(|| format!("Failed to continue the {ca_name} CA rotation"))?;
     let finished = state.map(|s| s.finished);
     if finished == Some(Phase::DropOld) && !c.dry_run {
         // An earlier run finished drop-old but not the control host's part.
         files
             .finalize()
-            .context("Failed to replace the old etcd CA with the new one")?;
+            .with_context(|| format!("Failed to replace the old {ca_name} CA with the new one"))?;
     }
     let upto = args.phase.map_or(Phase::DropOld, phase);
     let todo = Phase::todo(finished, upto);
     println!(
-        "etcd CA rotation: last phase finished: {}; to run: {}",
+        "{ca_name} CA rotation: last phase finished: {}; to run: {}",
         finished.map_or("none (no rotation in progress)", Phase::as_str),
         if todo.is_empty() {
             "nothing".to_string()
@@ -112,21 +120,48 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
             bundle: i.bundle.clone(),
             pki_dir: i.pki_dir.clone(),
             keys: i.keys.with_rotation(Rotating {
-                name: ETCD_CA.into(),
+                name: ca_name.into(),
                 phase: p,
                 id,
             }),
             resolution: i.resolution.clone(),
             os_releases: i.os_releases.clone(),
         });
+        let pipeline = kubexm_install::pipelines::rotate::rotate_pipeline(
+            &kubexm_install::modules::rotate::Rotate {
+                ca: rotated,
+                ctx: ctx.clone(),
+                id,
+                phase: p,
+            },
+        );
+        let op = Operate {
+            operation: "rotate-ca",
+            done: match rotated {
+                RotatedCa::Etcd => "etcd CA phase finished on",
+                RotatedCa::FrontProxy => "front-proxy CA phase finished on",
+            },
+            nodes: i.nodes.iter().map(|n| n.name.clone()).collect(),
+            desired: i.clone(),
+            journal_ctx: i.clone(),
+            notes: vec![format!("{ca_name} CA rotation {id}: phase {p}")],
+        };
+        // Phase new changes nothing on the nodes; on the kubeadm path it reads the front-proxy
+        // CA kubeadm made from the first master first.
+        let on_nodes = p != Phase::New
+            || (rotated == RotatedCa::FrontProxy
+                && k8s == kubexm_manifests::model::KubernetesType::Kubeadm);
+        if on_nodes {
+            execute_on(&s, &conn, &pipeline, op, &opts, c.dry_run)?;
+        }
         if p == Phase::New {
-            // Made here (in memory only under --dry-run); nothing changes on the nodes.
+            // Made here (in memory only under --dry-run).
             ctx.key_dir()
-                .join("etcd")
-                .ca(ETCD_CA, ETCD_CA_CN)
-                .context("Failed to make the new etcd CA")?;
+                .join(subdir)
+                .ca(ca_name, rotated.common_name())
+                .with_context(|| format!("Failed to make the new {ca_name} CA"))?;
             println!(
-                "new etcd CA {} beside the old one{}",
+                "new {ca_name} CA {} beside the old one{}",
                 files.next_crt.display(),
                 if c.dry_run {
                     " (dry run: not written)"
@@ -134,43 +169,26 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
                     ""
                 }
             );
-        } else {
-            let pipeline = kubexm_install::pipelines::rotate::rotate_pipeline(
-                &kubexm_install::modules::rotate::Rotate {
-                    ctx: ctx.clone(),
-                    id,
-                    phase: p,
-                },
-            );
-            let op = Operate {
-                operation: "rotate-ca",
-                done: "etcd CA phase finished on",
-                nodes: i.nodes.iter().map(|n| n.name.clone()).collect(),
-                desired: i.clone(),
-                journal_ctx: i.clone(),
-                notes: vec![format!("etcd CA rotation {id}: phase {p}")],
-            };
-            execute_on(&s, &conn, &pipeline, op, &opts, c.dry_run)?;
         }
         if c.dry_run {
             continue;
         }
         files
             .save(&State { finished: p, id })
-            .context("Failed to record the etcd CA rotation's phase")?;
+            .with_context(|| format!("Failed to record the {ca_name} CA rotation's phase"))?;
         if p == Phase::DropOld {
-            files
-                .finalize()
-                .context("Failed to replace the old etcd CA with the new one")?;
+            files.finalize().with_context(|| {
+                format!("Failed to replace the old {ca_name} CA with the new one")
+            })?;
             println!(
-                "the new etcd CA is now {}; the old CA's key is deleted",
+                "the new {ca_name} CA is now {}; the old CA's key is deleted",
                 files.crt.display()
             );
         }
     }
     if !c.dry_run && upto != Phase::DropOld {
         println!(
-            "stopped after phase {upto}; continue with `kubexm-install rotate-ca --ca etcd --yes`"
+            "stopped after phase {upto}; continue with `kubexm-install rotate-ca --ca {ca_name} --yes`"
         );
     }
     Ok(())

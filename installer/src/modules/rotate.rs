@@ -1,5 +1,6 @@
 //! Modules of `kubexm-install rotate-ca` (see [`crate::pipelines::rotate`] and
-//! [`crate::rotation`] for the phases): one phase of the etcd CA's dual-CA transition.
+//! [`crate::rotation`] for the phases): one phase of a CA's dual-CA transition, for KubeXM's etcd
+//! CA or the front-proxy CA.
 //!
 //! The context's key directory sees the etcd CA as the phase leaves it
 //! ([`crate::pki::KeyDir::with_rotation`]), so the files are the ones an install would make at
@@ -15,6 +16,21 @@
 //! the API server's copies refreshed ([`EtcdClientFiles`]) and the static pods restarted, as
 //! `certs renew` does). Restarts are guarded by markers holding the rotation's id and the phase,
 //! so a `--resume` restarts nothing twice.
+//!
+//! **Front-proxy CA** ([`RotateFrontProxyModule`]): the API servers trust it for the
+//! aggregation layer's request headers (`--requestheader-client-ca-file`, also read by the
+//! controller-manager) and present a `front-proxy-client` certificate it signed to aggregated API
+//! servers (which learn the CA from the `extension-apiserver-authentication` ConfigMap each API
+//! server writes when it starts). Only masters hold its files. Each master in turn gets the
+//! phase's files and its control plane restarted, ready before the next:
+//! * kubexm path: `front-proxy-ca.crt` (the trust bundle) and the client certificate, from
+//!   `WORK/pki/<cluster>/kubernetes/` as the certificates module makes them;
+//! * kubeadm path: kubeadm made the CA on the first master, so `new` copies it to
+//!   `WORK/pki/<cluster>/kubeadm/` ([`FetchKubeadmFrontProxyCa`]); every phase then writes
+//!   `front-proxy-ca.crt` with the signing CA first and the trust bundle after it (kubeadm signs
+//!   with the first certificate and `front-proxy-ca.key`, so a `certs renew` mid-rotation signs
+//!   what the phase says), the key, and from `reissue` the client certificate signed on the
+//!   control host.
 
 use std::sync::Arc;
 
@@ -23,21 +39,66 @@ use kubexm_manifests::resolve::Role;
 
 use crate::context::InstallContext;
 use crate::modules::etcd::EtcdLayout;
+use crate::modules::kubexm::certs::KubernetesCertificates;
 use crate::modules::kubexm::control_plane::WaitControlPlane;
 use crate::modules::kubexm::KubexmCluster;
 use crate::modules::renew::{
     etcd_rolling_tasks, EtcdClientFiles, KubeletHealthy, Marker, RestartServices, RENEWED,
 };
 use crate::modules::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
-use crate::pipeline::{Module, StepError, Task};
+use crate::modules::restore_fresh::KUBEADM_PKI;
+use crate::pipeline::ops::{FetchFile, Op, UploadFile};
+use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
+use crate::pki::{CertSpec, KeyDir, Usage};
 use crate::rotation::Phase;
 
 /// The CA file etcd's members and clients read, in the certificate directory.
 pub const ETCD_TRUST_FILE: &str = "ca.pem";
 
+/// The CAs `rotate-ca` rotates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotatedCa {
+    /// KubeXM's etcd CA (`etcd.type: kubexm`).
+    Etcd,
+    /// The front-proxy CA (either Kubernetes path).
+    FrontProxy,
+}
+
+impl RotatedCa {
+    /// The CA's name in its key directory (`<name>-ca.crt`) and in commands.
+    pub fn name(self) -> &'static str {
+        match self {
+            RotatedCa::Etcd => "etcd",
+            RotatedCa::FrontProxy => "front-proxy",
+        }
+    }
+
+    /// The CA's common name (the new one's gets `-r<id>`).
+    pub fn common_name(self) -> &'static str {
+        match self {
+            RotatedCa::Etcd => "etcd-ca",
+            RotatedCa::FrontProxy => "front-proxy-ca",
+        }
+    }
+
+    /// The subdirectory of the cluster's key directory that holds the CA.
+    pub fn key_subdir(self, kind: KubernetesType) -> &'static str {
+        match (self, kind) {
+            (RotatedCa::Etcd, _) => "etcd",
+            (RotatedCa::FrontProxy, KubernetesType::Kubexm) => "kubernetes",
+            (RotatedCa::FrontProxy, KubernetesType::Kubeadm) => FRONT_PROXY_KUBEADM_DIR,
+        }
+    }
+}
+
+/// kubeadm path: where the control host keeps the front-proxy CA during (and after) a rotation.
+pub const FRONT_PROXY_KUBEADM_DIR: &str = "kubeadm";
+
 /// One phase of a rotation.
 #[derive(Clone)]
 pub struct Rotate {
+    /// The CA.
+    pub ca: RotatedCa,
     /// The cluster; its key directory sees the rotated CA as `phase` leaves it.
     pub ctx: Arc<InstallContext>,
     /// The rotation's id.
@@ -49,6 +110,9 @@ pub struct Rotate {
 impl Rotate {
     /// Why the phase's modules do nothing on the nodes, if so.
     fn skip(&self) -> Option<String> {
+        if self.ca != RotatedCa::Etcd {
+            return Some(format!("this rotation is of the {} CA", self.ca.name()));
+        }
         if self.ctx.cluster.file.spec.etcd.kind != EtcdType::Kubexm {
             return Some("etcd.type is not kubexm: KubeXM keeps no etcd CA".into());
         }
@@ -58,7 +122,7 @@ impl Rotate {
     }
 
     fn marker_name(&self) -> String {
-        format!("kubexm-rotated-etcd-{}", self.phase)
+        format!("kubexm-rotated-{}-{}", self.ca.name(), self.phase)
     }
 }
 
@@ -135,5 +199,172 @@ impl Module for RotateEtcdClientsModule {
                 }),
         };
         Ok(vec![task])
+    }
+}
+
+/// One phase of the front-proxy CA's rotation on the masters (see the module's documentation).
+pub struct RotateFrontProxyModule(pub Rotate);
+
+impl Module for RotateFrontProxyModule {
+    fn name(&self) -> &str {
+        "rotate-front-proxy-ca"
+    }
+    fn skip(&self) -> Option<String> {
+        let r = &self.0;
+        if r.ca != RotatedCa::FrontProxy {
+            return Some(format!("this rotation is of the {} CA", r.ca.name()));
+        }
+        (r.phase == Phase::New && r.ctx.cluster.file.spec.kubernetes.kind == KubernetesType::Kubexm)
+            .then(|| {
+                "the new front-proxy CA is made on the control host; nothing changes on the nodes"
+                    .into()
+            })
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let r = &self.0;
+        let ctx = &r.ctx;
+        let masters = ctx.with_role(Role::Master);
+        let name = format!("front-proxy-{}", r.phase);
+        let kind = ctx.cluster.file.spec.kubernetes.kind;
+        let keys = ctx.key_dir().join(r.ca.key_subdir(kind));
+        let task = match kind {
+            KubernetesType::Kubexm => {
+                let k = Arc::new(KubexmCluster::new(ctx)?);
+                let l = &k.layout;
+                let wanted = [
+                    l.pki("front-proxy-ca.crt"),
+                    l.pki("front-proxy-client.crt"),
+                    l.pki("front-proxy-client.key"),
+                ];
+                let files = crate::modules::kubexm::certs::certificates(&k, &keys)?
+                    .into_iter()
+                    .filter(|(n, _)| masters.contains(n))
+                    .map(|(n, files)| {
+                        let files = files
+                            .into_iter()
+                            .filter(|f| wanted.iter().any(|w| w == f.dest()))
+                            .collect();
+                        (n, files)
+                    })
+                    .collect();
+                let marker = Marker {
+                    file: format!("{RENEWED}/{}", r.marker_name()),
+                    id: r.id.to_string(),
+                };
+                Task::new(name, masters)
+                    .serial()
+                    .step(KubernetesCertificates {
+                        layout: k.layout.clone(),
+                        files,
+                        restart: false,
+                    })
+                    .step(RestartServices { marker })
+                    .step(WaitControlPlane { k })
+                    .step(KubeletHealthy)
+            }
+            KubernetesType::Kubeadm if r.phase == Phase::New => {
+                let first = ctx.first_master()?.name.clone();
+                return Ok(vec![Task::new("front-proxy-ca-to-control-host", [first])
+                    .step(FetchKubeadmFrontProxyCa {
+                        dir: keys.path().to_path_buf(),
+                    })]);
+            }
+            KubernetesType::Kubeadm => Task::new(name, masters)
+                .serial()
+                .step(KubeadmFrontProxyFiles::new(&keys, r.phase)?)
+                .step(StopControlPlane {
+                    kind: KubernetesType::Kubeadm,
+                })
+                .step(RestartNodeAgents)
+                .step(StartControlPlane {
+                    kind: KubernetesType::Kubeadm,
+                    after: "the front-proxy CA phase",
+                }),
+        };
+        Ok(vec![task])
+    }
+}
+
+/// kubeadm path, phase `new`: the front-proxy CA kubeadm made (certificate and key) copied from
+/// the first master into the control host's key directory, where the rotation keeps it beside
+/// the new one. Writes nothing on the node.
+pub struct FetchKubeadmFrontProxyCa {
+    /// The control host's directory (`WORK/pki/<cluster>/kubeadm`).
+    pub dir: std::path::PathBuf,
+}
+
+impl Step for FetchKubeadmFrontProxyCa {
+    fn name(&self) -> &str {
+        "fetch-front-proxy-ca"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok([("crt", 0o644), ("key", 0o600)]
+            .into_iter()
+            .map(|(ext, mode)| {
+                Op::Fetch(FetchFile {
+                    src: format!("{KUBEADM_PKI}/front-proxy-ca.{ext}"),
+                    dest: self.dir.join(format!("front-proxy-ca.{ext}")),
+                    mode,
+                })
+            })
+            .collect())
+    }
+}
+
+/// kubeadm path: a master's front-proxy files as a phase leaves them: `front-proxy-ca.crt` (the
+/// signing CA first, then the rest of the trust bundle), `front-proxy-ca.key` (the signing CA's)
+/// and, once the new CA signs, the `front-proxy-client` certificate and key it signed.
+pub struct KubeadmFrontProxyFiles {
+    files: Vec<UploadFile>,
+}
+
+impl KubeadmFrontProxyFiles {
+    /// The files of `phase` from the CA in `keys`.
+    pub fn new(keys: &KeyDir, phase: Phase) -> Result<Self, StepError> {
+        let pki = |e: crate::pki::PkiError| StepError::Invalid(format!("front-proxy CA: {e}"));
+        let ca = keys
+            .ca(
+                RotatedCa::FrontProxy.name(),
+                RotatedCa::FrontProxy.common_name(),
+            )
+            .map_err(pki)?;
+        let at = |f: &str| format!("{KUBEADM_PKI}/{f}");
+        let mut files = vec![
+            UploadFile::bytes(
+                crate::rotation::signing_first(ca.cert_pem(), ca.trust_pem()).into_bytes(),
+                at("front-proxy-ca.crt"),
+                0o644,
+            ),
+            UploadFile::bytes(ca.key_pem().into_bytes(), at("front-proxy-ca.key"), 0o600),
+        ];
+        if phase.signs_with_new() {
+            let leaf = keys
+                .leaf(
+                    &ca,
+                    "front-proxy-client",
+                    &CertSpec::new("front-proxy-client", Usage::Client),
+                )
+                .map_err(pki)?;
+            files.push(UploadFile::bytes(
+                leaf.cert_pem.into_bytes(),
+                at("front-proxy-client.crt"),
+                0o644,
+            ));
+            files.push(UploadFile::bytes(
+                leaf.key_pem.into_bytes(),
+                at("front-proxy-client.key"),
+                0o600,
+            ));
+        }
+        Ok(Self { files })
+    }
+}
+
+impl Step for KubeadmFrontProxyFiles {
+    fn name(&self) -> &str {
+        "front-proxy-files"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(self.files.iter().cloned().map(Op::Upload).collect())
     }
 }

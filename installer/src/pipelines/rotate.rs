@@ -2,16 +2,19 @@
 //! then the API servers that read the etcd CA (modules in [`crate::modules::rotate`]; each skips
 //! itself when it does not apply).
 
-use crate::modules::rotate::{Rotate, RotateEtcdClientsModule, RotateEtcdModule};
+use crate::modules::rotate::{
+    Rotate, RotateEtcdClientsModule, RotateEtcdModule, RotateFrontProxyModule,
+};
 use crate::pipeline::Pipeline;
 
-/// The pipeline of `r`'s phase (state and journal named `rotate-ca-etcd-<phase>`).
+/// The pipeline of `r`'s phase (state and journal named `rotate-ca-<ca>-<phase>`).
 pub fn rotate_pipeline(r: &Rotate) -> Pipeline {
     Pipeline {
-        name: format!("rotate-ca-etcd-{}", r.phase),
+        name: format!("rotate-ca-{}-{}", r.ca.name(), r.phase),
         modules: vec![
             Box::new(RotateEtcdModule(r.clone())),
             Box::new(RotateEtcdClientsModule(r.clone())),
+            Box::new(RotateFrontProxyModule(r.clone())),
         ],
     }
 }

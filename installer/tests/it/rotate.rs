@@ -1,12 +1,13 @@
-//! `rotate-ca --ca etcd`: the plan of each phase on both bootstrap paths, what each phase
-//! uploads (trust-both and drop-old the bundle alone, reissue every leaf), each phase built
-//! twice changing nothing the second time, and the command's refusals.
+//! `rotate-ca --ca etcd` and `--ca front-proxy`: the plan of each phase on both bootstrap
+//! paths, what each phase uploads (etcd: trust-both and drop-old the bundle alone, reissue every
+//! leaf; front-proxy: the masters' trust bundle, the client certificate from reissue), each
+//! phase built twice changing nothing the second time, and the command's refusals.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::InstallContext;
-use kubexm_install::modules::rotate::Rotate;
+use kubexm_install::modules::rotate::{Rotate, RotatedCa};
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::rotate::rotate_pipeline;
 use kubexm_install::pki::Rotating;
@@ -23,9 +24,19 @@ fn context(
     edit: impl Fn(String) -> String,
     phase: Option<Phase>,
 ) -> Arc<InstallContext> {
+    context_of(RotatedCa::Etcd, work, edit, phase)
+}
+
+/// The lab cluster (edited), the CA `ca` seen as `phase` leaves it.
+fn context_of(
+    ca: RotatedCa,
+    work: &Path,
+    edit: impl Fn(String) -> String,
+    phase: Option<Phase>,
+) -> Arc<InstallContext> {
     lab_context(work, edit, |keys| match phase {
         Some(phase) => keys.with_rotation(Rotating {
-            name: "etcd".into(),
+            name: ca.name().into(),
             phase,
             id: ID,
         }),
@@ -34,7 +45,12 @@ fn context(
 }
 
 fn plan_of(ctx: &Arc<InstallContext>, phase: Phase) -> Plan {
+    plan_of_ca(RotatedCa::Etcd, ctx, phase)
+}
+
+fn plan_of_ca(ca: RotatedCa, ctx: &Arc<InstallContext>, phase: Phase) -> Plan {
     let r = Rotate {
+        ca,
         ctx: ctx.clone(),
         id: ID,
         phase,
@@ -199,15 +215,18 @@ fn rotate_ca_refuses_without_yes_unknown_phases_and_other_cas() {
         "{err}"
     );
 
-    for ca in ["kubernetes", "front-proxy", "all"] {
+    for ca in ["kubernetes", "all"] {
         let out = cli(work.path(), &["rotate-ca", "--ca", ca, "--yes"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{ca}: {err}");
         assert!(
-            err.contains("not supported yet") && err.contains("--ca etcd"),
+            err.contains("not supported yet")
+                && err.contains("--ca etcd")
+                && err.contains("--ca front-proxy"),
             "{ca}: {err}"
         );
     }
+    refused_asking_for_yes(work.path(), &["rotate-ca", "--ca", "front-proxy"]);
 
     let none = cli(work.path(), &["rotate-ca", "--ca", "etcd", "--yes"]);
     assert!(!none.status.success());
@@ -216,4 +235,182 @@ fn rotate_ca_refuses_without_yes_unknown_phases_and_other_cas() {
         "{}",
         String::from_utf8_lossy(&none.stderr)
     );
+}
+
+/// The short sha256 a plan shows for an upload (`[sha256:<12 hex>]`).
+fn sha256(text: &str) -> String {
+    let sum = kubexm_bundles::hash::sha256_hex(text.as_bytes());
+    format!("[sha256:{}]", &sum[..12])
+}
+
+/// The certificates in a PEM bundle, in order.
+fn pems(text: &str) -> Vec<String> {
+    text.split_inclusive("-----END CERTIFICATE-----")
+        .map(|c| c.trim().to_string())
+        .filter(|c| c.starts_with("-----BEGIN CERTIFICATE-----"))
+        .collect()
+}
+
+/// `openssl verify` of `leaf` against the CA file `ca`.
+fn verifies(ca: &Path, leaf: &Path) -> bool {
+    std::process::Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(ca)
+        .arg(leaf)
+        .output()
+        .expect("openssl")
+        .status
+        .success()
+}
+
+/// The front-proxy CA's phases on one path: what each plans on the masters, which trust bundle
+/// and signing CA each distributes (by the uploads' sha256), the client certificate re-issued
+/// from the new CA, and the same plan when a phase is built again.
+fn front_proxy_phases(edit: impl Fn(String) -> String + Copy, kubeadm: bool, snapshot: &str) {
+    let ca = RotatedCa::FrontProxy;
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = context_of(ca, work.path(), edit, None);
+    let dir = installed
+        .pki_dir
+        .join(if kubeadm { "kubeadm" } else { "kubernetes" });
+    if kubeadm {
+        // What phase new fetches from the first master: the CA kubeadm made.
+        kubexm_install::pki::Ca::load_or_create(&dir, "front-proxy", "front-proxy-ca")
+            .expect("kubeadm's CA");
+    } else {
+        // The install made the old CA and the client certificate.
+        let _ = plan_of_ca(ca, &installed, Phase::TrustBoth);
+    }
+    let files = Files::new(&dir, "front-proxy");
+    let old = read(&files.crt);
+    let old_key = read(&files.key);
+
+    let mut outlines = String::new();
+    let new = context_of(ca, work.path(), edit, Some(Phase::New));
+    let p = plan_of_ca(ca, &new, Phase::New);
+    let o = outline(&p);
+    let text = p.to_text();
+    if kubeadm {
+        assert!(
+            o.contains("rotate-front-proxy-ca / front-proxy-ca-to-control-host on node1:"),
+            "{o}"
+        );
+        for f in ["front-proxy-ca.crt", "front-proxy-ca.key"] {
+            assert!(
+                text.contains(&format!(
+                    "/etc/kubernetes/pki/{f} -> control host {}",
+                    dir.join(f).display()
+                )),
+                "new fetches {f}:\n{text}"
+            );
+        }
+    } else {
+        assert!(
+            o.contains("rotate-front-proxy-ca — skipped: the new front-proxy CA is made on the control host"),
+            "{o}"
+        );
+    }
+    assert!(
+        o.contains("rotate-etcd-ca — skipped: this rotation is of the front-proxy CA"),
+        "{o}"
+    );
+    outlines.push_str(&format!("## new\n{o}"));
+    new.key_dir()
+        .join(if kubeadm { "kubeadm" } else { "kubernetes" })
+        .ca("front-proxy", "front-proxy-ca")
+        .expect("new CA");
+    let next = read(&files.next_crt);
+    assert_ne!(next, old);
+    let next_key = read(&files.next_key);
+    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
+
+    for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
+        let ctx = context_of(ca, work.path(), edit, Some(phase));
+        let p = plan_of_ca(ca, &ctx, phase);
+        let o = outline(&p);
+        outlines.push_str(&format!("## {phase}\n{o}"));
+        let text = p.to_text();
+        assert!(
+            o.contains(&format!(
+                "rotate-front-proxy-ca / front-proxy-{phase} on node1,node2,node3 (one at a time)"
+            )),
+            "{o}"
+        );
+        let trust = match phase {
+            Phase::TrustBoth | Phase::Reissue => both.clone(),
+            _ => next.clone(),
+        };
+        if kubeadm {
+            // The signing CA first, then the rest of the bundle; its key beside it.
+            let (first, key) = if phase == Phase::TrustBoth {
+                (&old, &old_key)
+            } else {
+                (&next, &next_key)
+            };
+            let file = kubexm_install::rotation::signing_first(first, &trust);
+            assert_eq!(pems(&file)[0], first.trim());
+            assert_eq!(
+                pems(&file).len(),
+                if phase == Phase::DropOld { 1 } else { 2 }
+            );
+            assert!(
+                text.contains(&sha256(&file)),
+                "{phase}: front-proxy-ca.crt\n{text}"
+            );
+            assert!(
+                text.contains(&sha256(key)),
+                "{phase}: front-proxy-ca.key\n{text}"
+            );
+            assert!(
+                text.contains("mv -f /etc/kubernetes/manifests/$c.yaml"),
+                "{phase}: the static pods restarted\n{text}"
+            );
+        } else {
+            assert!(
+                text.contains(&sha256(&trust)),
+                "{phase}: the trust bundle\n{text}"
+            );
+            assert!(
+                text.contains(&format!("kubexm-rotated-front-proxy-{phase}")),
+                "{phase}: restarts guarded by the rotation's marker\n{text}"
+            );
+        }
+        let client = dir.join("front-proxy-client.crt");
+        let uploads_client = text.contains("/etc/kubernetes/pki/front-proxy-client.crt");
+        if phase == Phase::TrustBoth {
+            if kubeadm {
+                assert!(
+                    !uploads_client,
+                    "trust-both keeps kubeadm's client certificate"
+                );
+            } else {
+                assert!(
+                    verifies(&files.crt, &client),
+                    "trust-both keeps the old CA's leaf"
+                );
+            }
+        } else {
+            assert!(uploads_client, "{phase} uploads the client certificate");
+            assert!(
+                verifies(&files.next_crt, &client),
+                "{phase}: the new CA's leaf"
+            );
+            assert!(!verifies(&files.crt, &client), "{phase}: not the old CA's");
+            assert!(text.contains(&sha256(&read(&client))), "{phase}\n{text}");
+        }
+        let again = plan_of_ca(ca, &context_of(ca, work.path(), edit, Some(phase)), phase);
+        assert_eq!(again.to_text(), text, "{phase} planned twice differs");
+    }
+    insta::assert_snapshot!(snapshot, outlines);
+}
+
+#[test]
+fn kubexm_path_rotates_the_front_proxy_ca_on_each_master_in_turn() {
+    front_proxy_phases(kubexm, false, "rotate-front-proxy-outline-kubexm");
+}
+
+#[test]
+fn kubeadm_path_fetches_kubeadms_front_proxy_ca_then_rotates_it_signing_ca_first() {
+    front_proxy_phases(|t| t, true, "rotate-front-proxy-outline-kubeadm");
 }

@@ -258,8 +258,9 @@ pub fn certificates(
             files.push(NodeFile::bytes(&ca.key_pem(), l.pki("ca.key"), 0o600));
             pair(&mut files, "apiserver", &apiserver);
             pair(&mut files, "apiserver-kubelet-client", &kubelet_client);
+            // The trust bundle: during a `rotate-ca --ca front-proxy`, the old and new CAs.
             files.push(NodeFile::bytes(
-                front_proxy_ca.cert_pem(),
+                front_proxy_ca.trust_pem(),
                 l.pki("front-proxy-ca.crt"),
                 0o644,
             ));
