@@ -207,7 +207,8 @@ const ROTATE_EXAMPLES: &str = "Examples:
   kubexm-install rotate-ca --ca etcd --dry-run                  # the phases still to run and their steps
   kubexm-install rotate-ca --ca etcd --phase trust-both --yes   # new CA, trusted beside the old one; stop there
   kubexm-install rotate-ca --ca etcd --yes                      # continue: reissue, drop-old
-  kubexm-install rotate-ca --ca etcd --yes --resume             # after a failure: skip what finished";
+  kubexm-install rotate-ca --ca etcd --yes --resume             # after a failure: skip what finished
+  kubexm-install rotate-ca --ca front-proxy --yes               # the aggregation layer's CA, every phase";
 
 /// The CA `rotate-ca` rotates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -177,6 +177,58 @@ pub struct KeyFiles {
     pub public_pem: String,
 }
 
+/// A private key from PEM: PKCS#8 (`PRIVATE KEY`, what KubeXM writes) or an RSA key in PKCS#1
+/// (`RSA PRIVATE KEY`, what kubeadm writes for its CAs), wrapped into PKCS#8 here since the
+/// signing backend reads PKCS#8 only.
+fn key_pair_from_pem(pem: &str) -> Result<KeyPair, rcgen::Error> {
+    const BEGIN: &str = "-----BEGIN RSA PRIVATE KEY-----";
+    const END: &str = "-----END RSA PRIVATE KEY-----";
+    let Some(body) = pem
+        .trim()
+        .strip_prefix(BEGIN)
+        .and_then(|b| b.strip_suffix(END))
+    else {
+        return KeyPair::from_pem(pem);
+    };
+    use base64::Engine as _;
+    let b64: String = body.split_whitespace().collect();
+    let pkcs1 = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| rcgen::Error::CouldNotParseKeyPair)?;
+    KeyPair::try_from(rsa_pkcs1_to_pkcs8(&pkcs1).as_slice())
+}
+
+/// DER: a tag, its length, the content.
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let n = content.len();
+    let mut out = vec![tag];
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes: Vec<u8> = n
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// PKCS#8 `PrivateKeyInfo` around an RSA `RSAPrivateKey` (RFC 5208, RFC 8017): version 0,
+/// algorithm rsaEncryption with NULL parameters, the key as an OCTET STRING.
+fn rsa_pkcs1_to_pkcs8(pkcs1: &[u8]) -> Vec<u8> {
+    const RSA_ALGORITHM: [u8; 15] = [
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+    ];
+    let mut content = vec![0x02, 0x01, 0x00];
+    content.extend_from_slice(&RSA_ALGORITHM);
+    content.extend(der(0x04, pkcs1));
+    der(0x30, &content)
+}
+
 /// Loads `<dir>/<stem>.key` (and writes `<dir>/<stem>.pub` beside it when missing), or creates
 /// a new ECDSA P-256 key pair there; a re-run returns the same keys.
 pub fn load_or_create_key(dir: &Path, stem: &str) -> Result<KeyFiles, PkiError> {
@@ -188,7 +240,7 @@ fn key_pair(dir: &Path, stem: &str, store: &Store<'_>) -> Result<KeyFiles, PkiEr
     let pub_path = dir.join(format!("{stem}.pub"));
     let key = if store.exists(&key_path) {
         let pem = store.read(&key_path)?;
-        KeyPair::from_pem(&pem).map_err(|e| PkiError::Parse {
+        key_pair_from_pem(&pem).map_err(|e| PkiError::Parse {
             path: key_path.clone(),
             message: format!("not a private key: {e}"),
         })?
@@ -595,7 +647,7 @@ impl Ca {
     fn load(crt: &Path, key: &Path, store: &Store<'_>) -> Result<Self, PkiError> {
         let cert_pem = store.read(crt)?;
         let key_pem = store.read(key)?;
-        let key_pair = KeyPair::from_pem(&key_pem).map_err(|e| PkiError::Parse {
+        let key_pair = key_pair_from_pem(&key_pem).map_err(|e| PkiError::Parse {
             path: key.to_path_buf(),
             message: format!("not a private key: {e}"),
         })?;
@@ -749,7 +801,7 @@ impl Ca {
         if cert.verify_signature(Some(ca.public_key())).is_err() {
             return false;
         }
-        let Ok(key) = KeyPair::from_pem(&stored.key_pem) else {
+        let Ok(key) = key_pair_from_pem(&stored.key_pem) else {
             return false;
         };
         if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
@@ -1131,6 +1183,58 @@ mod tests {
             .ca("front-proxy", "fp")
             .expect("other");
         assert_eq!(other.trust_pem(), other.cert_pem());
+    }
+
+    #[test]
+    fn a_kubeadm_rsa_ca_in_pkcs1_loads_and_signs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = dir.path().join("front-proxy-ca.key");
+        let crt = dir.path().join("front-proxy-ca.crt");
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("openssl");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let (k, c) = (key.to_str().expect("utf-8"), crt.to_str().expect("utf-8"));
+        run(&["genrsa", "-traditional", "-out", k, "2048"]);
+        run(&[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            k,
+            "-subj",
+            "/CN=front-proxy-ca",
+            "-days",
+            "10",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            "-out",
+            c,
+        ]);
+        assert!(std::fs::read_to_string(&key)
+            .expect("key")
+            .starts_with("-----BEGIN RSA PRIVATE KEY-----"));
+        let ca = Ca::load_or_create(dir.path(), "front-proxy", "front-proxy-ca").expect("loads");
+        let leaf = ca
+            .issue(&CertSpec::new("front-proxy-client", Usage::Client))
+            .expect("signs");
+        let leaf_path = dir.path().join("leaf.crt");
+        std::fs::write(&leaf_path, &leaf.cert_pem).expect("write");
+        let (ok, out) = openssl(&["verify", "-CAfile", c, leaf_path.to_str().expect("utf-8")]);
+        assert!(ok, "{out}");
+        assert!(key_pair_from_pem(
+            "-----BEGIN RSA PRIVATE KEY-----\n!!\n-----END RSA PRIVATE KEY-----"
+        )
+        .is_err());
     }
 
     #[test]

@@ -47,7 +47,7 @@ use crate::modules::renew::{
 };
 use crate::modules::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
 use crate::modules::restore_fresh::KUBEADM_PKI;
-use crate::pipeline::ops::{FetchFile, Op, UploadFile};
+use crate::pipeline::ops::{FetchFile, Op, RunCommand, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::pki::{CertSpec, KeyDir, Usage};
 use crate::rotation::Phase;
@@ -227,9 +227,12 @@ impl Module for RotateFrontProxyModule {
         let name = format!("front-proxy-{}", r.phase);
         let kind = ctx.cluster.file.spec.kubernetes.kind;
         let keys = ctx.key_dir().join(r.ca.key_subdir(kind));
+        let first = ctx.first_master()?.name.clone();
+        let mut kubexm = None;
         let task = match kind {
             KubernetesType::Kubexm => {
                 let k = Arc::new(KubexmCluster::new(ctx)?);
+                kubexm = Some(k.clone());
                 let l = &k.layout;
                 let wanted = [
                     l.pki("front-proxy-ca.crt"),
@@ -263,7 +266,6 @@ impl Module for RotateFrontProxyModule {
                     .step(KubeletHealthy)
             }
             KubernetesType::Kubeadm if r.phase == Phase::New => {
-                let first = ctx.first_master()?.name.clone();
                 return Ok(vec![Task::new("front-proxy-ca-to-control-host", [first])
                     .step(FetchKubeadmFrontProxyCa {
                         dir: keys.path().to_path_buf(),
@@ -281,7 +283,69 @@ impl Module for RotateFrontProxyModule {
                     after: "the front-proxy CA phase",
                 }),
         };
-        Ok(vec![task])
+        let mut tasks = vec![task];
+        if r.phase == Phase::DropOld {
+            let ca = keys
+                .ca(
+                    RotatedCa::FrontProxy.name(),
+                    RotatedCa::FrontProxy.common_name(),
+                )
+                .map_err(|e| StepError::Invalid(format!("front-proxy CA: {e}")))?;
+            tasks.push(
+                Task::new("aggregation-trust-new-ca", [first]).step(AggregationTrust {
+                    pem: ca.trust_pem().to_string(),
+                    kubexm,
+                }),
+            );
+        }
+        Ok(tasks)
+    }
+}
+
+/// What aggregated API servers are told to trust for request headers: the
+/// `requestheader-client-ca-file` of the ConfigMap `kube-system/extension-apiserver-authentication`
+/// set to `pem`, the bundle every API server now reads. Each API server adds its CAs to what the
+/// ConfigMap holds and never removes one before it expires, so the old CA is taken out here,
+/// once every API server trusts the new one alone (measured on v1.20.2: the old CA stayed after
+/// every master restarted with the new bundle).
+pub struct AggregationTrust {
+    /// The trust bundle.
+    pub pem: String,
+    /// kubexm path: the cluster (its kubectl); kubeadm path: `None`.
+    pub kubexm: Option<Arc<KubexmCluster>>,
+}
+
+impl Step for AggregationTrust {
+    fn name(&self) -> &str {
+        "aggregation-trust"
+    }
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let kubectl = match &self.kubexm {
+            Some(k) => k.kubectl(node),
+            None => crate::modules::kubeadm::init::kubectl(),
+        };
+        let cm = "-n kube-system configmap extension-apiserver-authentication";
+        let patch = serde_json::json!({ "data": { "requestheader-client-ca-file": self.pem } });
+        let sum = kubexm_bundles::hash::sha256_hex(self.pem.as_bytes());
+        let holds = format!(
+            "[ \"$({kubectl} get {cm} -o jsonpath='{{.data.requestheader-client-ca-file}}' | sha256sum | cut -d' ' -f1)\" = {sum} ]"
+        );
+        Ok(vec![
+            Op::Run(
+                RunCommand::new(format!(
+                    "{kubectl} patch {cm} --type merge -p {}",
+                    crate::runner::shell::quote(&patch.to_string())
+                ))
+                .unless(holds.clone()),
+            ),
+            Op::Wait(WaitFor {
+                what: "extension-apiserver-authentication trusting the new front-proxy CA alone"
+                    .into(),
+                check: holds,
+                timeout: std::time::Duration::from_secs(60),
+                interval: std::time::Duration::from_secs(2),
+            }),
+        ])
     }
 }
 
@@ -312,8 +376,8 @@ impl Step for FetchKubeadmFrontProxyCa {
 }
 
 /// kubeadm path: a master's front-proxy files as a phase leaves them: `front-proxy-ca.crt` (the
-/// signing CA first, then the rest of the trust bundle), `front-proxy-ca.key` (the signing CA's)
-/// and, once the new CA signs, the `front-proxy-client` certificate and key it signed.
+/// signing CA first, then the rest of the trust bundle) and, once the new CA signs, its key
+/// `front-proxy-ca.key` and the `front-proxy-client` certificate and key it signed.
 pub struct KubeadmFrontProxyFiles {
     files: Vec<UploadFile>,
 }
@@ -329,15 +393,18 @@ impl KubeadmFrontProxyFiles {
             )
             .map_err(pki)?;
         let at = |f: &str| format!("{KUBEADM_PKI}/{f}");
-        let mut files = vec![
-            UploadFile::bytes(
-                crate::rotation::signing_first(ca.cert_pem(), ca.trust_pem()).into_bytes(),
-                at("front-proxy-ca.crt"),
-                0o644,
-            ),
-            UploadFile::bytes(ca.key_pem().into_bytes(), at("front-proxy-ca.key"), 0o600),
-        ];
+        let mut files = vec![UploadFile::bytes(
+            crate::rotation::signing_first(ca.cert_pem(), ca.trust_pem()).into_bytes(),
+            at("front-proxy-ca.crt"),
+            0o644,
+        )];
+        // Until the new CA signs, the node keeps kubeadm's own key file as it is.
         if phase.signs_with_new() {
+            files.push(UploadFile::bytes(
+                ca.key_pem().into_bytes(),
+                at("front-proxy-ca.key"),
+                0o600,
+            ));
             let leaf = keys
                 .leaf(
                     &ca,

@@ -358,9 +358,15 @@ fn front_proxy_phases(edit: impl Fn(String) -> String + Copy, kubeadm: bool, sna
                 text.contains(&sha256(&file)),
                 "{phase}: front-proxy-ca.crt\n{text}"
             );
-            assert!(
+            assert_eq!(
                 text.contains(&sha256(key)),
-                "{phase}: front-proxy-ca.key\n{text}"
+                phase != Phase::TrustBoth,
+                "{phase}: front-proxy-ca.key uploaded once the new CA signs\n{text}"
+            );
+            assert_eq!(
+                text.contains("/etc/kubernetes/pki/front-proxy-ca.key"),
+                phase != Phase::TrustBoth,
+                "{phase}: trust-both keeps kubeadm's key file\n{text}"
             );
             assert!(
                 text.contains("mv -f /etc/kubernetes/manifests/$c.yaml"),
@@ -374,6 +380,22 @@ fn front_proxy_phases(edit: impl Fn(String) -> String + Copy, kubeadm: bool, sna
             assert!(
                 text.contains(&format!("kubexm-rotated-front-proxy-{phase}")),
                 "{phase}: restarts guarded by the rotation's marker\n{text}"
+            );
+        }
+        // Only drop-old takes the old CA out of what aggregated API servers are told to trust.
+        assert_eq!(
+            o.contains(
+                "rotate-front-proxy-ca / aggregation-trust-new-ca on node1: aggregation-trust"
+            ),
+            phase == Phase::DropOld,
+            "{phase}\n{o}"
+        );
+        if phase == Phase::DropOld {
+            let patch = serde_json::json!({ "data": { "requestheader-client-ca-file": next } });
+            assert!(
+                text.contains("patch -n kube-system configmap extension-apiserver-authentication")
+                    && text.contains(&serde_json::to_string(&patch).expect("json")[..60]),
+                "drop-old sets the ConfigMap to the new CA alone\n{text}"
             );
         }
         let client = dir.join("front-proxy-client.crt");
