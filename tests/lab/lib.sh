@@ -99,7 +99,9 @@ node_state() {
     ucf_new() { # a configuration file a new package made in its maintainer scripts (ucf), e.g. chrony.conf
       local p; p=$(ucfq -w "$1" 2>/dev/null | cut -d: -f2) || return 1
       [ -n "$p" ] && printf "%s\n" $new | grep -qxF -- "$p"; }
-    from_new() { [ -n "$owned" ] && { printf "%s\n" "$owned" | grep -qxF -- "$1" || ucf_new "$1"; }; }
+    script_new() { # what a new package'"'"'s maintainer scripts make, owned by none: python3 (a dependency of fio) makes /var/lib/python
+      case "$1" in /var/lib/python) printf "%s\n" $new | grep -qx "python3[.0-9]*\(-minimal\)\?";; *) false;; esac; }
+    from_new() { [ -n "$owned" ] && { printf "%s\n" "$owned" | grep -qxF -- "$1" || ucf_new "$1" || script_new "$1"; }; }
     for f in /etc/hosts /etc/resolv.conf /etc/chrony/chrony.conf /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf /etc/fstab; do
       if from_new "$f" && ! head -n 1 "$f" 2>/dev/null | grep -q "^# Written by KubeXM"; then echo "absent or a new package'"'"'s $f"
       elif [ -e "$f" ]; then md5sum "$f"; else echo "absent or a new package'"'"'s $f"; fi; done

@@ -158,9 +158,18 @@ struct FioLatency {
     percentile: Option<BTreeMap<String, u64>>,
 }
 
-/// The 99th percentile of fio's `--output-format=json` (one job): `Ok(None)` when fio gave no
-/// sync percentiles (older than 3.5, or no sync measured), with the version when plain.
-pub fn parse_fio_json(json: &str) -> Result<(Option<(Nanos, u64)>, Option<String>), ParseError> {
+/// What fio's JSON says of the syncs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FioReport {
+    /// The 99th percentile and the number of syncs; `None` when fio gave no sync percentiles
+    /// (older than 3.5, or no sync measured).
+    pub sync: Option<(Nanos, u64)>,
+    /// fio's version, when plain.
+    pub version: Option<String>,
+}
+
+/// Reads fio's `--output-format=json` (one job).
+pub fn parse_fio_json(json: &str) -> Result<FioReport, ParseError> {
     if json.len() > MAX_OUTPUT {
         return Err(invalid(format!(
             "{} bytes of fio output, at most {MAX_OUTPUT} expected",
@@ -183,17 +192,20 @@ pub fn parse_fio_json(json: &str) -> Result<(Option<(Nanos, u64)>, Option<String
         )));
     }
     let Some(lat) = job.sync.as_ref().and_then(|s| s.lat_ns.as_ref()) else {
-        return Ok((None, version));
+        return Ok(FioReport {
+            sync: None,
+            version,
+        });
     };
     let p99 = lat.percentile.as_ref().and_then(|p| {
         p.iter()
             .find(|(k, _)| k.parse::<f64>().is_ok_and(|v| (v - 99.0).abs() < 1e-9))
             .map(|(_, v)| *v)
     });
-    match p99 {
-        Some(p99) if lat.n > 0 => Ok((Some((Nanos(p99), lat.n)), version)),
-        _ => Ok((None, version)),
-    }
+    Ok(FioReport {
+        sync: p99.filter(|_| lat.n > 0).map(|p| (Nanos(p), lat.n)),
+        version,
+    })
 }
 
 /// Reads the probe's output.
@@ -225,15 +237,18 @@ pub fn parse(out: &str) -> Result<FsyncFacts, ParseError> {
             let dir = dir.ok_or_else(|| {
                 invalid("no plain absolute path of the directory measured (`dir=`)")
             })?;
-            match parse_fio_json(json)? {
-                (Some((p99, syncs)), fio) => Ok(FsyncFacts::Measured(Measured {
+            let report = parse_fio_json(json)?;
+            match report.sync {
+                Some((p99, syncs)) => Ok(FsyncFacts::Measured(Measured {
                     p99,
                     syncs,
                     dir,
                     mount,
-                    fio,
+                    fio: report.version,
                 })),
-                (None, fio) => Ok(FsyncFacts::Unsupported { fio }),
+                None => Ok(FsyncFacts::Unsupported {
+                    fio: report.version,
+                }),
             }
         }
         (Some("measured"), None) => Err(invalid("fio's JSON is missing after `#fio-json`")),
@@ -312,9 +327,9 @@ mod tests {
 
     #[test]
     fn reads_the_p99_of_real_fio_output() {
-        let (p, version) = parse_fio_json(FIO_3_33).expect("fio 3.33");
-        assert_eq!(p, Some((Nanos(27_394_048), 10_029)));
-        assert_eq!(version.as_deref(), Some("fio-3.33"));
+        let r = parse_fio_json(FIO_3_33).expect("fio 3.33");
+        assert_eq!(r.sync, Some((Nanos(27_394_048), 10_029)));
+        assert_eq!(r.version.as_deref(), Some("fio-3.33"));
         let f = parse(&measured(FIO_3_33)).expect("probe");
         let FsyncFacts::Measured(m) = &f else {
             panic!("{f:?}")
