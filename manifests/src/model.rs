@@ -859,6 +859,98 @@ pub struct Preflight {
     /// hosts that cannot load modules (containers).
     #[serde(default)]
     pub kernel_modules: Option<Vec<String>>,
+    /// Measure the etcd data disk's fdatasync latency with fio on every etcd member (etcd.type
+    /// kubexm or kubeadm) before etcd is installed; default true. `false` turns the check off.
+    #[serde(default, rename = "etcdFsyncCheck")]
+    pub etcd_fsync_check: Option<bool>,
+    /// The largest fdatasync p99 latency of the etcd data disk, in milliseconds (a decimal
+    /// number: `2.5`); default [`DEFAULT_ETCD_FSYNC_P99_MS`], etcd's guideline for its WAL.
+    #[serde(default, rename = "etcdFsyncP99Ms")]
+    pub etcd_fsync_p99_ms: Option<Millis>,
+}
+
+/// etcd's guideline for the WAL disk: the 99th percentile of fdatasync under 10 ms (etcd's
+/// hardware recommendations and FAQ: "What does the etcd warning 'failed to send out
+/// heartbeat on time' mean?", measured with fio `--fdatasync=1`).
+pub const DEFAULT_ETCD_FSYNC_P99_MS: Millis = Millis(10_000);
+
+impl Preflight {
+    /// Whether the etcd fsync check runs.
+    pub fn etcd_fsync_check(&self) -> bool {
+        self.etcd_fsync_check.unwrap_or(true)
+    }
+
+    /// The etcd fsync threshold.
+    pub fn etcd_fsync_p99(&self) -> Millis {
+        self.etcd_fsync_p99_ms.unwrap_or(DEFAULT_ETCD_FSYNC_P99_MS)
+    }
+}
+
+/// A duration written in milliseconds as a decimal number (`10`, `2.5`, `0.01`), kept in
+/// whole microseconds: more than 0 and at most one hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct Millis(u64);
+
+/// A milliseconds value that is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0} is not a duration in milliseconds between 0.001 and 3600000")]
+pub struct MillisError(f64);
+
+impl Millis {
+    /// The largest value, one hour.
+    pub const MAX_MICROS: u64 = 3_600_000_000;
+
+    /// From whole microseconds (`None` when 0 or over an hour).
+    pub fn from_micros(us: u64) -> Option<Self> {
+        (us > 0 && us <= Self::MAX_MICROS).then_some(Self(us))
+    }
+
+    /// Whole microseconds.
+    pub fn as_micros(self) -> u64 {
+        self.0
+    }
+
+    /// Nanoseconds.
+    pub fn as_nanos(self) -> u64 {
+        self.0.saturating_mul(1000)
+    }
+}
+
+impl TryFrom<f64> for Millis {
+    type Error = MillisError;
+    fn try_from(ms: f64) -> Result<Self, MillisError> {
+        if !ms.is_finite() || ms <= 0.0 {
+            return Err(MillisError(ms));
+        }
+        let us = (ms * 1000.0).round();
+        if us < 1.0 || us > Self::MAX_MICROS as f64 {
+            return Err(MillisError(ms));
+        }
+        // In range, so exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Self::from_micros(us as u64).ok_or(MillisError(ms))
+    }
+}
+
+impl From<Millis> for f64 {
+    #[allow(clippy::cast_precision_loss)]
+    fn from(m: Millis) -> f64 {
+        m.0 as f64 / 1000.0
+    }
+}
+
+impl std::fmt::Display for Millis {
+    /// `10 ms`, `2.5 ms`, `0.015 ms`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (whole, frac) = (self.0 / 1000, self.0 % 1000);
+        if frac == 0 {
+            write!(f, "{whole} ms")
+        } else {
+            let frac = format!("{frac:03}");
+            write!(f, "{whole}.{} ms", frac.trim_end_matches('0'))
+        }
+    }
 }
 
 impl Default for Preflight {
@@ -869,6 +961,8 @@ impl Default for Preflight {
             min_worker_memory_mib: default_worker_mem(),
             max_clock_skew_seconds: default_skew(),
             kernel_modules: None,
+            etcd_fsync_check: None,
+            etcd_fsync_p99_ms: None,
         }
     }
 }
@@ -1016,5 +1110,38 @@ impl ClusterFile {
             removed.push("spec.registry.harborConfig.adminPassword".to_owned());
         }
         removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_fsync_threshold_reads_decimal_milliseconds() {
+        let p: Preflight = serde_json::from_str(r#"{"etcdFsyncP99Ms": 2.5}"#).expect("2.5");
+        assert_eq!(p.etcd_fsync_p99().as_micros(), 2500);
+        assert_eq!(p.etcd_fsync_p99().to_string(), "2.5 ms");
+        assert!(p.etcd_fsync_check());
+        let d = Preflight::default();
+        assert_eq!(d.etcd_fsync_p99(), DEFAULT_ETCD_FSYNC_P99_MS);
+        assert_eq!(d.etcd_fsync_p99().to_string(), "10 ms");
+        let tiny: Preflight = serde_json::from_str(r#"{"etcdFsyncP99Ms": 0.001}"#).expect("1 us");
+        assert_eq!(tiny.etcd_fsync_p99().as_nanos(), 1000);
+        assert_eq!(tiny.etcd_fsync_p99().to_string(), "0.001 ms");
+        for bad in ["0", "-1", "0.0004", "3600001", "\"10\""] {
+            assert!(
+                serde_json::from_str::<Preflight>(&format!(r#"{{"etcdFsyncP99Ms": {bad}}}"#))
+                    .is_err(),
+                "{bad}"
+            );
+        }
+        let off: Preflight = serde_json::from_str(r#"{"etcdFsyncCheck": false}"#).expect("off");
+        assert!(!off.etcd_fsync_check());
+        // Written back as the number it was read from.
+        assert_eq!(
+            serde_json::to_value(p.etcd_fsync_p99_ms).expect("json"),
+            serde_json::json!(2.5)
+        );
     }
 }

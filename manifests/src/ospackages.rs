@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{ExternalLbType, LbMode, ProxyMode};
+use crate::model::{EtcdType, ExternalLbType, LbMode, ProxyMode};
 use crate::osrelease::Family;
 use crate::resolve::Role;
 use crate::validate::ValidCluster;
@@ -122,6 +122,29 @@ pub const NFS_CLIENT: PackageSet = PackageSet {
     rpms: &["nfs-utils"],
 };
 
+/// fio on the etcd members, for preflight's measure of the etcd data disk's fdatasync latency
+/// (`spec.system.preflight.etcdFsyncCheck`, on by default; etcd.type kubexm or kubeadm).
+pub const ETCD_DISK_CHECK: PackageSet = PackageSet {
+    purpose: "etcd data-disk fsync check (fio)",
+    debs: &["fio"],
+    rpms: &["fio"],
+};
+
+/// The roles whose hosts run etcd and so measure its disk (`etcd` for etcd.type kubexm, the
+/// masters for kubeadm's stacked etcd), or `None` when the check does not run (turned off, or
+/// an external etcd).
+pub fn etcd_disk_check_role(cluster: &ValidCluster) -> Option<Role> {
+    let spec = &cluster.file.spec;
+    if !spec.system.preflight.etcd_fsync_check() {
+        return None;
+    }
+    match spec.etcd.kind {
+        EtcdType::Kubexm => Some(Role::Etcd),
+        EtcdType::Kubeadm => Some(Role::Master),
+        EtcdType::External => None,
+    }
+}
+
 /// Every set above (what a lab mirror of the OS packages must hold).
 pub const ALL: &[PackageSet] = &[
     NODE_PREP,
@@ -132,6 +155,7 @@ pub const ALL: &[PackageSet] = &[
     LB_HAPROXY,
     LB_NGINX,
     NFS_CLIENT,
+    ETCD_DISK_CHECK,
 ];
 
 /// One package to install, where and why.
@@ -176,6 +200,15 @@ pub fn for_cluster(cluster: &ValidCluster, family: Family) -> Vec<Need> {
     };
     for (i, n) in extra.iter().enumerate() {
         add(n, format!("{field}[{i}]"), BTreeSet::new());
+    }
+    if let Some(role) = etcd_disk_check_role(cluster) {
+        for n in ETCD_DISK_CHECK.names(family) {
+            add(
+                n,
+                ETCD_DISK_CHECK.purpose.to_owned(),
+                BTreeSet::from([role]),
+            );
+        }
     }
     if let Some(lb) = load_balancer(cluster) {
         for n in lb.names(family) {

@@ -78,6 +78,13 @@ sshx() { # node cmd...
     -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=5 "root@${!ipv}" "$@"
 }
 
+# with_preflight FILE SETTING: SETTING (e.g. `etcdFsyncCheck: false`) added to FILE's
+# spec.system.preflight, in place.
+with_preflight() {
+  sed -i "s/^    preflight:\$/    preflight:\n      $2/" "$1"
+  grep -qxF "      $2" "$1" || die "could not add $2 to $1's preflight"
+}
+
 # with_os_releases IN OUT: the cluster.yaml IN listing `osReleases: [debian-12]` (the bundle
 # carries the OS packages as a signed repository, the nodes' only package source).
 with_os_releases() {
@@ -99,7 +106,9 @@ node_state() {
     ucf_new() { # a configuration file a new package made in its maintainer scripts (ucf), e.g. chrony.conf
       local p; p=$(ucfq -w "$1" 2>/dev/null | cut -d: -f2) || return 1
       [ -n "$p" ] && printf "%s\n" $new | grep -qxF -- "$p"; }
-    from_new() { [ -n "$owned" ] && { printf "%s\n" "$owned" | grep -qxF -- "$1" || ucf_new "$1"; }; }
+    script_new() { # what a new package'"'"'s maintainer scripts make, owned by none: python3 (a dependency of fio) makes /var/lib/python
+      case "$1" in /var/lib/python) printf "%s\n" $new | grep -qx "python3[.0-9]*\(-minimal\)\?";; *) false;; esac; }
+    from_new() { [ -n "$owned" ] && { printf "%s\n" "$owned" | grep -qxF -- "$1" || ucf_new "$1" || script_new "$1"; }; }
     for f in /etc/hosts /etc/resolv.conf /etc/chrony/chrony.conf /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf /etc/fstab; do
       if from_new "$f" && ! head -n 1 "$f" 2>/dev/null | grep -q "^# Written by KubeXM"; then echo "absent or a new package'"'"'s $f"
       elif [ -e "$f" ]; then md5sum "$f"; else echo "absent or a new package'"'"'s $f"; fi; done

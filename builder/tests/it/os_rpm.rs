@@ -38,6 +38,8 @@ const RPMS: &[StandIn] = &[
     ),
     ("ipset", "7.11", "x86_64", &[], &[], "/usr/sbin/ipset"),
     ("ipvsadm", "1.31", "x86_64", &[], &[], "/usr/sbin/ipvsadm"),
+    // On the etcd members, for preflight's etcd disk check.
+    ("fio", "3.35", "x86_64", &[], &[], "/usr/bin/fio"),
     (
         "ebtables",
         "2.0.11",

@@ -13,6 +13,7 @@
 //! matters.
 
 pub mod checks;
+pub mod fio;
 pub mod host;
 pub mod net;
 pub mod node;

@@ -49,6 +49,7 @@ impl Module for NodePrepModule {
                 debs: spec.system.debs.clone(),
                 rpms: spec.system.rpms.clone(),
                 source: super::osrepo::package_source(ctx),
+                etcd_disk: etcd_disk_fio(ctx),
             })
             .step(DisableSelinux)
             .step(DisableSwap)
@@ -82,22 +83,44 @@ pub struct InstallDependencies {
     debs: Vec<String>,
     rpms: Vec<String>,
     source: PackageSource,
+    /// The role whose nodes get fio for preflight's etcd disk check, when the bundle carries
+    /// it ([`etcd_disk_fio`]).
+    etcd_disk: Option<Role>,
+}
+
+/// The role whose nodes install fio ([`kubexm_manifests::ospackages::ETCD_DISK_CHECK`]) for
+/// the etcd disk check: only when the check runs and the bundle carries OS packages (otherwise
+/// the check uses the node's own fio, or warns without one).
+pub fn etcd_disk_fio(ctx: &InstallContext) -> Option<Role> {
+    match super::osrepo::package_source(ctx) {
+        PackageSource::Only { .. } => {
+            kubexm_manifests::ospackages::etcd_disk_check_role(&ctx.cluster)
+        }
+        PackageSource::Node => None,
+    }
 }
 
 impl Step for InstallDependencies {
     fn name(&self) -> &str {
         "install-dependencies"
     }
-    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        use kubexm_manifests::ospackages::{NODE_PREP, RUNTIME_DEPS};
+    fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        use kubexm_manifests::ospackages::{ETCD_DISK_CHECK, NODE_PREP, RUNTIME_DEPS};
         use kubexm_manifests::osrelease::Family;
+        let fio = self.etcd_disk.is_some_and(|r| node.has_role(r));
         let names = |family: Family, extra: &[String]| {
             let mut v: Vec<String> = Vec::new();
+            let fio: &[&str] = if fio {
+                ETCD_DISK_CHECK.names(family)
+            } else {
+                &[]
+            };
             for n in NODE_PREP
                 .names(family)
                 .iter()
                 .chain(RUNTIME_DEPS.names(family))
                 .chain(self.proxy.names(family))
+                .chain(fio)
                 .map(|s| (*s).to_string())
                 .chain(extra.iter().cloned())
             {

@@ -96,6 +96,8 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         Phase::new("os-repository", osrepo::OsRepoModule(d.clone())),
         Phase::new("pre-install", scripts::PreInstallModule(d.clone())).scope(new.clone()),
         Phase::new("node-prep", os::NodePrepModule(d.clone())),
+        // A new etcd member's (or kubeadm master's) data disk, before etcd runs there.
+        Phase::new("etcd-disk", preflight::EtcdDiskModule(d.clone())).scope(new.clone()),
         Phase::new("etcd-certificates", etcd::EtcdModule(d.clone()))
             .only(&["etcd-certificates"])
             .scope(new.clone())

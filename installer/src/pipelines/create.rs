@@ -36,6 +36,8 @@ pub(crate) fn install_modules(
         Box::new(osrepo::OsRepoModule(ctx.clone())),
         Box::new(scripts::PreInstallModule(ctx.clone())),
         Box::new(os::NodePrepModule(ctx.clone())),
+        // After node preparation (fio from the bundle's OS packages), before etcd.
+        Box::new(preflight::EtcdDiskModule(ctx.clone())),
         etcd,
         Box::new(loadbalancer::LoadBalancerModule(ctx.clone())),
         Box::new(registry::RegistryModule(ctx.clone())),

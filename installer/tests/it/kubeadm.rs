@@ -1008,6 +1008,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
             "os-repository",
             "pre-install",
             "node-prep",
+            "etcd-disk",
             "etcd",
             "loadbalancer",
             "registry",

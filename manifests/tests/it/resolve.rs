@@ -524,7 +524,7 @@ snap!(v1_23_17_docker_dockershim, "default", |f| {
 #[test]
 fn os_packages_follow_the_cluster() {
     use kubexm_manifests::ospackages::{
-        for_cluster, kube_proxy, LB_HAPROXY, LB_NGINX, NODE_PREP, RUNTIME_DEPS,
+        for_cluster, kube_proxy, ETCD_DISK_CHECK, LB_HAPROXY, LB_NGINX, NODE_PREP, RUNTIME_DEPS,
     };
     use kubexm_manifests::osrelease::Family;
     use kubexm_manifests::resolve::Role;
@@ -547,6 +547,7 @@ fn os_packages_follow_the_cluster() {
         }
     }
     want.push("jq");
+    want.extend(ETCD_DISK_CHECK.debs);
     want.extend(LB_NGINX.debs);
     assert_eq!(
         names, want,
@@ -570,4 +571,14 @@ fn os_packages_follow_the_cluster() {
         "{rpms:?}"
     );
     assert!(!rpms.contains(&"jq".to_owned()), "system.debs are not rpms");
+    // fio on the etcd members (etcd.type kubexm: the etcd role), for preflight's disk check;
+    // not bundled when the check is off.
+    let fio = debs.iter().find(|n| n.name == "fio").expect("fio");
+    assert_eq!(fio.roles, [Role::Etcd].into());
+    let mut off = cluster.file.clone();
+    off.spec.system.preflight.etcd_fsync_check = Some(false);
+    let off = kubexm_manifests::validate::validate(off, &catalog).expect("valid");
+    assert!(!for_cluster(&off, Family::Deb)
+        .iter()
+        .any(|n| n.name == "fio"));
 }

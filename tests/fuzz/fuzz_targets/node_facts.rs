@@ -1,14 +1,16 @@
 //! What nodes print about themselves: preflight's host facts (`facts::host::parse`: uname -r,
 //! the cgroup filesystem, os-release), its network facts (`facts::net::parse`: interfaces and
-//! `ip -o addr`; `facts::net::learn_vip`) and `status`'s node facts (`facts::node::parse_node`:
+//! `ip -o addr`; `facts::net::learn_vip`), the etcd disk probe (`facts::fio::parse`: fio's
+//! JSON) and `status`'s node facts (`facts::node::parse_node`:
 //! versions, units, certificates). Never panics; accepted host facts are short and hold no
 //! control characters; accepted interface names are plain and short, and the facts round-trip
-//! through the pipeline's store; node facts hold no control characters in what is printed.
+//! through the pipeline's store, as do the etcd disk facts (paths and fio's version plain); node
+//! facts hold no control characters in what is printed.
 #![no_main]
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use kubexm_install::facts::{host, net, node};
+use kubexm_install::facts::{fio, host, net, node};
 use kubexm_install::pipeline::Facts;
 use libfuzzer_sys::fuzz_target;
 
@@ -46,6 +48,20 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let _ = net::learn_vip(text);
+    if let Ok(f) = fio::parse(text) {
+        let facts = Facts::default();
+        for (k, v) in f.to_facts() {
+            facts.set(format!("{}{k}", fio::fact_prefix("n")), v);
+        }
+        assert_eq!(fio::FsyncFacts::from_facts(&facts, "n").as_ref(), Some(&f));
+        if let fio::FsyncFacts::Measured(m) = &f {
+            for p in std::iter::once(&m.dir).chain(&m.mount).chain(&m.fio) {
+                assert!(p.len() <= fio::MAX_PATH, "{p:?}");
+                assert!(!p.chars().any(|c| c.is_control() || c == ' '), "{p:?}");
+            }
+            let _ = m.p99.to_string();
+        }
+    }
     let f = node::parse_node(text, UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     for c in &f.certificates {
         assert!(!c.path.chars().any(char::is_control), "{:?}", c.path);

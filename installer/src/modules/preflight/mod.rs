@@ -1,9 +1,11 @@
 //! Module 0: preflight. Read-only checks on every node, in parallel; a failed check stops the
 //! install before anything changed, with what is wrong and what to do.
 
+mod etcd_disk;
 mod host;
 mod network;
 
+pub use etcd_disk::{CheckEtcdDisk, EtcdDiskModule, EtcdDiskRules, MeasureEtcdDisk};
 pub use host::{CheckHostRequirements, GatherHostFacts, HostRules};
 pub use network::{
     CheckNodeNetwork, CheckVipFree, GatherNetFacts, NetRules, ProbeVip, VipRule, WantedAddress,
