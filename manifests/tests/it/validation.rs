@@ -908,6 +908,22 @@ fn versions_refuse_what_cannot_work() {
         f.spec.runtime.version = Some("1.7.30".into());
     })
     .is_empty());
+    // Kata Containers: containerd only (its handler is written into containerd's config).
+    for kind in [RuntimeType::Docker, RuntimeType::CriO, RuntimeType::Isulad] {
+        expect(
+            |f| {
+                f.spec.kubernetes.kata.enabled = true;
+                f.spec.runtime.kind = kind;
+            },
+            "spec.kubernetes.kata.enabled",
+            "Kata Containers needs containerd",
+        );
+    }
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.kubernetes.kata.enabled = true;
+        f.spec.kubernetes.node_feature_discovery.enabled = true;
+    })
+    .is_empty());
     // multus cannot delegate to none.
     expect(
         |f| {
