@@ -17,6 +17,7 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "chrony/managed-block.tera",
     "cni/calico-values.yaml.tera",
     "cni/cilium-values.yaml.tera",
+    "cni/multus.yaml.tera",
     "containerd/config-v2.toml.tera",
     "containerd/config-v3.toml.tera",
     "containerd/containerd.service.tera",
@@ -63,6 +64,8 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "lb/sysctl.conf.tera",
     "os/modules-load.conf.tera",
     "os/sysctl.conf.tera",
+    "plugins/kata.yaml.tera",
+    "plugins/node-feature-discovery.yaml.tera",
     "registry/config.yml.tera",
     "registry/registry.service.tera",
 ];

@@ -275,6 +275,31 @@ pub struct Kubernetes {
     /// kubelet settings written into its `KubeletConfiguration` (both paths).
     #[serde(default)]
     pub kubelet: KubeletOptions,
+    /// Kata Containers (KubeKey v3's `kubernetes.kata.enabled`): the `kata` runtime handler in
+    /// containerd's configuration, the `kata` RuntimeClass, and kata-deploy's DaemonSet, which
+    /// puts the Kata artifacts on every node. containerd only.
+    #[serde(default, skip_serializing_if = "Switch::is_off")]
+    pub kata: Switch,
+    /// Node Feature Discovery (KubeKey v3's `kubernetes.nodeFeatureDiscovery.enabled`): its
+    /// master and workers, which label every node with the hardware and kernel features found.
+    #[serde(default, skip_serializing_if = "Switch::is_off")]
+    pub node_feature_discovery: Switch,
+}
+
+/// An optional part of the cluster, off unless `enabled: true`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Switch {
+    /// Install it.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+impl Switch {
+    /// Off (not serialized).
+    pub fn is_off(&self) -> bool {
+        !self.enabled
+    }
 }
 
 /// `spec.kubernetes.kubelet`: settings of the kubelet's `KubeletConfiguration`.

@@ -54,6 +54,16 @@ impl Role {
 }
 
 const NODES: &[Role] = &[Role::Master, Role::Worker];
+
+/// The catalog's image group of kata-deploy (Kata Containers' installer DaemonSet).
+pub const KATA_DEPLOY_GROUP: &str = "kata-deploy";
+/// The kata-deploy release KubeXM's Kata manifest is written for.
+pub const KATA_DEPLOY_VERSION: &str = "3.2.0";
+/// The catalog's image group of Node Feature Discovery.
+pub const NFD_GROUP: &str = "node-feature-discovery";
+/// The Node Feature Discovery release KubeXM's manifest is written for (the v0.10 layout the
+/// seed, KubeKey v3, deploys: master Deployment + worker DaemonSet speaking gRPC).
+pub const NFD_VERSION: &str = "v0.10.1";
 const MASTERS: &[Role] = &[Role::Master];
 
 /// One file to download and bundle.
@@ -291,6 +301,25 @@ pub fn resolve(
     r.image(&kubeadm_images.pause, "kubernetes", NODES);
     r.image(&kubeadm_images.coredns, "kubernetes", NODES);
     r.image_group("nodelocaldns", None, NODES, "spec.kubernetes");
+    // Kata Containers and Node Feature Discovery: the version KubeXM's manifests are written for
+    // (their objects change between releases); the image list of that version comes from the
+    // catalog's addonImages, so --catalog can point it elsewhere.
+    if spec.kubernetes.kata.enabled {
+        r.image_group(
+            KATA_DEPLOY_GROUP,
+            Some(KATA_DEPLOY_VERSION),
+            NODES,
+            "spec.kubernetes.kata.enabled",
+        );
+    }
+    if spec.kubernetes.node_feature_discovery.enabled {
+        r.image_group(
+            NFD_GROUP,
+            Some(NFD_VERSION),
+            NODES,
+            "spec.kubernetes.nodeFeatureDiscovery.enabled",
+        );
+    }
 
     // etcd.
     match spec.etcd.kind {

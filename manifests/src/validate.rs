@@ -826,6 +826,17 @@ fn check_network(
 
 fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker) {
     let r = &f.spec.runtime;
+    // KubeXM writes the `kata` runtime handler into containerd's configuration only.
+    if f.spec.kubernetes.kata.enabled && r.kind != RuntimeType::Containerd {
+        c.add(
+            "spec.kubernetes.kata.enabled",
+            format!(
+                "Kata Containers needs containerd (its `kata` runtime handler is written into containerd's configuration), but runtime.type is {:?}",
+                r.kind
+            ),
+            "set runtime.type: containerd, or kata.enabled: false",
+        );
+    }
     if r.cri_dockerd.is_some() && r.kind != RuntimeType::Docker {
         c.add(
             "spec.runtime.criDockerd",

@@ -22,6 +22,7 @@ pub mod membership;
 pub mod network;
 pub mod os;
 pub mod osrepo;
+pub mod plugins;
 pub mod preflight;
 pub mod registry;
 mod remote_path;

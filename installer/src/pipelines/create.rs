@@ -8,8 +8,8 @@ use crate::modules::restore_fresh::{
     FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
 };
 use crate::modules::{
-    addons, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight,
-    registry, runtime, scripts,
+    addons, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, plugins,
+    preflight, registry, runtime, scripts,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -59,6 +59,7 @@ pub(crate) fn install_modules(
         kubeadm,
         Box::new(network::NetworkModule(ctx.clone())),
         Box::new(dns::NodeLocalDnsModule(ctx.clone())),
+        Box::new(plugins::PluginsModule(ctx.clone())),
         Box::new(addons::AddonsModule(ctx.clone())),
         Box::new(finalize::FinalizeModule(ctx.clone())),
         Box::new(scripts::PostInstallModule(ctx.clone())),

@@ -1020,6 +1020,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
             "kubeadm",
             "network",
             "nodelocaldns",
+            "plugins",
             "addons",
             "finalize",
             "post-install"

@@ -1,5 +1,6 @@
 //! Integration tests of kubexm-install (one test binary).
 
+mod apiserver;
 mod attacks;
 mod certs;
 mod cli;
@@ -19,6 +20,7 @@ mod network;
 mod osrepo;
 mod pipeline;
 mod plan_cli;
+mod plugins;
 mod preflight;
 mod renew;
 mod restore;

@@ -286,6 +286,8 @@ fn base_cluster() -> ClusterFile {
                 kube_proxy_args: BTreeMap::new(),
                 kube_proxy: crate::model::KubeProxyOptions::default(),
                 kubelet: crate::model::KubeletOptions::default(),
+                kata: crate::model::Switch::default(),
+                node_feature_discovery: crate::model::Switch::default(),
             },
             etcd: Etcd::default(),
             runtime: Runtime::default(),

@@ -305,11 +305,13 @@ fn kubernetes(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<KubeVersion, ImportErr
         &k.key("containerRuntimeEndpoint"),
         "KubeXM derives the CRI socket from runtime.type",
     );
-    doc.unmapped(
-        &k.key("nodeFeatureDiscovery"),
-        "KubeXM does not install Node Feature Discovery; install it as an addon",
-    );
-    doc.unmapped(&k.key("kata"), "KubeXM does not install Kata Containers");
+    // The same switches, at the same place, in KubeXM's cluster.yaml.
+    if doc.boolean(&k.join("nodeFeatureDiscovery.enabled")) == Some(true) {
+        ctx.cluster.spec.kubernetes.node_feature_discovery.enabled = true;
+    }
+    if doc.boolean(&k.join("kata.enabled")) == Some(true) {
+        ctx.cluster.spec.kubernetes.kata.enabled = true;
+    }
     doc.unmapped(
         &k.key("nvidiaRuntime"),
         "KubeXM does not install the NVIDIA container runtime",

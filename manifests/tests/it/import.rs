@@ -403,3 +403,39 @@ fn v4_config_alone_asks_for_the_inventory() {
     let err = run(&["v4-config-v1.33.yaml"], &opts()).expect_err("no inventory");
     assert!(err.to_string().contains("--inventory"), "{err}");
 }
+
+#[test]
+fn kata_and_node_feature_discovery_switches_map_to_the_same_fields() {
+    // The sample's commented-out switches, turned on (with containerd: KubeXM's Kata handler is
+    // containerd's).
+    let text = fixture("v1alpha2-config-example.yaml")
+        .replace(
+            "    # kata:\n    #   enabled: true\n    # nodeFeatureDiscovery\n    #   enabled: true\n",
+            "    kata:\n      enabled: true\n    nodeFeatureDiscovery:\n      enabled: true\n",
+        )
+        .replace("containerManager: docker", "containerManager: containerd");
+    assert!(
+        text.contains("    kata:\n      enabled: true\n"),
+        "fixture changed"
+    );
+    let mut o = opts();
+    o.kubernetes_version = Some("v1.33.11".into());
+    let imported = import_kubekey(&[("config.yaml", &text)], &o, &builtin()).expect("imports");
+    let k = &imported.cluster.spec.kubernetes;
+    assert!(k.kata.enabled && k.node_feature_discovery.enabled);
+    assert!(
+        imported
+            .report
+            .unmapped
+            .iter()
+            .all(|u| !u.field.contains("kata") && !u.field.contains("nodeFeatureDiscovery")),
+        "{:#?}",
+        imported.report.unmapped
+    );
+    let written = reloads(&imported, "config.yaml");
+    assert!(
+        written.contains("kata:\n      enabled: true")
+            && written.contains("nodeFeatureDiscovery:\n      enabled: true"),
+        "{written}"
+    );
+}

@@ -172,6 +172,14 @@ snap!(plugin_multus_over_calico, "default", |f| {
     f.spec.network.plugin = Plugin::Multus;
     f.spec.network.multus.delegate = Some(Plugin::Calico);
 });
+snap!(plugin_multus_over_flannel, "default", |f| {
+    f.spec.network.plugin = Plugin::Multus;
+    f.spec.network.multus.delegate = Some(Plugin::Flannel);
+});
+snap!(plugins_kata_and_node_feature_discovery, "default", |f| {
+    f.spec.kubernetes.kata.enabled = true;
+    f.spec.kubernetes.node_feature_discovery.enabled = true;
+});
 snap!(plugin_version_pinned_by_user, "default", |f| f
     .spec
     .network

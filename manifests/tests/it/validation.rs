@@ -908,6 +908,43 @@ fn versions_refuse_what_cannot_work() {
         f.spec.runtime.version = Some("1.7.30".into());
     })
     .is_empty());
+    // Kata Containers: containerd only (its handler is written into containerd's config).
+    for kind in [RuntimeType::Docker, RuntimeType::CriO, RuntimeType::Isulad] {
+        expect(
+            |f| {
+                f.spec.kubernetes.kata.enabled = true;
+                f.spec.runtime.kind = kind;
+            },
+            "spec.kubernetes.kata.enabled",
+            "Kata Containers needs containerd",
+        );
+    }
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.kubernetes.kata.enabled = true;
+        f.spec.kubernetes.node_feature_discovery.enabled = true;
+    })
+    .is_empty());
+    // hybridnet's and multus's floor in the seed (KubeKey v3: Kubernetes v1.16) lies below
+    // KubeXM's own (v1.20): even a catalog that lists v1.15 gets the version refused, with what
+    // to use.
+    let mut old = builtin();
+    let doc: kubexm_manifests::catalog::CatalogDoc = serde_saphyr::from_str(
+        "kubernetes:\n  - {version: v1.15.12, pause: '3.1', coredns: 1.3.1, etcdImage: 3.3.10}\n",
+    )
+    .expect("override parses");
+    old.merge(doc, "test override").expect("override merges");
+    for plugin in [Plugin::Hybridnet, Plugin::Multus] {
+        expect_in(
+            &old,
+            |f| {
+                f.spec.kubernetes.version = "v1.15.12".into();
+                f.spec.network.plugin = plugin;
+                f.spec.network.multus.delegate = Some(Plugin::Flannel);
+            },
+            "spec.kubernetes.version",
+            "KubeXM does not install Kubernetes v1.15.12",
+        );
+    }
     // multus cannot delegate to none.
     expect(
         |f| {

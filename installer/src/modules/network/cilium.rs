@@ -62,6 +62,11 @@ impl Cilium {
         c.insert("v6", &v6);
         c.insert("repository", &repositories);
         c.insert("tag", &tags);
+        // Under multus, cilium must leave the other CNI configurations in place.
+        c.insert(
+            "exclusive",
+            &(net.plugin != kubexm_manifests::model::Plugin::Multus),
+        );
         let values = values_file("cni/cilium-values.yaml.tera", &c, "cilium-values.yaml")?;
         Ok(Self(HelmRelease {
             name: "cilium".into(),

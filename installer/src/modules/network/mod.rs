@@ -19,8 +19,15 @@
 //! * **cilium**: the cilium Helm chart with `templates/cni/cilium-values.yaml.tera` (cluster-pool
 //!   IPAM over the pod CIDR, the API endpoint, every image from the private registry).
 //!
-//! Then every master and worker must report Ready. kube-ovn, hybridnet and multus are skipped
-//! with a reason (not implemented yet).
+//! * **multus** (`network.plugin: multus`, `network.multus.delegate`): the delegate installed
+//!   exactly as above, then multus's thin plugin from KubeXM's own manifest
+//!   (`templates/cni/multus.yaml.tera`, see [`multus`]); with cilium as the delegate its chart
+//!   is told not to own `/etc/cni/net.d` alone (`cni.exclusive: false`), or it would remove
+//!   multus's configuration.
+//!
+//! Then every master and worker must report Ready (and with multus, its DaemonSet must have
+//! rolled out). kube-ovn and hybridnet, alone or as multus's delegate, are skipped with a
+//! reason (not implemented yet).
 //!
 //! **`network.plugin: none`** (bring your own CNI): the module is skipped, nothing of a CNI is
 //! installed or awaited, and the nodes stay `NotReady` (pods other than host-network ones stay
@@ -32,6 +39,7 @@
 mod calico;
 mod cilium;
 mod flannel;
+pub mod multus;
 pub mod traces;
 
 use kubexm_manifests::resolve::Role;
@@ -52,6 +60,7 @@ use crate::runner::shell;
 pub use calico::Calico;
 pub use cilium::Cilium;
 pub use flannel::{render_flannel, Flannel};
+pub use multus::{render_multus, Multus, MultusReady};
 
 /// The pod network module.
 pub struct NetworkModule(pub Arc<InstallContext>);
@@ -69,11 +78,16 @@ impl Module for NetworkModule {
                     .to_string(),
             );
         }
-        network_file(p).is_none().then(|| {
+        let primary = primary_plugin(&self.0.cluster.file.spec.network);
+        (!implemented(primary)).then(|| {
+            let what = if p == Plugin::Multus {
+                format!("multus's delegate {}", primary.as_str())
+            } else {
+                format!("network.plugin {}", p.as_str())
+            };
             format!(
-                "network.plugin {}: this build installs calico, flannel and cilium; the {} module is not implemented yet",
-                p.as_str(),
-                p.as_str()
+                "{what}: this build installs calico, flannel and cilium (alone or under multus); the {} module is not implemented yet",
+                primary.as_str()
             )
         })
     }
@@ -81,9 +95,10 @@ impl Module for NetworkModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let ctx = &self.0;
         let first = ctx.first_master()?.name.clone();
-        let plugin = ctx.cluster.file.spec.network.plugin;
+        let net = &ctx.cluster.file.spec.network;
+        let primary = primary_plugin(net);
         let mut task = Task::new("pod-network", [first.clone()]);
-        task = match plugin {
+        task = match primary {
             Plugin::Flannel => task.step(Flannel::new(ctx)?),
             Plugin::Calico => task
                 .step(HelmBinary { ctx: ctx.clone() })
@@ -98,17 +113,36 @@ impl Module for NetworkModule {
                 )))
             }
         };
+        if net.plugin == Plugin::Multus {
+            task = task.step(Multus::new(ctx)?);
+        }
         let nodes: Vec<String> = ctx
             .nodes
             .iter()
             .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .map(|n| n.name.clone())
             .collect();
-        Ok(vec![
-            task,
-            Task::new("nodes-ready", [first]).step(NodesReady { nodes }),
-        ])
+        let mut ready = Task::new("nodes-ready", [first]).step(NodesReady { nodes });
+        if net.plugin == Plugin::Multus {
+            ready = ready.step(MultusReady);
+        }
+        Ok(vec![task, ready])
     }
+}
+
+/// The plugin that gives pods their default network: multus's delegate under multus, else
+/// `network.plugin` (validation refuses multus without a delegate; it reads as multus here, which
+/// is not implemented alone).
+pub fn primary_plugin(net: &kubexm_manifests::model::Network) -> Plugin {
+    match (net.plugin, net.multus.delegate) {
+        (Plugin::Multus, Some(delegate)) => delegate,
+        (p, _) => p,
+    }
+}
+
+/// Whether this build installs `plugin` as the default network.
+fn implemented(plugin: Plugin) -> bool {
+    network_file(plugin).is_some()
 }
 
 /// The bundle file of a network component (or, planning without a bundle, the resolver's).

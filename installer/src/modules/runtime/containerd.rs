@@ -29,6 +29,11 @@ pub const DATA_DIR: &str = "/var/lib/containerd";
 /// Written when KubeXM started containerd on an absent or empty [`DATA_DIR`]: `delete` then
 /// removes the data; without it the data was there before and is kept.
 pub const DATA_MARKER: &str = "/etc/kubexm/containerd-data.created";
+/// The Kata Containers configuration the `kata` runtime handler runs with (spec.kubernetes.kata):
+/// kata-deploy installs Kata under `/opt/kata` and its QEMU configuration here, and puts the
+/// shim `containerd-shim-kata-v2` into `/usr/local/bin`, where containerd finds it by the
+/// runtime type `io.containerd.kata.v2`.
+pub const KATA_CONFIG: &str = "/opt/kata/share/defaults/kata-containers/configuration-qemu.toml";
 /// The unit file KubeXM writes.
 pub const UNIT_FILE: &str = "/etc/systemd/system/containerd.service";
 /// Root-only file older KubeXM versions kept `user:password` in for `ctr images pull --user`
@@ -202,6 +207,9 @@ impl ContainerdConfig {
                 .containerd
                 .restrict_oom_score_adj,
         );
+        // spec.kubernetes.kata: the `kata` handler the RuntimeClass of the same name names.
+        context.insert("kata", &ctx.cluster.file.spec.kubernetes.kata.enabled);
+        context.insert("kata_config", KATA_CONFIG);
         let config_template = match major(&version) {
             Some(1) => "containerd/config-v2.toml.tera",
             Some(2) => "containerd/config-v3.toml.tera",

@@ -1,0 +1,102 @@
+//! Module: the optional plugins the seed (KubeKey v3) deploys after the network — Kata
+//! Containers (`spec.kubernetes.kata.enabled`) and Node Feature Discovery
+//! (`spec.kubernetes.nodeFeatureDiscovery.enabled`) — from the first master.
+//!
+//! Both are KubeXM's own manifests (`templates/plugins/`), written for one upstream release each
+//! ([`KATA_DEPLOY_VERSION`], [`NFD_VERSION`]): upstream's files are quick-start manifests at
+//! moving tags (`kata-deploy:stable`, `latest`) or kustomize trees, not single release assets to
+//! bundle. Their images are the catalog's `kata-deploy` and `node-feature-discovery` groups,
+//! bundled and pulled from the private registry.
+//!
+//! * **Kata Containers**: the runtime module writes containerd's `kata` handler
+//!   (`io.containerd.kata.v2`, see [`crate::modules::runtime`]); here kata-deploy's DaemonSet puts
+//!   Kata's artifacts on every node and labels it `katacontainers.io/kata-runtime=true`, and the
+//!   RuntimeClass `kata` sends pods to those nodes. Kata needs hardware virtualization on the
+//!   nodes (`/dev/kvm`), which preflight does not check.
+//!   kata-deploy 3.2.0's script also writes its own `kata-qemu` handler into
+//!   `/etc/containerd/config.toml` and restarts containerd; the next KubeXM run puts KubeXM's
+//!   file back, whose `kata` handler is the one the RuntimeClass uses.
+//! * **Node Feature Discovery**: its namespace, the NodeFeatureRule CRD, the master
+//!   (Deployment) and the workers (DaemonSet on every node), which label nodes with their
+//!   features.
+
+use std::sync::Arc;
+
+use kubexm_manifests::resolve::{KATA_DEPLOY_VERSION, NFD_VERSION};
+
+use super::apply::ApplyManifest;
+use super::images::node_image;
+use super::kubeadm::config::image_named;
+use crate::context::InstallContext;
+use crate::pipeline::{Module, StepError, Task};
+
+/// The Kata manifest's file name on the first master.
+pub const KATA_MANIFEST: &str = "kata.yaml";
+/// The Node Feature Discovery manifest's file name on the first master.
+pub const NFD_MANIFEST: &str = "node-feature-discovery.yaml";
+
+/// The rendered Kata Containers manifest.
+pub fn render_kata(ctx: &InstallContext) -> Result<String, StepError> {
+    let mut c = tera::Context::new();
+    c.insert("cluster", &ctx.cluster.file.metadata.name);
+    c.insert("version", KATA_DEPLOY_VERSION);
+    c.insert(
+        "image",
+        &node_image(ctx, &image_named(ctx, "kata-deploy")?)?,
+    );
+    crate::templates::render("plugins/kata.yaml.tera", &c)
+}
+
+/// The rendered Node Feature Discovery manifest.
+pub fn render_nfd(ctx: &InstallContext) -> Result<String, StepError> {
+    let mut c = tera::Context::new();
+    c.insert("cluster", &ctx.cluster.file.metadata.name);
+    c.insert("version", NFD_VERSION);
+    c.insert(
+        "image",
+        &node_image(ctx, &image_named(ctx, "node-feature-discovery")?)?,
+    );
+    crate::templates::render("plugins/node-feature-discovery.yaml.tera", &c)
+}
+
+/// The plugins module.
+pub struct PluginsModule(pub Arc<InstallContext>);
+
+impl Module for PluginsModule {
+    fn name(&self) -> &str {
+        "plugins"
+    }
+
+    fn skip(&self) -> Option<String> {
+        let k = &self.0.cluster.file.spec.kubernetes;
+        (!k.kata.enabled && !k.node_feature_discovery.enabled).then(|| {
+            "neither kubernetes.kata nor kubernetes.nodeFeatureDiscovery is enabled".to_string()
+        })
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let ctx = &self.0;
+        let k = &ctx.cluster.file.spec.kubernetes;
+        let first = ctx.first_master()?.name.clone();
+        let mut tasks = Vec::new();
+        if k.kata.enabled {
+            tasks.push(
+                Task::new("kata", [first.clone()]).step(ApplyManifest::rendered(
+                    "kata",
+                    KATA_MANIFEST,
+                    render_kata(ctx)?.into_bytes(),
+                )),
+            );
+        }
+        if k.node_feature_discovery.enabled {
+            tasks.push(
+                Task::new("node-feature-discovery", [first]).step(ApplyManifest::rendered(
+                    "node-feature-discovery",
+                    NFD_MANIFEST,
+                    render_nfd(ctx)?.into_bytes(),
+                )),
+            );
+        }
+        Ok(tasks)
+    }
+}

@@ -1,0 +1,289 @@
+//! multus over its delegate, Kata Containers and Node Feature Discovery: the rendered manifests
+//! (parsed back as YAML and snapshotted), containerd's `kata` handler, the plan of the network
+//! and plugins modules, and the skip reasons. The manifests are also checked by a real API
+//! server in `apiserver.rs` when the lab's binaries are there.
+
+use std::sync::Arc;
+
+use kubexm_install::context::InstallContext;
+use kubexm_install::modules::network::{render_multus, NetworkModule};
+use kubexm_install::modules::plugins::{render_kata, render_nfd, PluginsModule};
+use kubexm_install::modules::runtime::RuntimeModule;
+use kubexm_install::pipeline::{Facts, Module};
+
+use crate::kubeadm::yaml_docs;
+use crate::lb::{lab_context, rendered};
+
+/// The lab cluster with multus over flannel, Kata Containers and Node Feature Discovery.
+pub(crate) fn lab_with_everything() -> Arc<InstallContext> {
+    lab_context(|t| {
+        t.replace(
+            "    plugin: flannel\n",
+            "    plugin: multus\n    multus: {delegate: flannel}\n",
+        )
+        .replace(
+            "  kubernetes:\n",
+            "  kubernetes:\n    kata: {enabled: true}\n    nodeFeatureDiscovery: {enabled: true}\n",
+        )
+    })
+}
+
+fn kinds(text: &str) -> Vec<String> {
+    yaml_docs(text)
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Every step and op of `module` on the first master, one line each.
+fn plan_text(ctx: &Arc<InstallContext>, module: &dyn Module) -> String {
+    let first = ctx.first_master().expect("first").clone();
+    let mut out = Vec::new();
+    for task in module.tasks().expect("tasks") {
+        out.push(format!("task {} on {}", task.name, task.hosts.join(",")));
+        for step in &task.steps {
+            out.push(format!("  step {}", step.name()));
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                let p = op.generic().plan();
+                out.push(format!("    {} {}", p.kind, p.detail));
+            }
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+#[test]
+fn multus_manifest_runs_the_thin_plugin_from_the_private_registry() {
+    let ctx = lab_with_everything();
+    let text = render_multus(&ctx).expect("rendered");
+    assert_eq!(
+        kinds(&text),
+        [
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "DaemonSet"
+        ]
+    );
+    let docs = yaml_docs(&text);
+    let pod = &docs[4]["spec"]["template"]["spec"];
+    let image = "10.88.10.11:5000/k8snetworkplumbingwg/multus-cni:v4.2.4";
+    assert_eq!(pod["initContainers"][0]["image"], image);
+    assert_eq!(pod["containers"][0]["image"], image);
+    assert_eq!(pod["containers"][0]["command"][0], "/thin_entrypoint");
+    assert_eq!(
+        pod["containers"][0]["args"][0], "--multus-conf-file=auto",
+        "multus's configuration comes from the delegate's"
+    );
+    assert_eq!(pod["serviceAccountName"], "multus");
+    assert_eq!(
+        docs[0]["metadata"]["name"],
+        "network-attachment-definitions.k8s.cni.cncf.io"
+    );
+    assert!(text.contains("multus (thin plugin) over flannel"), "{text}");
+    insta::assert_snapshot!("multus-lab", text);
+}
+
+#[test]
+fn multus_plan_installs_the_delegate_then_multus_then_waits_for_both() {
+    let ctx = lab_with_everything();
+    let module = NetworkModule(ctx.clone());
+    assert!(module.skip().is_none(), "multus over flannel is installed");
+    let plan = plan_text(&ctx, &module);
+    let steps: Vec<&str> = plan
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("step "))
+        .collect();
+    assert_eq!(steps, ["flannel", "multus", "nodes-ready", "multus-ready"]);
+    assert!(
+        plan.contains("rollout status daemonset/kube-multus-ds"),
+        "{plan}"
+    );
+    insta::assert_snapshot!("multus-over-flannel-plan", plan);
+
+    // Over cilium, cilium's chart leaves multus's configuration in place.
+    let ctx = crate::kubeadm::example_context(|t| {
+        t.replace(
+            "plugin: calico",
+            "plugin: multus\n    multus: {delegate: cilium}",
+        )
+        .replace("    calico:\n      mode: ipip\n", "")
+    });
+    let plan = plan_text(&ctx, &NetworkModule(ctx.clone()));
+    let steps: Vec<&str> = plan
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("step "))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "helm-binary",
+            "cilium",
+            "multus",
+            "nodes-ready",
+            "multus-ready"
+        ],
+        "{plan}"
+    );
+    let values = cilium_values(&ctx);
+    assert_eq!(yaml_docs(&values)[0]["cni"]["exclusive"], false, "{values}");
+    // Alone, cilium keeps its default (exclusive).
+    let alone = crate::kubeadm::example_context(|t| {
+        t.replace("plugin: calico", "plugin: cilium")
+            .replace("    calico:\n      mode: ipip\n", "")
+    });
+    assert!(yaml_docs(&cilium_values(&alone))[0]["cni"].is_null());
+}
+
+/// cilium's values file as the network module uploads it.
+fn cilium_values(ctx: &Arc<InstallContext>) -> String {
+    let first = ctx.first_master().expect("first").clone();
+    for task in NetworkModule(ctx.clone()).tasks().expect("tasks") {
+        for step in &task.steps {
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                if let kubexm_install::pipeline::ops::Op::Upload(u) = op {
+                    if u.dest.ends_with("cilium-values.yaml") {
+                        if let kubexm_install::runner::UploadSource::Bytes(b) = u.source {
+                            return String::from_utf8(b).expect("utf-8");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    panic!("no cilium values")
+}
+
+#[test]
+fn multus_over_a_delegate_not_implemented_is_skipped_naming_the_delegate() {
+    let ctx = lab_context(|t| {
+        t.replace(
+            "    plugin: flannel\n",
+            "    plugin: multus\n    multus: {delegate: kube-ovn}\n",
+        )
+    });
+    let reason = NetworkModule(ctx).skip().expect("skipped");
+    assert!(
+        reason.contains("multus's delegate kube-ovn") && reason.contains("not implemented"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn kata_manifest_and_containerd_handler() {
+    let ctx = lab_with_everything();
+    let text = render_kata(&ctx).expect("rendered");
+    assert_eq!(
+        kinds(&text),
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "DaemonSet",
+            "RuntimeClass"
+        ]
+    );
+    let docs = yaml_docs(&text);
+    let c = &docs[3]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["image"],
+        "10.88.10.11:5000/kata-containers/kata-deploy:3.2.0"
+    );
+    // The RuntimeClass names containerd's handler and waits for kata-deploy's node label.
+    assert_eq!(docs[4]["metadata"]["name"], "kata");
+    assert_eq!(docs[4]["handler"], "kata");
+    assert_eq!(
+        docs[4]["scheduling"]["nodeSelector"]["katacontainers.io/kata-runtime"],
+        "true"
+    );
+    insta::assert_snapshot!("kata-lab", text);
+
+    // containerd's configuration on every node carries the handler of the same name.
+    let files = rendered(&ctx, &RuntimeModule(ctx.clone()));
+    let configs: Vec<&(String, String, String)> = files
+        .iter()
+        .filter(|(_, dest, _)| dest == "/etc/containerd/config.toml")
+        .collect();
+    assert_eq!(configs.len(), 3, "one per node");
+    for (node, _, config) in &configs {
+        assert!(
+            config.contains(
+                "containerd.runtimes.kata]\n        runtime_type = \"io.containerd.kata.v2\""
+            ),
+            "{node}: {config}"
+        );
+        assert!(
+            config.contains(
+                "ConfigPath = \"/opt/kata/share/defaults/kata-containers/configuration-qemu.toml\""
+            ),
+            "{config}"
+        );
+    }
+    // Without kata, no handler.
+    let plain = lab_context(|t| t);
+    let files = rendered(&plain, &RuntimeModule(plain.clone()));
+    assert!(files
+        .iter()
+        .filter(|(_, dest, _)| dest == "/etc/containerd/config.toml")
+        .all(|(_, _, c)| !c.contains("kata")));
+}
+
+#[test]
+fn node_feature_discovery_manifest() {
+    let ctx = lab_with_everything();
+    let text = render_nfd(&ctx).expect("rendered");
+    assert_eq!(
+        kinds(&text),
+        [
+            "Namespace",
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Service",
+            "Deployment",
+            "DaemonSet"
+        ]
+    );
+    let docs = yaml_docs(&text);
+    let image = "10.88.10.11:5000/nfd/node-feature-discovery:v0.10.1";
+    let master = &docs[7]["spec"]["template"]["spec"]["containers"][0];
+    let worker = &docs[8]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(master["image"], image);
+    assert_eq!(worker["image"], image);
+    assert_eq!(worker["args"][0], "-server=nfd-master:8080");
+    insta::assert_snapshot!("node-feature-discovery-lab", text);
+}
+
+#[test]
+fn plugins_plan_and_skip() {
+    let ctx = lab_with_everything();
+    let module = PluginsModule(ctx.clone());
+    assert!(module.skip().is_none());
+    let plan = plan_text(&ctx, &module);
+    for want in [
+        "task kata on node1",
+        "task node-feature-discovery on node1",
+        "apply --server-side --force-conflicts --field-manager=kubexm -f /etc/kubernetes/kubexm/manifests/kata.yaml",
+        "-f /etc/kubernetes/kubexm/manifests/node-feature-discovery.yaml",
+    ] {
+        assert!(plan.contains(want), "{want} missing from\n{plan}");
+    }
+    insta::assert_snapshot!("plugins-plan", plan);
+
+    // Only one of them.
+    let nfd_only = lab_context(|t| {
+        t.replace(
+            "  kubernetes:\n",
+            "  kubernetes:\n    nodeFeatureDiscovery: {enabled: true}\n",
+        )
+    });
+    let tasks = PluginsModule(nfd_only).tasks().expect("tasks");
+    let names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["node-feature-discovery"]);
+
+    let reason = PluginsModule(lab_context(|t| t)).skip().expect("skipped");
+    assert!(reason.contains("kubernetes.kata"), "{reason}");
+}
