@@ -8,6 +8,8 @@
 //! Skipped, with a message naming what is missing, when the binaries are absent: `etcd` on the
 //! PATH (or `KUBEXM_TEST_ETCD`) and `kube-apiserver` + `kubectl` in `KUBEXM_TEST_K8S_BIN` or the
 //! lab's cache (`$KUBEXM_LAB_ROOT/cache/kubernetes-*/bin`, default root `/var/tmp/kubexm-lab`).
+//! Without them the tests are skipped, unless `KUBEXM_TEST_REQUIRE_APISERVER` is set (`tests/run-all`
+//! sets it once the lab has built Kubernetes: `tests/lab/kubernetes/validate-manifests`).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -109,6 +111,11 @@ impl ApiServer {
     pub(crate) fn start() -> Result<Option<Self>, String> {
         let bins = match find_binaries() {
             Ok(b) => b,
+            Err(why) if std::env::var_os("KUBEXM_TEST_REQUIRE_APISERVER").is_some() => {
+                return Err(format!(
+                    "KUBEXM_TEST_REQUIRE_APISERVER is set but there is no API server to validate against: {why}"
+                ));
+            }
             Err(why) => {
                 eprintln!("SKIPPED: no API server to validate against: {why}");
                 return Ok(None);
