@@ -380,6 +380,7 @@ impl Step for FetchKubeadmFrontProxyCa {
 /// `front-proxy-ca.key` and the `front-proxy-client` certificate and key it signed.
 pub struct KubeadmFrontProxyFiles {
     files: Vec<UploadFile>,
+    convert: Option<Op>,
 }
 
 impl KubeadmFrontProxyFiles {
@@ -398,12 +399,21 @@ impl KubeadmFrontProxyFiles {
             at("front-proxy-ca.crt"),
             0o644,
         )];
-        // Until the new CA signs, the node keeps kubeadm's own key file as it is.
+        // Until the new CA signs, the node keeps kubeadm's own key file as it is. Then the new
+        // CA's key goes in SEC1 (`EC PRIVATE KEY`): `kubeadm join --control-plane` copies the
+        // CA keys through the kubeadm-certs Secret and refuses an EC key in PKCS#8 ("unknown
+        // data found in Secret entry": its copycerts parses EC keys as SEC1 only; found by
+        // `restore --fresh` after this rotation on v1.20.2).
+        let mut convert = None;
         if phase.signs_with_new() {
             files.push(UploadFile::bytes(
                 ca.key_pem().into_bytes(),
-                at("front-proxy-ca.key"),
+                FRONT_PROXY_KEY_PKCS8,
                 0o600,
+            ));
+            convert = Some(crate::modules::kubeadm::config::ec_key_in_sec1(
+                FRONT_PROXY_KEY_PKCS8,
+                &at("front-proxy-ca.key"),
             ));
             let leaf = keys
                 .leaf(
@@ -423,15 +433,24 @@ impl KubeadmFrontProxyFiles {
                 0o600,
             ));
         }
-        Ok(Self { files })
+        Ok(Self { files, convert })
     }
 }
+
+/// kubeadm path: the new front-proxy CA key as uploaded (PKCS#8), converted from there.
+pub const FRONT_PROXY_KEY_PKCS8: &str = "/etc/kubernetes/kubexm/front-proxy-ca.key.pk8";
 
 impl Step for KubeadmFrontProxyFiles {
     fn name(&self) -> &str {
         "front-proxy-files"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        Ok(self.files.iter().cloned().map(Op::Upload).collect())
+        let mut ops = vec![Op::Mkdir(crate::pipeline::ops::CreateDir {
+            path: crate::modules::kubeadm::config::STATE_DIR.into(),
+            mode: 0o700,
+        })];
+        ops.extend(self.files.iter().cloned().map(Op::Upload));
+        ops.extend(self.convert.clone());
+        Ok(ops)
     }
 }

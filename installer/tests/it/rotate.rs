@@ -368,6 +368,12 @@ fn front_proxy_phases(edit: impl Fn(String) -> String + Copy, kubeadm: bool, sna
                 phase != Phase::TrustBoth,
                 "{phase}: trust-both keeps kubeadm's key file\n{text}"
             );
+            // kubeadm's certificate copy (join --control-plane) reads EC keys in SEC1 only.
+            assert_eq!(
+                text.contains("openssl ec -in /etc/kubernetes/kubexm/front-proxy-ca.key.pk8 -out /etc/kubernetes/pki/front-proxy-ca.key.kubexm-part"),
+                phase != Phase::TrustBoth,
+                "{phase}: the new key converted to SEC1\n{text}"
+            );
             assert!(
                 text.contains("mv -f /etc/kubernetes/manifests/$c.yaml"),
                 "{phase}: the static pods restarted\n{text}"
