@@ -175,6 +175,7 @@ impl Module for RotateEtcdClientsModule {
             id: r.id.to_string(),
         };
         let name = format!("api-servers-{}", r.phase);
+        let kubeadm = ctx.cluster.file.spec.kubernetes.kind == KubernetesType::Kubeadm;
         let task = match ctx.cluster.file.spec.kubernetes.kind {
             KubernetesType::Kubexm => {
                 let k = Arc::new(KubexmCluster::new(ctx)?);
@@ -198,7 +199,11 @@ impl Module for RotateEtcdClientsModule {
                     after: "the etcd CA phase",
                 }),
         };
-        Ok(vec![task])
+        let mut tasks = vec![task];
+        if kubeadm {
+            tasks.push(stale_kubeadm_certs(ctx)?);
+        }
+        Ok(tasks)
     }
 }
 
@@ -284,6 +289,9 @@ impl Module for RotateFrontProxyModule {
                 }),
         };
         let mut tasks = vec![task];
+        if kind == KubernetesType::Kubeadm {
+            tasks.push(stale_kubeadm_certs(ctx)?);
+        }
         if r.phase == Phase::DropOld {
             let ca = keys
                 .ca(
@@ -452,5 +460,36 @@ impl Step for KubeadmFrontProxyFiles {
         ops.extend(self.files.iter().cloned().map(Op::Upload));
         ops.extend(self.convert.clone());
         Ok(ops)
+    }
+}
+
+/// kubeadm path: the task dropping the `kube-system/kubeadm-certs` Secret on the first master
+/// after a phase changed CA files ([`DropKubeadmCerts`]).
+fn stale_kubeadm_certs(ctx: &InstallContext) -> Result<Task, StepError> {
+    let first = ctx.first_master()?.name.clone();
+    Ok(Task::new("kubeadm-certs-stale", [first]).step(DropKubeadmCerts))
+}
+
+/// kubeadm path: the `kube-system/kubeadm-certs` Secret deleted. `kubeadm join --control-plane`
+/// takes the CA files from it, and it holds them as they were when uploaded (kept two hours):
+/// after a rotation phase a new master would get the CAs of before. Without it, the next
+/// control-plane join uploads the files as they are now (see the kubeadm module's join
+/// credentials).
+pub struct DropKubeadmCerts;
+
+impl Step for DropKubeadmCerts {
+    fn name(&self) -> &str {
+        "drop-kubeadm-certs"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let k = crate::modules::kubeadm::init::kubectl();
+        Ok(vec![Op::Run(
+            RunCommand::new(format!(
+                "{k} -n kube-system delete secret kubeadm-certs --ignore-not-found"
+            ))
+            .unless(format!(
+                "! {k} -n kube-system get secret kubeadm-certs -o name >/dev/null 2>&1"
+            )),
+        )])
     }
 }

@@ -368,6 +368,13 @@ fn front_proxy_phases(edit: impl Fn(String) -> String + Copy, kubeadm: bool, sna
                 phase != Phase::TrustBoth,
                 "{phase}: trust-both keeps kubeadm's key file\n{text}"
             );
+            // A later control-plane join must not get the CA files uploaded before this phase.
+            assert!(
+                o.contains(
+                    "rotate-front-proxy-ca / kubeadm-certs-stale on node1: drop-kubeadm-certs"
+                ) && text.contains("-n kube-system delete secret kubeadm-certs --ignore-not-found"),
+                "{phase}: the stale kubeadm-certs Secret dropped\n{o}"
+            );
             // kubeadm's certificate copy (join --control-plane) reads EC keys in SEC1 only.
             assert_eq!(
                 text.contains("openssl ec -in /etc/kubernetes/kubexm/front-proxy-ca.key.pk8 -out /etc/kubernetes/pki/front-proxy-ca.key.kubexm-part"),
