@@ -924,3 +924,45 @@ async fn a_node_file_is_fetched_to_the_control_host_once() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_template_with_unless_is_left_alone_once_its_condition_holds() {
+    use kubexm_install::pipeline::ops::{GenericStep, RenderTemplate};
+    let lab = Lab::new();
+    let dir = lab.root.join("node1");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dest = dir.join("join.yaml");
+    let joined = dir.join("kubelet.conf");
+    let render = |token: &str| {
+        let mut c = tera::Context::new();
+        c.insert(
+            "hosts",
+            &vec![serde_json::json!({"address": "10.0.0.1", "names": [token]})],
+        );
+        RenderTemplate::new(
+            "hosts/managed-block.tera",
+            &c,
+            dest.display().to_string(),
+            0o600,
+        )
+        .expect("render")
+        .unless(format!("[ -s '{}' ]", joined.display()))
+    };
+    let runner = LocalRunner::new("node1");
+    let first = render("token-a");
+    assert!(!first.is_done(&runner).await.expect("check"), "absent file");
+    first.apply(&runner).await.expect("apply");
+    assert!(first.is_done(&runner).await.expect("check"));
+    let written = std::fs::read_to_string(&dest).expect("read");
+    // Before the condition holds, new content is written.
+    let second = render("token-b");
+    assert!(
+        !second.is_done(&runner).await.expect("check"),
+        "content differs"
+    );
+    // Once it holds, the file stays as it is whatever the content.
+    std::fs::write(&joined, "joined\n").expect("write");
+    assert!(second.is_done(&runner).await.expect("check"));
+    assert_eq!(std::fs::read_to_string(&dest).expect("read"), written);
+    assert!(second.plan().detail.contains("unless: [ -s "));
+}

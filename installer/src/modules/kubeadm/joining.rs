@@ -55,7 +55,14 @@ impl Step for JoinNode {
         if self.control_plane {
             ops.extend(self.settings.control_plane_files(&n)?);
         }
-        ops.push(Op::Template(self.settings.render_join(&n, &creds)?));
+        // The join configuration holds the credentials of this run (a new token once the last
+        // one nears expiry, a new certificate key once kubeadm's uploaded certificates are gone):
+        // a node that has joined keeps the one it joined with, so a re-run changes nothing.
+        ops.push(Op::Template(
+            self.settings
+                .render_join(&n, &creds)?
+                .unless(format!("[ -s {KUBELET_CONF} ]")),
+        ));
         // What a control-plane join applies is recorded for later re-runs to compare.
         let record = if self.control_plane {
             ops.extend(self.settings.drift_files()?.upload_wanted());

@@ -230,6 +230,9 @@ pub struct RenderTemplate {
     pub template: &'static str,
     /// The rendered file, written through [`UploadFile`].
     pub file: UploadFile,
+    /// A check: when it exits 0 the file is left as it is, whatever it holds (a file only
+    /// needed until something has happened, such as a join configuration whose token changes).
+    pub unless: Option<String>,
 }
 
 impl RenderTemplate {
@@ -244,7 +247,15 @@ impl RenderTemplate {
         Ok(Self {
             template,
             file: UploadFile::bytes(text.into_bytes(), dest, mode),
+            unless: None,
         })
+    }
+
+    /// Leave the file as it is when `check` exits 0.
+    #[must_use]
+    pub fn unless(mut self, check: impl Into<String>) -> Self {
+        self.unless = Some(check.into());
+        self
     }
 
     /// The rendered text.
@@ -261,14 +272,25 @@ impl GenericStep for RenderTemplate {
     fn plan(&self) -> OpPlan {
         OpPlan {
             kind: "template",
-            detail: format!(
-                "{} -> {} ({:o})",
-                self.template, self.file.dest, self.file.mode
-            ),
+            detail: match &self.unless {
+                None => format!(
+                    "{} -> {} ({:o})",
+                    self.template, self.file.dest, self.file.mode
+                ),
+                Some(u) => format!(
+                    "{} -> {} ({:o}) unless: {u}",
+                    self.template, self.file.dest, self.file.mode
+                ),
+            },
             input: Some(format!("sha256:{}", self.file.sha256)),
         }
     }
     async fn is_done(&self, runner: &dyn Runner) -> Result<bool, StepError> {
+        if let Some(check) = &self.unless {
+            if run_test(runner, check).await? {
+                return Ok(true);
+            }
+        }
         self.file.is_done(runner).await
     }
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
