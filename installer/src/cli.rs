@@ -208,18 +208,20 @@ const ROTATE_EXAMPLES: &str = "Examples:
   kubexm-install rotate-ca --ca etcd --phase trust-both --yes   # new CA, trusted beside the old one; stop there
   kubexm-install rotate-ca --ca etcd --yes                      # continue: reissue, drop-old
   kubexm-install rotate-ca --ca etcd --yes --resume             # after a failure: skip what finished
-  kubexm-install rotate-ca --ca front-proxy --yes               # the aggregation layer's CA, every phase";
+  kubexm-install rotate-ca --ca front-proxy --yes               # the aggregation layer's CA, every phase
+  kubexm-install rotate-ca --ca kubernetes --phase trust-both --yes  # the cluster CA: trust both, restart pods, stop";
 
 /// The CA `rotate-ca` rotates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum RotateCaWhich {
     /// KubeXM's etcd CA (`etcd.type: kubexm`).
     Etcd,
-    /// The Kubernetes cluster CA (not supported yet).
+    /// The Kubernetes cluster CA (kubernetes.type kubexm; every node's services restart, and the
+    /// kube-system workloads after trust-both).
     Kubernetes,
     /// The front-proxy CA (aggregation layer: the API servers' requestheader trust and client certificate).
     FrontProxy,
-    /// Every CA (not supported yet).
+    /// Refused: one CA at a time.
     All,
 }
 

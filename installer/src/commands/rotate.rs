@@ -29,15 +29,11 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
     let rotated = match args.ca {
         RotateCaWhich::Etcd => RotatedCa::Etcd,
         RotateCaWhich::FrontProxy => RotatedCa::FrontProxy,
-        RotateCaWhich::Kubernetes | RotateCaWhich::All => {
-            let ca = if args.ca == RotateCaWhich::All {
-                "all"
-            } else {
-                "kubernetes"
-            };
-            return Err(UsageError(format!(
-                "rotate-ca --ca {ca} is not supported yet: this version rotates KubeXM's etcd CA (--ca etcd) and the front-proxy CA (--ca front-proxy); the Kubernetes CA keeps its certificate (renew its leaves with `certs renew`)"
-            ))
+        RotateCaWhich::Kubernetes => RotatedCa::Kubernetes,
+        RotateCaWhich::All => {
+            return Err(UsageError(
+                "rotate-ca --ca all is not supported: rotate one CA at a time (--ca etcd, --ca front-proxy, --ca kubernetes), each to its end, so that a failure names the CA it happened to".to_string(),
+            )
             .into());
         }
     };
@@ -48,6 +44,8 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
             match rotated {
                 RotatedCa::Etcd => "etcd and the API servers",
                 RotatedCa::FrontProxy => "the control plane of each master",
+                RotatedCa::Kubernetes =>
+                    "the Kubernetes services of every node and the kube-system workloads",
             }
         ))
         .into());
@@ -63,6 +61,12 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
         .into());
     }
     let k8s = spec.kubernetes.kind;
+    if rotated == RotatedCa::Kubernetes && k8s != kubexm_manifests::model::KubernetesType::Kubexm {
+        return Err(UsageError(
+            "kubernetes.type is kubeadm: rotate-ca --ca kubernetes is not supported yet on the kubeadm path (kubeadm writes the kubeconfigs and the kubelet's client certificates itself); renew the cluster CA's leaves with `certs renew`".to_string(),
+        )
+        .into());
+    }
     let subdir = rotated.key_subdir(k8s);
     let keys = s.installed.key_dir().join(subdir);
     let files = Files::new(keys.path(), ca_name);
@@ -140,6 +144,7 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
             done: match rotated {
                 RotatedCa::Etcd => "etcd CA phase finished on",
                 RotatedCa::FrontProxy => "front-proxy CA phase finished on",
+                RotatedCa::Kubernetes => "cluster CA phase finished on",
             },
             nodes: i.nodes.iter().map(|n| n.name.clone()).collect(),
             desired: i.clone(),

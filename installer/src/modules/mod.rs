@@ -32,5 +32,6 @@ pub mod renew_registry;
 pub mod restore;
 pub mod restore_fresh;
 pub mod rotate;
+pub mod rotate_kubernetes;
 pub mod runtime;
 pub mod scripts;

@@ -309,7 +309,7 @@ impl Module for RenewKubexmModule {
     }
 }
 
-fn fetch_admin(ctx: &InstallContext, src: String) -> Result<Task, StepError> {
+pub(crate) fn fetch_admin(ctx: &InstallContext, src: String) -> Result<Task, StepError> {
     let first = ctx.first_master()?.name.clone();
     Ok(
         Task::new("fetch-admin-kubeconfig", [first]).step(FetchAdminKubeconfig {

@@ -62,6 +62,8 @@ pub enum RotatedCa {
     Etcd,
     /// The front-proxy CA (either Kubernetes path).
     FrontProxy,
+    /// The cluster CA `kubernetes` (kubexm path).
+    Kubernetes,
 }
 
 impl RotatedCa {
@@ -70,6 +72,7 @@ impl RotatedCa {
         match self {
             RotatedCa::Etcd => "etcd",
             RotatedCa::FrontProxy => "front-proxy",
+            RotatedCa::Kubernetes => "kubernetes",
         }
     }
 
@@ -78,6 +81,7 @@ impl RotatedCa {
         match self {
             RotatedCa::Etcd => "etcd-ca",
             RotatedCa::FrontProxy => "front-proxy-ca",
+            RotatedCa::Kubernetes => "kubernetes",
         }
     }
 
@@ -85,8 +89,10 @@ impl RotatedCa {
     pub fn key_subdir(self, kind: KubernetesType) -> &'static str {
         match (self, kind) {
             (RotatedCa::Etcd, _) => "etcd",
-            (RotatedCa::FrontProxy, KubernetesType::Kubexm) => "kubernetes",
-            (RotatedCa::FrontProxy, KubernetesType::Kubeadm) => FRONT_PROXY_KUBEADM_DIR,
+            (RotatedCa::FrontProxy | RotatedCa::Kubernetes, KubernetesType::Kubexm) => "kubernetes",
+            (RotatedCa::FrontProxy | RotatedCa::Kubernetes, KubernetesType::Kubeadm) => {
+                FRONT_PROXY_KUBEADM_DIR
+            }
         }
     }
 }
@@ -301,6 +307,7 @@ impl Module for RotateFrontProxyModule {
                 .map_err(|e| StepError::Invalid(format!("front-proxy CA: {e}")))?;
             tasks.push(
                 Task::new("aggregation-trust-new-ca", [first]).step(AggregationTrust {
+                    key: REQUESTHEADER_CA,
                     pem: ca.trust_pem().to_string(),
                     kubexm,
                 }),
@@ -317,15 +324,27 @@ impl Module for RotateFrontProxyModule {
 /// once every API server trusts the new one alone (measured on v1.20.2: the old CA stayed after
 /// every master restarted with the new bundle).
 pub struct AggregationTrust {
+    /// The ConfigMap's key: [`REQUESTHEADER_CA`] (front-proxy CA) or [`CLIENT_CA`] (cluster CA,
+    /// which the API servers also only ever add).
+    pub key: &'static str,
     /// The trust bundle.
     pub pem: String,
     /// kubexm path: the cluster (its kubectl); kubeadm path: `None`.
     pub kubexm: Option<Arc<KubexmCluster>>,
 }
 
+/// The front-proxy CA's key in `extension-apiserver-authentication`.
+pub const REQUESTHEADER_CA: &str = "requestheader-client-ca-file";
+/// The cluster CA's key in `extension-apiserver-authentication`.
+pub const CLIENT_CA: &str = "client-ca-file";
+
 impl Step for AggregationTrust {
     fn name(&self) -> &str {
-        "aggregation-trust"
+        if self.key == CLIENT_CA {
+            "client-ca-trust"
+        } else {
+            "aggregation-trust"
+        }
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let kubectl = match &self.kubexm {
@@ -333,10 +352,11 @@ impl Step for AggregationTrust {
             None => crate::modules::kubeadm::init::kubectl(),
         };
         let cm = "-n kube-system configmap extension-apiserver-authentication";
-        let patch = serde_json::json!({ "data": { "requestheader-client-ca-file": self.pem } });
+        let key = self.key;
+        let patch = serde_json::json!({ "data": { key: self.pem } });
         let sum = kubexm_bundles::hash::sha256_hex(self.pem.as_bytes());
         let holds = format!(
-            "[ \"$({kubectl} get {cm} -o jsonpath='{{.data.requestheader-client-ca-file}}' | sha256sum | cut -d' ' -f1)\" = {sum} ]"
+            "[ \"$({kubectl} get {cm} -o jsonpath='{{.data.{key}}}' | sha256sum | cut -d' ' -f1)\" = {sum} ]"
         );
         Ok(vec![
             Op::Run(
@@ -347,8 +367,9 @@ impl Step for AggregationTrust {
                 .unless(holds.clone()),
             ),
             Op::Wait(WaitFor {
-                what: "extension-apiserver-authentication trusting the new front-proxy CA alone"
-                    .into(),
+                what: format!(
+                    "extension-apiserver-authentication's {key} holding the new CA alone"
+                ),
                 check: holds,
                 timeout: std::time::Duration::from_secs(60),
                 interval: std::time::Duration::from_secs(2),

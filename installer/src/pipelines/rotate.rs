@@ -1,10 +1,11 @@
 //! The `rotate-ca` pipeline of one phase ([`crate::rotation::Phase`]): the etcd members first,
-//! then the API servers that read the etcd CA (modules in [`crate::modules::rotate`]; each skips
+//! then the API servers that read the etcd CA; the front-proxy CA; the cluster CA (modules in [`crate::modules::rotate`]; each skips
 //! itself when it does not apply).
 
 use crate::modules::rotate::{
     Rotate, RotateEtcdClientsModule, RotateEtcdModule, RotateFrontProxyModule,
 };
+use crate::modules::rotate_kubernetes::RotateKubernetesModule;
 use crate::pipeline::Pipeline;
 
 /// The pipeline of `r`'s phase (state and journal named `rotate-ca-<ca>-<phase>`).
@@ -15,6 +16,7 @@ pub fn rotate_pipeline(r: &Rotate) -> Pipeline {
             Box::new(RotateEtcdModule(r.clone())),
             Box::new(RotateEtcdClientsModule(r.clone())),
             Box::new(RotateFrontProxyModule(r.clone())),
+            Box::new(RotateKubernetesModule(r.clone())),
         ],
     }
 }

@@ -215,17 +215,14 @@ fn rotate_ca_refuses_without_yes_unknown_phases_and_other_cas() {
         "{err}"
     );
 
-    for ca in ["kubernetes", "all"] {
-        let out = cli(work.path(), &["rotate-ca", "--ca", ca, "--yes"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{ca}: {err}");
-        assert!(
-            err.contains("not supported yet")
-                && err.contains("--ca etcd")
-                && err.contains("--ca front-proxy"),
-            "{ca}: {err}"
-        );
-    }
+    let all = cli(work.path(), &["rotate-ca", "--ca", "all", "--yes"]);
+    let err = String::from_utf8_lossy(&all.stderr);
+    assert_eq!(all.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("one CA at a time") && err.contains("--ca kubernetes"),
+        "{err}"
+    );
+    refused_asking_for_yes(work.path(), &["rotate-ca", "--ca", "kubernetes"]);
     refused_asking_for_yes(work.path(), &["rotate-ca", "--ca", "front-proxy"]);
 
     let none = cli(work.path(), &["rotate-ca", "--ca", "etcd", "--yes"]);
@@ -448,4 +445,253 @@ fn kubexm_path_rotates_the_front_proxy_ca_on_each_master_in_turn() {
 #[test]
 fn kubeadm_path_fetches_kubeadms_front_proxy_ca_then_rotates_it_signing_ca_first() {
     front_proxy_phases(|t| t, true, "rotate-front-proxy-outline-kubeadm");
+}
+
+/// The lab cluster on the kubexm path with a worker-only node4.
+fn kubexm_with_worker(t: String) -> String {
+    kubexm(t)
+        .replace(
+            "  roleGroups:\n",
+            "    - {name: node4, address: 10.88.10.14, user: root, privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519}\n  roleGroups:\n",
+        )
+        .replace("    worker: [\"node[1:3]\"]\n", "    worker: [\"node[1:4]\"]\n")
+}
+
+/// The files the certificates module gives `node` as the context's phase leaves the cluster CA.
+fn node_files(ctx: &Arc<InstallContext>, node: &str) -> Vec<(String, Vec<u8>)> {
+    let k = kubexm_install::modules::kubexm::KubexmCluster::new(ctx).expect("kubexm");
+    let files =
+        kubexm_install::modules::kubexm::certs::certificates(&k, &ctx.key_dir().join("kubernetes"))
+            .expect("certificates");
+    files[node]
+        .iter()
+        .map(|f| (f.dest().to_string(), f.content().to_vec()))
+        .collect()
+}
+
+fn file_of<'a>(files: &'a [(String, Vec<u8>)], dest: &str) -> &'a [u8] {
+    &files
+        .iter()
+        .find(|(d, _)| d == dest)
+        .unwrap_or_else(|| panic!("{dest} not among the node's files"))
+        .1
+}
+
+#[test]
+fn kubexm_path_rotates_the_cluster_ca_on_every_node_then_service_accounts_and_kube_system() {
+    use base64::Engine as _;
+    let ca = RotatedCa::Kubernetes;
+    let edit = kubexm_with_worker;
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = context_of(ca, work.path(), edit, None);
+    let dir = installed.pki_dir.join("kubernetes");
+    // The install made the old CA and every leaf.
+    let before = node_files(&installed, "node4");
+    let files = Files::new(&dir, "kubernetes");
+    let old = read(&files.crt);
+    assert_eq!(
+        file_of(&before, "/etc/kubernetes/pki/ca.crt"),
+        old.as_bytes()
+    );
+    let master = node_files(&installed, "node1");
+    assert_eq!(
+        file_of(&master, "/etc/kubernetes/pki/ca-signer.crt"),
+        old.as_bytes(),
+        "the controller-manager's signer is the CA alone"
+    );
+
+    let mut outlines = String::new();
+    let new = context_of(ca, work.path(), edit, Some(Phase::New));
+    let o = outline(&plan_of_ca(ca, &new, Phase::New));
+    assert!(
+        o.contains(
+            "rotate-kubernetes-ca — skipped: the new cluster CA is made on the control host"
+        ),
+        "{o}"
+    );
+    for other in ["rotate-etcd-ca", "rotate-front-proxy-ca"] {
+        assert!(
+            o.contains(&format!(
+                "{other} — skipped: this rotation is of the kubernetes CA"
+            )),
+            "{o}"
+        );
+    }
+    outlines.push_str(&format!("## new\n{o}"));
+    new.key_dir()
+        .join("kubernetes")
+        .ca("kubernetes", "kubernetes")
+        .expect("new CA");
+    let next = read(&files.next_crt);
+    assert_ne!(next, old);
+    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
+
+    for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
+        let ctx = context_of(ca, work.path(), edit, Some(phase));
+        let p = plan_of_ca(ca, &ctx, phase);
+        let o = outline(&p);
+        outlines.push_str(&format!("## {phase}\n{o}"));
+        let text = p.to_text();
+        for (task, nodes) in [("masters", "node1,node2,node3"), ("workers", "node4")] {
+            assert!(
+                o.contains(&format!(
+                    "rotate-kubernetes-ca / kubernetes-ca-{phase}-{task} on {nodes} (one at a time)"
+                )),
+                "{phase} {task}\n{o}"
+            );
+        }
+        assert!(
+            text.contains(&format!("kubexm-rotated-kubernetes-{phase}-services")),
+            "{phase}: restarts guarded by the rotation's marker\n{text}"
+        );
+        assert!(
+            o.contains("rotate-kubernetes-ca / fetch-admin-kubeconfig on node1"),
+            "{phase}: admin.conf fetched again\n{o}"
+        );
+        let trust = if phase == Phase::DropOld {
+            next.clone()
+        } else {
+            both.clone()
+        };
+        let signer = if phase == Phase::TrustBoth {
+            &old
+        } else {
+            &next
+        };
+        for node in ["node1", "node4"] {
+            let files_now = node_files(&ctx, node);
+            assert_eq!(
+                file_of(&files_now, "/etc/kubernetes/pki/ca.crt"),
+                trust.as_bytes(),
+                "{phase} {node}: ca.crt is the phase's trust bundle"
+            );
+            // Every kubeconfig carries the bundle as its CA data.
+            let conf = String::from_utf8_lossy(file_of(&files_now, "/etc/kubernetes/kubelet.conf"))
+                .to_string();
+            assert!(
+                conf.contains(&base64::engine::general_purpose::STANDARD.encode(&trust)),
+                "{phase} {node}: kubelet.conf trusts the bundle\n{conf}"
+            );
+        }
+        assert!(
+            text.contains(&sha256(&trust)),
+            "{phase}: ca.crt uploaded\n{text}"
+        );
+        let master = node_files(&ctx, "node1");
+        assert_eq!(
+            file_of(&master, "/etc/kubernetes/pki/ca-signer.crt"),
+            signer.as_bytes(),
+            "{phase}: the controller-manager signs with the phase's CA, alone"
+        );
+        assert_eq!(pems(signer).len(), 1);
+        // The leaves: the old CA's until reissue, the new CA's from then on.
+        for leaf in [
+            "apiserver.crt",
+            "admin.crt",
+            "kubelet-node4.crt",
+            "kube-proxy.crt",
+        ] {
+            let leaf = dir.join(leaf);
+            let by_new = phase != Phase::TrustBoth;
+            assert_eq!(
+                verifies(&files.next_crt, &leaf),
+                by_new,
+                "{phase}: {} signed by the new CA",
+                leaf.display()
+            );
+            assert_eq!(verifies(&files.crt, &leaf), !by_new, "{phase}");
+        }
+        let sa = o.contains("rotate-kubernetes-ca / service-accounts-trust-both on node1: service-account-ca, restart-kube-system-workloads, pods-to-restart");
+        assert_eq!(sa, phase == Phase::TrustBoth, "{phase}\n{o}");
+        let drop = o.contains(
+            "rotate-kubernetes-ca / client-ca-new-alone on node1: client-ca-trust, service-account-ca",
+        );
+        assert_eq!(drop, phase == Phase::DropOld, "{phase}\n{o}");
+        if phase != Phase::Reissue {
+            // Service-account Secrets and ConfigMaps awaited until they hold the bundle.
+            let sum = kubexm_bundles::hash::sha256_hex(trust.as_bytes());
+            assert!(text.contains(&format!("want={sum}")), "{phase}\n{text}");
+        }
+        if phase == Phase::DropOld {
+            let patch = serde_json::json!({ "data": { "client-ca-file": next } });
+            assert!(
+                text.contains("patch -n kube-system configmap extension-apiserver-authentication")
+                    && text.contains(&serde_json::to_string(&patch).expect("json")[..40]),
+                "drop-old sets client-ca-file to the new CA alone\n{text}"
+            );
+        }
+        let again = plan_of_ca(ca, &context_of(ca, work.path(), edit, Some(phase)), phase);
+        assert_eq!(again.to_text(), text, "{phase} planned twice differs");
+    }
+    insta::assert_snapshot!("rotate-kubernetes-outline-kubexm", outlines);
+}
+
+/// The service-account wait's check, run with a stand-in kubectl (a script answering from
+/// files): it holds only when every token Secret and every existing kube-root-ca.crt ConfigMap
+/// hold the bundle, and never when there is no token Secret or kubectl fails.
+#[test]
+fn the_service_account_wait_holds_only_when_every_secret_and_configmap_holds_the_bundle() {
+    use base64::Engine as _;
+    use kubexm_install::modules::rotate_kubernetes::ServiceAccountCa;
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = context_of(RotatedCa::Kubernetes, work.path(), kubexm, None);
+    let k = Arc::new(kubexm_install::modules::kubexm::KubexmCluster::new(&ctx).expect("kubexm"));
+    let node = ctx.nodes.iter().find(|n| n.name == "node1").expect("node1");
+    let bundle = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\n";
+    let old = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n";
+    let check = ServiceAccountCa {
+        pem: bundle.into(),
+        k: k.clone(),
+    }
+    .check(node);
+    let real = "/usr/local/bin/kubectl";
+    assert!(check.contains(real), "{check}");
+    let state = work.path().join("api");
+    std::fs::create_dir_all(state.join("cm")).expect("mkdir");
+    let fake = work.path().join("kubectl");
+    // Answers: `get secrets ...` prints one base64 ca.crt per line from api/secrets; `get
+    // namespaces ...` prints api/ns; `-n NS get configmap kube-root-ca.crt -o name` succeeds
+    // when api/cm/NS exists, `-o jsonpath=...` prints it. api/fail makes every call fail.
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nd={}\n[ ! -e $d/fail ] || exit 1\ncase \"$*\" in\n  *'get secrets'*) cat $d/secrets ;;\n  *'get namespaces'*) cat $d/ns ;;\n  *'get configmap kube-root-ca.crt -o name'*) ns=$(echo \"$*\" | sed 's/.* -n \\([^ ]*\\) .*/\\1/'); [ -e $d/cm/$ns ] ;;\n  *'get configmap kube-root-ca.crt -o jsonpath'*) ns=$(echo \"$*\" | sed 's/.* -n \\([^ ]*\\) .*/\\1/'); cat $d/cm/$ns ;;\n  *) exit 2 ;;\nesac\n",
+            state.display()
+        ),
+    )
+    .expect("write");
+    std::process::Command::new("chmod")
+        .args(["755", &fake.display().to_string()])
+        .status()
+        .expect("chmod");
+    let script = check.replace(real, &fake.display().to_string());
+    let holds = || {
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .expect("sh")
+            .success()
+    };
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let write = |f: &str, t: &str| std::fs::write(state.join(f), t).expect("write");
+    write("ns", "default kube-system lab");
+    write("secrets", &format!("{}\n{}\n", b64(bundle), b64(bundle)));
+    for ns in ["default", "kube-system"] {
+        write(&format!("cm/{ns}"), bundle);
+    }
+    assert!(
+        holds(),
+        "every Secret and ConfigMap holds the bundle (lab has no ConfigMap)"
+    );
+    write("cm/lab", old);
+    assert!(!holds(), "a ConfigMap with the old CA alone");
+    write("cm/lab", bundle);
+    write("secrets", &format!("{}\n{}\n", b64(bundle), b64(old)));
+    assert!(!holds(), "a Secret with the old CA alone");
+    write("secrets", "");
+    assert!(!holds(), "no token Secret at all");
+    write("secrets", &format!("{}\n", b64(bundle)));
+    assert!(holds());
+    write("fail", "");
+    assert!(!holds(), "kubectl failing");
 }

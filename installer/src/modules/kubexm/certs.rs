@@ -3,8 +3,8 @@
 //!
 //! | file on the node (`/etc/kubernetes/…`) | subject / content | nodes |
 //! |---|---|---|
-//! | `pki/ca.crt` | CA `kubernetes` | all |
-//! | `pki/ca.key` | its key (the controller-manager signs CSRs with it) | masters |
+//! | `pki/ca.crt` | CA `kubernetes` (during a `rotate-ca --ca kubernetes`, the trust bundle of the old and new CAs) | all |
+//! | `pki/ca-signer.crt`, `pki/ca.key` | the CA that signs, alone, and its key (the controller-manager signs CSRs with them) | masters |
 //! | `pki/apiserver.crt`/`.key` | `kube-apiserver`, serverAuth, SANs below | masters |
 //! | `pki/apiserver-kubelet-client.crt`/`.key` | `kube-apiserver-kubelet-client`, O=`kubeadm:cluster-admins`, clientAuth | masters |
 //! | `pki/front-proxy-ca.crt` | CA `front-proxy-ca` (separate) | masters |
@@ -227,7 +227,7 @@ pub fn certificates(
         Kubeconfig {
             cluster: &k.name,
             server,
-            ca_pem: ca.cert_pem(),
+            ca_pem: ca.trust_pem(),
             user,
             client: cert,
             purpose,
@@ -253,8 +253,14 @@ pub fn certificates(
         let Some(node) = k.ctx.node(&name) else {
             continue;
         };
-        let mut files = vec![NodeFile::bytes(ca.cert_pem(), l.pki("ca.crt"), 0o644)];
+        // The trust bundle: during a `rotate-ca --ca kubernetes`, the old and new CAs.
+        let mut files = vec![NodeFile::bytes(ca.trust_pem(), l.pki("ca.crt"), 0o644)];
         if node.has_role(Role::Master) {
+            files.push(NodeFile::bytes(
+                ca.cert_pem(),
+                l.pki("ca-signer.crt"),
+                0o644,
+            ));
             files.push(NodeFile::bytes(&ca.key_pem(), l.pki("ca.key"), 0o600));
             pair(&mut files, "apiserver", &apiserver);
             pair(&mut files, "apiserver-kubelet-client", &kubelet_client);

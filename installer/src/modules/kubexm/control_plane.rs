@@ -184,7 +184,8 @@ pub fn controller_manager_flags(k: &KubexmCluster) -> Flags {
         .with("client-ca-file", l.pki("ca.crt"))
         .with("cluster-cidr", net.pod_cidr.replace(' ', ""))
         .with("cluster-name", &k.name)
-        .with("cluster-signing-cert-file", l.pki("ca.crt"))
+        // One certificate, the signing CA's (`ca.crt` is a bundle during a CA rotation).
+        .with("cluster-signing-cert-file", l.pki("ca-signer.crt"))
         .with("cluster-signing-key-file", l.pki("ca.key"))
         .with("kubeconfig", &kubeconfig)
         .with("leader-elect", true)
