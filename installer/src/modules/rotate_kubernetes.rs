@@ -20,7 +20,8 @@
 //! * after `trust-both`: the wait until every service-account token Secret and every
 //!   `kube-root-ca.crt` ConfigMap holds the bundle (the controller-manager writes what its
 //!   `--root-ca-file` holds), then the kube-system Deployments and DaemonSets restarted (their
-//!   pods read the CA once, when they start) and their rollouts awaited; pods of other
+//!   pods read the CA once, when they start) and the rollouts of those that were available
+//!   awaited; pods of other
 //!   namespaces are named for the operator, who restarts those that talk to the API server
 //!   before `reissue` (from then on the API servers serve a certificate of the new CA);
 //! * after `drop-old`: `extension-apiserver-authentication`'s `client-ca-file` set to the new CA
@@ -235,12 +236,21 @@ impl Step for ServiceAccountCa {
 }
 
 /// The kube-system Deployments and DaemonSets restarted once (their pods read the CA when they
-/// start), then every rollout awaited.
+/// start), then the rollouts of those that were available before awaited. A workload that was
+/// not (a crash-looping add-on) is restarted too, but waiting for it would wait for nothing the
+/// rotation can fix: its name is kept out of the list the wait reads ([`Self::waited`]).
 pub struct RestartSystemWorkloads {
     /// The phase's marker (on the first master).
     pub marker: Marker,
     /// The cluster (its kubectl).
     pub k: Arc<KubexmCluster>,
+}
+
+impl RestartSystemWorkloads {
+    /// The file on the first master listing the workloads whose rollouts are awaited.
+    pub fn waited(&self) -> String {
+        format!("{}.rollouts", self.marker.file)
+    }
 }
 
 impl Step for RestartSystemWorkloads {
@@ -249,20 +259,29 @@ impl Step for RestartSystemWorkloads {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = self.k.kubectl(node);
-        let each = format!("for w in $({k} -n kube-system get deployments,daemonsets -o name)");
+        let list = crate::runner::shell::quote(&self.waited());
         Ok(vec![
             Op::Run(
                 RunCommand::new(format!(
-                    "set -e\n{each}; do {k} -n kube-system rollout restart \"$w\" >/dev/null; done\n{}",
+                    "set -e
+mkdir -p {RENEWED}
+: >{list}.part
+for w in $({k} -n kube-system get deployments,daemonsets -o name); do
+  if {k} -n kube-system rollout status \"$w\" --timeout=1s >/dev/null 2>&1; then echo \"$w\" >>{list}.part; fi
+  {k} -n kube-system rollout restart \"$w\" >/dev/null
+done
+mv -f {list}.part {list}
+{}",
                     self.marker.record()
                 ))
                 .unless(self.marker.done())
-                .timeout(Duration::from_secs(120)),
+                .timeout(Duration::from_secs(180)),
             ),
             Op::Wait(WaitFor {
-                what: "every kube-system Deployment and DaemonSet rolled out".into(),
+                what: "the kube-system Deployments and DaemonSets that were available rolled out again".into(),
                 check: format!(
-                    "{each}; do {k} -n kube-system rollout status \"$w\" --timeout=5s >/dev/null 2>&1 || exit 1; done"
+                    "[ -f {list} ] || exit 1
+for w in $(cat {list}); do {k} -n kube-system rollout status \"$w\" --timeout=5s >/dev/null 2>&1 || exit 1; done"
                 ),
                 timeout: Duration::from_secs(600),
                 interval: Duration::from_secs(5),
@@ -271,7 +290,7 @@ impl Step for RestartSystemWorkloads {
     }
     fn policy(&self) -> Policy {
         Policy {
-            timeout: Duration::from_secs(780),
+            timeout: Duration::from_secs(840),
             ..Policy::default()
         }
     }
