@@ -34,3 +34,4 @@ pub mod restore_fresh;
 pub mod rotate;
 pub mod runtime;
 pub mod scripts;
+pub mod security;
