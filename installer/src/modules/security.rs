@@ -315,6 +315,65 @@ impl Module for SecurityModule {
     }
 }
 
+/// What the security enhancement leaves on a node once the Kubernetes modules' own delete ran:
+/// the audit policy and logs, the record of the modes found; the parent directories when that
+/// leaves them empty (`/etc/kubernetes` too: the Kubernetes delete left it for this).
+pub fn delete_ops() -> Vec<Op> {
+    let dirs = [
+        AUDIT_POLICY_DIR,
+        AUDIT_LOG_DIR,
+        MODES_BEFORE
+            .rsplit_once('/')
+            .map_or(MODES_BEFORE, |(d, _)| d),
+    ];
+    let quoted: Vec<String> = dirs.iter().map(|d| quote(d)).collect();
+    let parents = ["/var/log/kubernetes", "/etc/kubernetes"];
+    vec![Op::Run(
+        RunCommand::new(format!(
+            "rm -rf -- {}\nfor d in {}; do rmdir -- \"$d\" 2>/dev/null || true; done",
+            quoted.join(" "),
+            parents.join(" "),
+        ))
+        .unless(
+            quoted
+                .iter()
+                .map(|d| format!("[ ! -e {d} ]"))
+                .collect::<Vec<_>>()
+                .join(" && "),
+        ),
+    )]
+}
+
+/// [`delete_ops`] on every node, after the Kubernetes modules' delete.
+pub struct SecurityDeleteModule(pub Arc<InstallContext>);
+
+/// The step of [`SecurityDeleteModule`].
+struct RemoveTraces;
+
+impl Step for RemoveTraces {
+    fn name(&self) -> &str {
+        "remove-security-enhancement"
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        Ok(delete_ops())
+    }
+}
+
+impl Module for SecurityDeleteModule {
+    fn name(&self) -> &str {
+        "security-enhancement"
+    }
+    fn skip(&self) -> Option<String> {
+        (!enabled(&self.0)).then(|| "kubernetes.securityEnhancement is off".to_string())
+    }
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        let hosts: Vec<String> = self.0.nodes.iter().map(|n| n.name.clone()).collect();
+        Ok(vec![
+            Task::new("remove-security-enhancement", hosts).step(RemoveTraces)
+        ])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

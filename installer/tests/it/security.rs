@@ -57,7 +57,8 @@ fn plan_text(ctx: &Arc<InstallContext>, modules: &[&str]) -> String {
             }
         }
     }
-    out.join("\n") + "\n"
+    // The control host's temporary work directory.
+    (out.join("\n") + "\n").replace(&ctx.pki_dir.display().to_string(), "WORK/pki/lab")
 }
 
 fn module_names(ctx: &Arc<InstallContext>) -> Vec<String> {
@@ -235,4 +236,33 @@ fn kubexm_path_plan_with_security_enhancement() {
     assert!(policy < unit, "{plan}");
     assert!(plan.contains("/var/log/kubernetes/audit (700)"), "{plan}");
     insta::assert_snapshot!("kubexm-plan-security-enhancement", plan);
+}
+
+#[test]
+fn delete_removes_the_audit_files_and_the_record_only_when_enabled() {
+    use kubexm_install::pipelines::delete_pipeline;
+    let names = |ctx: &Arc<InstallContext>| -> Vec<String> {
+        delete_pipeline(ctx)
+            .modules
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect()
+    };
+    let ctx = lab_context(on);
+    let n = names(&ctx);
+    let at = |m: &str| n.iter().position(|x| x == m).expect(m);
+    assert!(
+        at("delete-kubeadm").max(at("delete-kubexm")) < at("security-enhancement"),
+        "{n:?}"
+    );
+    let ops = security::delete_ops();
+    let p = ops[0].generic().plan();
+    assert!(
+        p.detail.contains(
+            "rm -rf -- /etc/kubernetes/audit /var/log/kubernetes/audit /var/lib/kubexm/security"
+        ),
+        "{}",
+        p.detail
+    );
+    assert!(!names(&lab_context(|t| t)).contains(&"security-enhancement".to_string()));
 }
