@@ -69,6 +69,11 @@ pub(crate) struct InstallArgs {
     /// Skip tasks an earlier run completed with the same inputs (state file in the work dir).
     #[arg(long)]
     pub(crate) resume: bool,
+    /// Turn on kubernetes.securityEnhancement whatever cluster.yaml says: hardened file modes,
+    /// the kubelet's anonymous access off, API audit logging (set it in cluster.yaml to keep it
+    /// for the day-2 commands).
+    #[arg(long)]
+    pub(crate) security_enhancement: bool,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
 }

@@ -68,6 +68,7 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "plugins/node-feature-discovery.yaml.tera",
     "registry/config.yml.tera",
     "registry/registry.service.tera",
+    "security/audit-policy.yaml.tera",
 ];
 
 /// Renders one embedded template.

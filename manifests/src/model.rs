@@ -284,6 +284,19 @@ pub struct Kubernetes {
     /// master and workers, which label every node with the hardware and kernel features found.
     #[serde(default, skip_serializing_if = "Switch::is_off")]
     pub node_feature_discovery: Switch,
+    /// Security enhancement (KubeKey's `kubernetes.securityEnhancement`, also forced on by
+    /// `kubexm-install install --security-enhancement`): file modes and ownership of the etcd and
+    /// Kubernetes files hardened on the nodes, the kubelet's anonymous access off (webhook
+    /// authentication and authorization), and API audit logging with KubeXM's policy under
+    /// `/var/log/kubernetes/audit/`. The API server's `--anonymous-auth` stays on: its own
+    /// liveness and readiness probes call `/livez` and `/readyz` anonymously.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub security_enhancement: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// An optional part of the cluster, off unless `enabled: true`.

@@ -12,7 +12,10 @@ pub(crate) fn run(
     work_dir: &std::path::Path,
     trust: &kubexm_install::intake::trust::TrustPolicy,
 ) -> Result<()> {
-    let ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir, trust)?;
+    let mut ctx = install_context(args.file.as_deref(), None, Some(bundle), work_dir, trust)?;
+    if args.security_enhancement {
+        ctx.cluster.file.spec.kubernetes.security_enhancement = true;
+    }
     if args.dry_run {
         // Planning: keys and certificates that do not exist yet are made in memory only.
         let ctx = std::sync::Arc::new(ctx);

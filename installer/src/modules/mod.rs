@@ -35,3 +35,4 @@ pub mod rotate;
 pub mod rotate_kubernetes;
 pub mod runtime;
 pub mod scripts;
+pub mod security;

@@ -9,7 +9,7 @@ use crate::modules::restore_fresh::{
 };
 use crate::modules::{
     addons, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, plugins,
-    preflight, registry, runtime, scripts,
+    preflight, registry, runtime, scripts, security,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -55,9 +55,13 @@ pub(crate) fn install_modules(
         }
         None => Box::new(kubeadm),
     };
+    modules.push(kubeadm);
+    if security::enabled(ctx) {
+        // Only when asked: the plan of a cluster without it stays as it was.
+        modules.push(Box::new(security::SecurityModule(ctx.clone())));
+    }
     modules.extend([
-        kubeadm,
-        Box::new(network::NetworkModule(ctx.clone())),
+        Box::new(network::NetworkModule(ctx.clone())) as Box<dyn Module>,
         Box::new(dns::NodeLocalDnsModule(ctx.clone())),
         Box::new(plugins::PluginsModule(ctx.clone())),
         Box::new(addons::AddonsModule(ctx.clone())),

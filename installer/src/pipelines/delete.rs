@@ -7,29 +7,36 @@ use std::sync::Arc;
 use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
 use crate::modules::{
-    etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts,
+    etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts, security,
 };
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Module, Pipeline};
 
 /// The `delete` pipeline, modules in reverse install order.
 pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
+    let mut modules: Vec<Box<dyn Module>> = vec![
+        Box::new(DeletePreflight(ctx.clone())),
+        // The SSH users' copies of the admin kubeconfig, while it still tells them apart.
+        Box::new(finalize::delete_module(ctx)),
+        Box::new(kubexm::delete::delete_module(ctx)),
+        Box::new(kubeadm::delete_module(ctx)),
+    ];
+    if security::enabled(ctx) {
+        // Only when asked (the plan of a cluster without it stays as it was).
+        modules.push(Box::new(security::SecurityDeleteModule(ctx.clone())));
+    }
+    modules.extend([
+        Box::new(runtime::delete_module(ctx)) as Box<dyn Module>,
+        Box::new(registry::delete_module(ctx)),
+        Box::new(loadbalancer::delete_module(ctx)),
+        Box::new(etcd::delete_module(ctx)),
+        Box::new(osrepo::delete_module(ctx)),
+        // The scripts' copies, stamps and logs (/etc/kubexm/scripts goes with node
+        // preparation's /etc/kubexm too); what the scripts did is their authors' to undo.
+        Box::new(scripts::delete_module(ctx)),
+        Box::new(os::delete_module(ctx)),
+    ]);
     Pipeline {
         name: "delete".to_string(),
-        modules: vec![
-            Box::new(DeletePreflight(ctx.clone())),
-            // The SSH users' copies of the admin kubeconfig, while it still tells them apart.
-            Box::new(finalize::delete_module(ctx)),
-            Box::new(kubexm::delete::delete_module(ctx)),
-            Box::new(kubeadm::delete_module(ctx)),
-            Box::new(runtime::delete_module(ctx)),
-            Box::new(registry::delete_module(ctx)),
-            Box::new(loadbalancer::delete_module(ctx)),
-            Box::new(etcd::delete_module(ctx)),
-            Box::new(osrepo::delete_module(ctx)),
-            // The scripts' copies, stamps and logs (/etc/kubexm/scripts goes with node
-            // preparation's /etc/kubexm too); what the scripts did is their authors' to undo.
-            Box::new(scripts::delete_module(ctx)),
-            Box::new(os::delete_module(ctx)),
-        ],
+        modules,
     }
 }

@@ -60,7 +60,12 @@ fn credentials() -> JoinCredentials {
     }
 }
 
-fn init_text(ctx: &InstallContext, s: &KubeadmSettings, node: &str, prefilled: bool) -> String {
+pub(crate) fn init_text(
+    ctx: &InstallContext,
+    s: &KubeadmSettings,
+    node: &str,
+    prefilled: bool,
+) -> String {
     let n = s.node(ctx.node(node).expect("node"), true, prefilled);
     String::from_utf8(s.render_init(&n).expect("init").text().to_vec()).expect("utf-8")
 }

@@ -28,6 +28,7 @@ mod rotate;
 mod runtime;
 mod scope;
 mod scripts;
+mod security;
 mod seed;
 mod ssh;
 mod terminal;

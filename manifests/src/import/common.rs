@@ -288,6 +288,7 @@ fn base_cluster() -> ClusterFile {
                 kubelet: crate::model::KubeletOptions::default(),
                 kata: crate::model::Switch::default(),
                 node_feature_discovery: crate::model::Switch::default(),
+                security_enhancement: false,
             },
             etcd: Etcd::default(),
             runtime: Runtime::default(),

@@ -318,7 +318,17 @@ fn kubernetes(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<KubeVersion, ImportErr
     );
     doc.unmapped(&k.key("kubeletConfiguration"), "free-form KubeletConfiguration is not taken; use kubernetes.kubeletArgs for single settings");
     doc.unmapped(&k.key("kubeProxyConfiguration"), "free-form KubeProxyConfiguration is not taken; use kubernetes.kubeProxyArgs for single settings");
-    doc.unmapped(&k.key("audit"), "KubeXM does not configure API audit logging; pass the audit flags with kubernetes.apiserverArgs");
+    // KubeXM's audit logging is part of its security enhancement (policy and log rotation fixed).
+    let hardened = doc.boolean(&k.key("securityEnhancement")) == Some(true);
+    let audited = doc.boolean(&k.join("audit.enabled")) == Some(true);
+    if hardened || audited {
+        ctx.cluster.spec.kubernetes.security_enhancement = true;
+    }
+    for key in doc.keys(&k.key("audit")) {
+        if key != "enabled" {
+            doc.unmapped(&k.join(&format!("audit.{key}")), "KubeXM's audit policy and log rotation are its own (kubernetes.securityEnhancement); change the flags with kubernetes.apiserverArgs");
+        }
+    }
     Ok(version)
 }
 

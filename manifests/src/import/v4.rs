@@ -85,11 +85,25 @@ pub(crate) fn import(
         &s.key("transform_architectures"),
         "KubeXM reads amd64/x86_64 and arm64/aarch64 itself",
     );
-    cdoc.unmapped(
-        &s.key("security_enhancement"),
-        "KubeXM sets no kernel panic sysctls",
-    );
-    cdoc.unmapped(&s.key("audit"), "KubeXM does not configure API audit logging; pass the audit flags with kubernetes.apiserverArgs");
+    // The same hardening (file modes, kubelet anonymous access off, audit logging), without
+    // KubeKey's kernel panic sysctls.
+    if cdoc.boolean(&s.key("security_enhancement")) == Some(true) {
+        ctx.cluster.spec.kubernetes.security_enhancement = true;
+    }
+    let audit = s.key("audit");
+    let audited = if cdoc.keys(&audit).is_empty() {
+        cdoc.boolean(&audit) == Some(true)
+    } else {
+        cdoc.boolean(&audit.key("enabled")) == Some(true)
+    };
+    if audited {
+        ctx.cluster.spec.kubernetes.security_enhancement = true;
+    }
+    for key in cdoc.keys(&audit) {
+        if key != "enabled" {
+            cdoc.unmapped(&audit.key(&key), "KubeXM's audit policy and log rotation are its own (kubernetes.securityEnhancement); change the flags with kubernetes.apiserverArgs");
+        }
+    }
     cdoc.unmapped(
         &s.key("delete"),
         "what `kubexm-install delete` removes is not configured in cluster.yaml",

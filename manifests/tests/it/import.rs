@@ -439,3 +439,62 @@ fn kata_and_node_feature_discovery_switches_map_to_the_same_fields() {
         "{written}"
     );
 }
+
+#[test]
+fn security_enhancement_and_audit_map_to_security_enhancement() {
+    // v1alpha2: `kubernetes.securityEnhancement`, and `audit.enabled` (KubeXM's audit logging is
+    // part of its security enhancement); audit settings KubeXM fixes itself are reported.
+    let text = fixture("v1alpha2-config-example.yaml").replace(
+        "  kubernetes:\n",
+        "  kubernetes:\n    audit:\n      enabled: true\n      auditPolicy: /tmp/p.yaml\n",
+    );
+    let mut o = opts();
+    o.kubernetes_version = Some("v1.33.11".into());
+    let imported = import_kubekey(&[("config.yaml", &text)], &o, &builtin()).expect("imports");
+    assert!(imported.cluster.spec.kubernetes.security_enhancement);
+    let fields: Vec<&str> = imported
+        .report
+        .unmapped
+        .iter()
+        .map(|u| u.field.as_str())
+        .filter(|f| f.contains("audit"))
+        .collect();
+    assert_eq!(fields, ["spec.kubernetes.audit.auditPolicy"]);
+    assert!(reloads(&imported, "config.yaml").contains("securityEnhancement: true"));
+
+    let text = fixture("v1alpha2-config-example.yaml").replace(
+        "  kubernetes:\n",
+        "  kubernetes:\n    securityEnhancement: true\n",
+    );
+    let imported = import_kubekey(&[("config.yaml", &text)], &o, &builtin()).expect("imports");
+    assert!(imported.cluster.spec.kubernetes.security_enhancement);
+    assert!(imported
+        .report
+        .unmapped
+        .iter()
+        .all(|u| !u.field.contains("securityEnhancement")));
+    let plain = import_kubekey(
+        &[("config.yaml", &fixture("v1alpha2-config-example.yaml"))],
+        &o,
+        &builtin(),
+    )
+    .expect("imports");
+    assert!(!plain.cluster.spec.kubernetes.security_enhancement);
+
+    // v4: `security_enhancement` at the top of spec.
+    let config =
+        fixture("v4-config-v1.33.yaml").replace("spec:\n", "spec:\n  security_enhancement: true\n");
+    let inventory = fixture("v4-inventory-ha.yaml");
+    let imported = import_kubekey(
+        &[("config.yaml", &config), ("inventory.yaml", &inventory)],
+        &opts(),
+        &builtin(),
+    )
+    .expect("imports");
+    assert!(imported.cluster.spec.kubernetes.security_enhancement);
+    assert!(imported
+        .report
+        .unmapped
+        .iter()
+        .all(|u| !u.field.contains("security_enhancement")));
+}

@@ -55,7 +55,7 @@ use crate::context::InstallContext;
 use crate::modules::etcd::EtcdLayout;
 use crate::modules::images::{node_image, ImageParts};
 use crate::modules::runtime::cri::Cri;
-use crate::modules::{dns, loadbalancer};
+use crate::modules::{dns, loadbalancer, security};
 use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Node, StepError};
 
@@ -190,6 +190,14 @@ pub struct KubeadmSettings {
     pub controller_manager_args: Vec<Arg>,
     /// Scheduler flags.
     pub scheduler_args: Vec<Arg>,
+    /// The security enhancement (`kubernetes.securityEnhancement`): audit flags among the API
+    /// server's, its policy and log directories mounted into the static pod, the kubelet's
+    /// anonymous access and read-only port off.
+    pub security_enhancement: bool,
+    /// With it: the audit policy's directory.
+    pub audit_policy_dir: &'static str,
+    /// With it: the audit log's directory.
+    pub audit_log_dir: &'static str,
     /// Feature gates of the kubelet and kube-proxy, by name.
     pub feature_gates: Vec<Gate>,
     /// kubelet `clusterDNS` (NodeLocal DNSCache's addresses).
@@ -301,7 +309,20 @@ impl KubeadmSettings {
             service_subnet: spec.network.service_cidr.clone(),
             dns_domain: k8s.dns_domain.clone(),
             cert_sans: sans,
-            apiserver_args: with_gates(&k8s.apiserver_args),
+            apiserver_args: if k8s.security_enhancement {
+                // The user's flags still win.
+                let mut user: BTreeMap<String, String> = security::audit_flags()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
+                user.extend(k8s.apiserver_args.clone());
+                with_gates(&user)
+            } else {
+                with_gates(&k8s.apiserver_args)
+            },
+            security_enhancement: k8s.security_enhancement,
+            audit_policy_dir: security::AUDIT_POLICY_DIR,
+            audit_log_dir: security::AUDIT_LOG_DIR,
             controller_manager_args: with_gates(&k8s.controller_manager_args),
             scheduler_args: with_gates(&k8s.scheduler_args),
             feature_gates: k8s

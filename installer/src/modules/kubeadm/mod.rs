@@ -121,12 +121,17 @@ impl Module for KubeadmModule {
             _ => None,
         };
 
-        let mut tasks = vec![Task::new("kubernetes-binaries", kubernetes_nodes(ctx))
+        let mut binaries = Task::new("kubernetes-binaries", kubernetes_nodes(ctx))
             .step(KubeBinaries { ctx: ctx.clone() })
             .step(KubeletService {
                 cluster: ctx.cluster.file.metadata.name.clone(),
                 cri: crate::modules::runtime::cri::Cri::of(ctx),
-            })];
+            });
+        if crate::modules::security::enabled(ctx) {
+            // On the masters before `kubeadm init`/`join`: the static pod mounts them.
+            binaries = binaries.step(crate::modules::security::AuditPolicy { ctx: ctx.clone() });
+        }
+        let mut tasks = vec![binaries];
         let mut init = Task::new("kubeadm-init", [first.clone()]);
         if kube_vip {
             // From v1.29 kubeadm's admin.conf gets its rights only at the end of init: kube-vip

@@ -27,6 +27,7 @@ use super::flags::Flags;
 use super::{service_ops, Binaries, KubexmCluster, CLUSTER_ADMINS};
 use crate::modules::etcd::EtcdLayout;
 use crate::modules::loadbalancer::{api_server_must_bind_node_address, APISERVER_PORT};
+use crate::modules::security;
 use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 
@@ -112,7 +113,7 @@ pub fn apiserver_flags(k: &KubexmCluster, node: &Node) -> Flags {
     } else {
         "0.0.0.0"
     };
-    Flags::new()
+    let flags = Flags::new()
         .with("advertise-address", &node.internal_address)
         .with("allow-privileged", true)
         .with("authorization-mode", "Node,RBAC")
@@ -152,7 +153,15 @@ pub fn apiserver_flags(k: &KubexmCluster, node: &Node) -> Flags {
             net.service_cidr.replace(' ', ""),
         )
         .with("tls-cert-file", l.pki("apiserver.crt"))
-        .with("tls-private-key-file", l.pki("apiserver.key"))
+        .with("tls-private-key-file", l.pki("apiserver.key"));
+    let audited = if security::enabled(&k.ctx) {
+        security::audit_flags()
+            .into_iter()
+            .fold(flags, |f, (name, value)| f.with(name, value))
+    } else {
+        flags
+    };
+    audited
         .feature_gates(&spec.feature_gates)
         .user(&spec.apiserver_args)
 }
@@ -223,14 +232,21 @@ pub struct ApiServer {
 
 impl ApiServer {
     /// The rendered files for `node`.
+    /// The rendered files for `node`: with the security enhancement, the audit policy first (a
+    /// change restarts the API server).
     pub fn files(&self, node: &Node) -> Result<Vec<RenderTemplate>, StepError> {
-        Ok(vec![unit(
+        let mut files = Vec::new();
+        if security::enabled(&self.k.ctx) {
+            files.push(security::audit_policy(&self.k.ctx)?);
+        }
+        files.push(unit(
             &self.k,
             "kube-apiserver",
             "Kubernetes API server (KubeXM)",
             &[],
             &apiserver_flags(&self.k, node),
-        )?])
+        )?);
+        Ok(files)
     }
 }
 
@@ -239,7 +255,13 @@ impl Step for ApiServer {
         "kube-apiserver"
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        Ok(service_ops("kube-apiserver", self.files(node)?))
+        let mut ops = if security::enabled(&self.k.ctx) {
+            security::audit_dirs()
+        } else {
+            Vec::new()
+        };
+        ops.extend(service_ops("kube-apiserver", self.files(node)?));
+        Ok(ops)
     }
 }
 
