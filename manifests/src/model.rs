@@ -892,7 +892,16 @@ pub struct Preflight {
     /// number: `2.5`); default [`DEFAULT_ETCD_FSYNC_P99_MS`], etcd's guideline for its WAL.
     #[serde(default, rename = "etcdFsyncP99Ms")]
     pub etcd_fsync_p99_ms: Option<Millis>,
+    /// The free space Harbor's data directory needs on the registry host before Harbor is
+    /// installed (registry.type harbor), in GiB; default [`DEFAULT_HARBOR_MIN_FREE_DISK_GIB`],
+    /// Harbor's documented minimum disk. `0` turns the check off.
+    #[serde(default, rename = "harborMinFreeDiskGiB")]
+    pub harbor_min_free_disk_gib: Option<u64>,
 }
+
+/// Harbor's installation prerequisites: 40 GB of disk at least (160 GB recommended), 2 CPUs and
+/// 4 GB of memory at least (goharbor.io, "Harbor Installation Prerequisites").
+pub const DEFAULT_HARBOR_MIN_FREE_DISK_GIB: u64 = 40;
 
 /// etcd's guideline for the WAL disk: the 99th percentile of fdatasync under 10 ms (etcd's
 /// hardware recommendations and FAQ: "What does the etcd warning 'failed to send out
@@ -908,6 +917,12 @@ impl Preflight {
     /// The etcd fsync threshold.
     pub fn etcd_fsync_p99(&self) -> Millis {
         self.etcd_fsync_p99_ms.unwrap_or(DEFAULT_ETCD_FSYNC_P99_MS)
+    }
+
+    /// The free space Harbor's data directory needs, GiB (0: not checked).
+    pub fn harbor_min_free_disk(&self) -> u64 {
+        self.harbor_min_free_disk_gib
+            .unwrap_or(DEFAULT_HARBOR_MIN_FREE_DISK_GIB)
     }
 }
 
@@ -988,6 +1003,7 @@ impl Default for Preflight {
             kernel_modules: None,
             etcd_fsync_check: None,
             etcd_fsync_p99_ms: None,
+            harbor_min_free_disk_gib: None,
         }
     }
 }

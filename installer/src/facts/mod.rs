@@ -14,6 +14,7 @@
 
 pub mod checks;
 pub mod fio;
+pub mod harbor;
 pub mod host;
 pub mod net;
 pub mod node;

@@ -2,10 +2,12 @@
 //! install before anything changed, with what is wrong and what to do.
 
 mod etcd_disk;
+mod harbor;
 mod host;
 mod network;
 
 pub use etcd_disk::{CheckEtcdDisk, EtcdDiskModule, EtcdDiskRules, MeasureEtcdDisk};
+pub use harbor::{CheckHarborHost, GatherHarborFacts, HarborRules};
 pub use host::{CheckHostRequirements, GatherHostFacts, HostRules};
 pub use network::{
     CheckNodeNetwork, CheckVipFree, GatherNetFacts, NetRules, ProbeVip, VipRule, WantedAddress,
@@ -50,6 +52,15 @@ impl Module for PreflightModule {
                 tasks.push(Task::new("probe-vip", [first.clone()]).step(ProbeVip(rule.clone())));
                 tasks.push(Task::new("check-vip", [first.clone()]).step(CheckVipFree(net.clone())));
             }
+        }
+        // Harbor's host: what docker, compose and the installer (from the bundle) cannot bring.
+        if let Some(rules) = HarborRules::of(ctx) {
+            let rules = Arc::new(rules);
+            tasks.push(
+                Task::new("check-harbor-host", [rules.host.clone()])
+                    .step(GatherHarborFacts(rules.clone()))
+                    .step(CheckHarborHost(rules)),
+            );
         }
         tasks.push(
             Task::new("check-nodes", ctx.all())
