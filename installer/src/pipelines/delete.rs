@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
 use crate::modules::{
-    etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts,
+    etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, plugins, registry, runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -21,6 +21,8 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
             Box::new(finalize::delete_module(ctx)),
             Box::new(kubexm::delete::delete_module(ctx)),
             Box::new(kubeadm::delete_module(ctx)),
+            // What kata-deploy left, while containerd's directory is still there.
+            Box::new(plugins::delete_module(ctx)),
             Box::new(runtime::delete_module(ctx)),
             Box::new(registry::delete_module(ctx)),
             Box::new(loadbalancer::delete_module(ctx)),

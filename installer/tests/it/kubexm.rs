@@ -1135,12 +1135,13 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
     .expect("delete plan");
     let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(
-        names[..5],
+        names[..6],
         [
             "delete-preflight",
             "delete-finalize",
             "delete-kubexm",
             "delete-kubeadm",
+            "delete-kata",
             "delete-runtime"
         ]
     );

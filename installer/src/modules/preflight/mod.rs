@@ -4,11 +4,13 @@
 mod etcd_disk;
 mod harbor;
 mod host;
+mod kata;
 mod network;
 
 pub use etcd_disk::{CheckEtcdDisk, EtcdDiskModule, EtcdDiskRules, MeasureEtcdDisk};
 pub use harbor::{CheckHarborHost, GatherHarborFacts, HarborRules};
 pub use host::{CheckHostRequirements, GatherHostFacts, HostRules};
+pub use kata::{kata_nodes, CheckKvm, GatherKvmFacts};
 pub use network::{
     CheckNodeNetwork, CheckVipFree, GatherNetFacts, NetRules, ProbeVip, VipRule, WantedAddress,
 };
@@ -60,6 +62,15 @@ impl Module for PreflightModule {
                 Task::new("check-harbor-host", [rules.host.clone()])
                     .step(GatherHarborFacts(rules.clone()))
                     .step(CheckHarborHost(rules)),
+            );
+        }
+        // Kata's QEMU needs /dev/kvm wherever kata-deploy runs.
+        let kata = kata_nodes(ctx);
+        if !kata.is_empty() {
+            tasks.push(
+                Task::new("check-kata-kvm", kata)
+                    .step(GatherKvmFacts)
+                    .step(CheckKvm),
             );
         }
         tasks.push(
