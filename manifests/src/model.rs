@@ -71,6 +71,38 @@ pub struct ClusterSpec {
     /// Addons installed after the cluster is up.
     #[serde(default)]
     pub addons: Vec<Addon>,
+    /// A scheduled backup set up at the end of the install (the timer `backup schedule`
+    /// writes, on the control host); `delete` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSchedule>,
+}
+
+/// `spec.backup`: `kubexm-install backup create --keep N` from a systemd timer on the control
+/// host, set up by the install.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackupSchedule {
+    /// When (systemd `OnCalendar=`: `daily`, `weekly`, `*-*-* 02:30:00`); default `daily`.
+    #[serde(default = "default_backup_calendar")]
+    pub on_calendar: String,
+    /// Backups kept (older ones removed after each new one); default 7.
+    #[serde(default = "default_backup_keep")]
+    pub keep: usize,
+    /// The backup key on the control host (`backup keygen`; an absolute path, mode 0600). Only
+    /// its path is kept: the key is never read into a plan, a record or a bundle.
+    pub key_file: String,
+}
+
+/// `spec.backup.onCalendar`'s default.
+pub const DEFAULT_BACKUP_CALENDAR: &str = "daily";
+/// `spec.backup.keep`'s default.
+pub const DEFAULT_BACKUP_KEEP: usize = 7;
+
+fn default_backup_calendar() -> String {
+    DEFAULT_BACKUP_CALENDAR.to_string()
+}
+fn default_backup_keep() -> usize {
+    DEFAULT_BACKUP_KEEP
 }
 
 /// CPU architecture of a host.

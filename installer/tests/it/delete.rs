@@ -36,6 +36,7 @@ fn delete_plan_of_the_lab_cluster() {
         modules,
         [
             "delete-preflight",
+            "delete-timers",
             "delete-finalize",
             "delete-kubexm",
             "delete-kubeadm",
