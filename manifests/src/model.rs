@@ -71,6 +71,38 @@ pub struct ClusterSpec {
     /// Addons installed after the cluster is up.
     #[serde(default)]
     pub addons: Vec<Addon>,
+    /// A scheduled backup set up at the end of the install (the timer `backup schedule`
+    /// writes, on the control host); `delete` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSchedule>,
+}
+
+/// `spec.backup`: `kubexm-install backup create --keep N` from a systemd timer on the control
+/// host, set up by the install.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackupSchedule {
+    /// When (systemd `OnCalendar=`: `daily`, `weekly`, `*-*-* 02:30:00`); default `daily`.
+    #[serde(default = "default_backup_calendar")]
+    pub on_calendar: String,
+    /// Backups kept (older ones removed after each new one); default 7.
+    #[serde(default = "default_backup_keep")]
+    pub keep: usize,
+    /// The backup key on the control host (`backup keygen`; an absolute path, mode 0600). Only
+    /// its path is kept: the key is never read into a plan, a record or a bundle.
+    pub key_file: String,
+}
+
+/// `spec.backup.onCalendar`'s default.
+pub const DEFAULT_BACKUP_CALENDAR: &str = "daily";
+/// `spec.backup.keep`'s default.
+pub const DEFAULT_BACKUP_KEEP: usize = 7;
+
+fn default_backup_calendar() -> String {
+    DEFAULT_BACKUP_CALENDAR.to_string()
+}
+fn default_backup_keep() -> usize {
+    DEFAULT_BACKUP_KEEP
 }
 
 /// CPU architecture of a host.
@@ -905,7 +937,16 @@ pub struct Preflight {
     /// number: `2.5`); default [`DEFAULT_ETCD_FSYNC_P99_MS`], etcd's guideline for its WAL.
     #[serde(default, rename = "etcdFsyncP99Ms")]
     pub etcd_fsync_p99_ms: Option<Millis>,
+    /// The free space Harbor's data directory needs on the registry host before Harbor is
+    /// installed (registry.type harbor), in GiB; default [`DEFAULT_HARBOR_MIN_FREE_DISK_GIB`],
+    /// Harbor's documented minimum disk. `0` turns the check off.
+    #[serde(default, rename = "harborMinFreeDiskGiB")]
+    pub harbor_min_free_disk_gib: Option<u64>,
 }
+
+/// Harbor's installation prerequisites: 40 GB of disk at least (160 GB recommended), 2 CPUs and
+/// 4 GB of memory at least (goharbor.io, "Harbor Installation Prerequisites").
+pub const DEFAULT_HARBOR_MIN_FREE_DISK_GIB: u64 = 40;
 
 /// etcd's guideline for the WAL disk: the 99th percentile of fdatasync under 10 ms (etcd's
 /// hardware recommendations and FAQ: "What does the etcd warning 'failed to send out
@@ -921,6 +962,12 @@ impl Preflight {
     /// The etcd fsync threshold.
     pub fn etcd_fsync_p99(&self) -> Millis {
         self.etcd_fsync_p99_ms.unwrap_or(DEFAULT_ETCD_FSYNC_P99_MS)
+    }
+
+    /// The free space Harbor's data directory needs, GiB (0: not checked).
+    pub fn harbor_min_free_disk(&self) -> u64 {
+        self.harbor_min_free_disk_gib
+            .unwrap_or(DEFAULT_HARBOR_MIN_FREE_DISK_GIB)
     }
 }
 
@@ -1001,6 +1048,7 @@ impl Default for Preflight {
             kernel_modules: None,
             etcd_fsync_check: None,
             etcd_fsync_p99_ms: None,
+            harbor_min_free_disk_gib: None,
         }
     }
 }

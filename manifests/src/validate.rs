@@ -143,6 +143,7 @@ pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster
     check_system_and_extra(&file, &mut c);
     check_os_releases(&file, catalog, &mut c);
     check_addons(&file, &mut c);
+    check_backup(&file, &mut c);
     match version {
         Some(version) if c.problems.is_empty() => Ok(ValidCluster {
             file,
@@ -151,6 +152,65 @@ pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster
         }),
         _ => Err(c.problems),
     }
+}
+
+/// `spec.backup`: what `backup schedule` would refuse, refused here; whether the key file is
+/// there (mode 0600) and systemd accepts the calendar are checked at install time on the
+/// control host.
+fn check_backup(f: &ClusterFile, c: &mut Checker) {
+    let Some(b) = &f.spec.backup else {
+        return;
+    };
+    if f.spec.etcd.kind != EtcdType::Kubexm {
+        c.add(
+            "spec.backup",
+            format!(
+                "a scheduled backup covers KubeXM's etcd, but etcd.type is {:?}",
+                f.spec.etcd.kind
+            ),
+            "use etcd.type kubexm, or remove spec.backup and back up that etcd with its own tools",
+        );
+    }
+    if b.keep == 0 {
+        c.add(
+            "spec.backup.keep",
+            "is 0",
+            "keep at least 1 backup (older ones are removed after each new one)",
+        );
+    }
+    if !is_calendar(&b.on_calendar) {
+        c.add(
+            "spec.backup.onCalendar",
+            format!("`{}` is not a systemd calendar expression", crate::display::UntrustedMax(&b.on_calendar, 100)),
+            "write what systemd's OnCalendar= takes: daily, weekly, hourly, \"*-*-* 02:30:00\" (check it with `systemd-analyze calendar`)",
+        );
+    }
+    if !is_plain_absolute_path(&b.key_file) {
+        c.add(
+            "spec.backup.keyFile",
+            format!("`{}` is not an absolute path of letters, digits and /._-+@", crate::display::UntrustedMax(&b.key_file, 200)),
+            "name the key `kubexm-install backup keygen --key-file FILE` wrote, e.g. /root/kubexm-backup.key (it goes into a systemd unit unquoted)",
+        );
+    }
+}
+
+/// The characters a systemd calendar expression is written with (what `backup schedule`
+/// accepts), at most 100; systemd's own parser judges it at install time.
+pub fn is_calendar(s: &str) -> bool {
+    !s.trim().is_empty()
+        && s.len() <= 100
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b" :*,./~-".contains(&b))
+}
+
+/// An absolute path of plain characters (what a systemd unit takes unquoted).
+pub fn is_plain_absolute_path(s: &str) -> bool {
+    s.len() > 1
+        && s.len() <= 4096
+        && s.starts_with('/')
+        && !s.split('/').any(|p| p == "..")
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+@".contains(&b))
 }
 
 fn check_header(f: &ClusterFile, c: &mut Checker) {

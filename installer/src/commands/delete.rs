@@ -77,8 +77,9 @@ pub(crate) fn run(
         trust,
     )?);
     let pipeline = kubexm_install::pipelines::delete_pipeline(&ctx);
-    let plan = kubexm_install::pipeline::plan::build(&pipeline, &ctx.nodes, &Default::default())
-        .context("Failed to build the delete plan")?;
+    let plan =
+        kubexm_install::pipeline::plan::build(&pipeline, &ctx.plan_nodes(), &Default::default())
+            .context("Failed to build the delete plan")?;
     if args.dry_run {
         print!("{}", plan.to_text());
         return Ok(());

@@ -14,7 +14,9 @@
 
 pub mod checks;
 pub mod fio;
+pub mod harbor;
 pub mod host;
+pub mod kata;
 pub mod net;
 pub mod node;
 pub mod parse;

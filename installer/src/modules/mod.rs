@@ -8,6 +8,7 @@
 
 pub mod addons;
 pub mod apply;
+pub mod backup_timer;
 pub mod delete;
 pub mod dns;
 pub mod etcd;

@@ -12,10 +12,13 @@
 //!   (`io.containerd.kata.v2`, see [`crate::modules::runtime`]); here kata-deploy's DaemonSet puts
 //!   Kata's artifacts on every node and labels it `katacontainers.io/kata-runtime=true`, and the
 //!   RuntimeClass `kata` sends pods to those nodes. Kata needs hardware virtualization on the
-//!   nodes (`/dev/kvm`), which preflight does not check.
+//!   nodes (`/dev/kvm`), which preflight checks on every node kata-deploy runs on
+//!   ([`crate::modules::preflight::kata_nodes`]).
 //!   kata-deploy 3.2.0's script also writes its own `kata-qemu` handler into
-//!   `/etc/containerd/config.toml` and restarts containerd; the next KubeXM run puts KubeXM's
-//!   file back, whose `kata` handler is the one the RuntimeClass uses.
+//!   `/etc/containerd/config.toml` (keeping the file it found as `config.toml.bak`) and
+//!   restarts containerd; the next KubeXM run puts KubeXM's file back, whose `kata` handler is
+//!   the one the RuntimeClass uses. `delete` removes what kata-deploy left on the nodes
+//!   ([`KataDeleteModule`]): the cluster is torn down without kata-deploy's own cleanup hook.
 //! * **Node Feature Discovery**: its namespace, the NodeFeatureRule CRD, the master
 //!   (Deployment) and the workers (DaemonSet on every node), which label nodes with their
 //!   features.
@@ -25,9 +28,11 @@ use std::sync::Arc;
 use kubexm_manifests::resolve::{KATA_DEPLOY_VERSION, NFD_VERSION};
 
 use super::apply::ApplyManifest;
+use super::delete::Ops;
 use super::images::node_image;
 use super::kubeadm::config::image_named;
 use crate::context::InstallContext;
+use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Module, StepError, Task};
 
 /// The Kata manifest's file name on the first master.
@@ -98,5 +103,68 @@ impl Module for PluginsModule {
             );
         }
         Ok(tasks)
+    }
+}
+
+/// Kata's artifacts kata-deploy puts on a node (`/opt/kata`).
+pub const KATA_DIR: &str = "/opt/kata";
+/// The shims kata-deploy writes into `/usr/local/bin` (the default shim, one per hypervisor,
+/// and the `.bak` it keeps of a shim it found there, its own from an earlier start).
+pub const KATA_SHIMS: &str =
+    "/usr/local/bin/containerd-shim-kata-v2 /usr/local/bin/containerd-shim-kata-*-v2 /usr/local/bin/containerd-shim-kata-*-v2.bak";
+/// kata-deploy's copy of the containerd configuration it found (KubeXM's, removed only when
+/// its first line says so).
+pub const CONTAINERD_BACKUP: &str = "/etc/containerd/config.toml.bak";
+
+/// Kata's part of the `delete` pipeline, before the runtime's (containerd's configuration
+/// directory is removed once empty), on every master and worker: `/opt/kata`, kata-deploy's
+/// shims in `/usr/local/bin` (a `.bak` only when it is a Kata shim), and its `config.toml.bak`
+/// when that copy is KubeXM's file. The `kata` handler block goes with containerd's
+/// `config.toml`, which the runtime's delete removes. Skipped unless Kata is enabled.
+pub struct KataDeleteModule(pub Arc<InstallContext>);
+
+/// The Kata delete module.
+pub fn delete_module(ctx: &Arc<InstallContext>) -> KataDeleteModule {
+    KataDeleteModule(ctx.clone())
+}
+
+impl Module for KataDeleteModule {
+    fn name(&self) -> &str {
+        "delete-kata"
+    }
+
+    fn skip(&self) -> Option<String> {
+        (!self.0.cluster.file.spec.kubernetes.kata.enabled)
+            .then(|| "kubernetes.kata is not enabled".to_string())
+    }
+
+    fn tasks(&self) -> Result<Vec<Task>, StepError> {
+        // What kata-deploy left here, one path a line; a `.bak` shim only when it runs Kata,
+        // containerd's backup only when it is KubeXM's file.
+        let owned = format!(
+            "kata_owned() {{\n  \
+             [ -e {KATA_DIR} ] && echo {KATA_DIR}\n  \
+             for f in {KATA_SHIMS}; do\n    \
+             [ -e \"$f\" ] || [ -L \"$f\" ] || continue\n    \
+             case $f in *.bak) grep -qs /opt/kata/ \"$f\" || continue;; esac\n    \
+             echo \"$f\"\n  \
+             done\n  \
+             head -n 1 {CONTAINERD_BACKUP} 2>/dev/null | grep -q '^# Written by KubeXM' && echo {CONTAINERD_BACKUP}\n  \
+             true\n\
+             }}"
+        );
+        Ok(vec![Task::new(
+            "delete-kata",
+            crate::modules::runtime::runtime_hosts(&self.0),
+        )
+        .step(Ops {
+            name: "remove-kata",
+            ops: vec![Op::Run(
+                RunCommand::new(format!(
+                    "{owned}\nkata_owned | while read -r f; do rm -rf -- \"$f\"; done"
+                ))
+                .unless(format!("{owned}\n[ -z \"$(kata_owned)\" ]")),
+            )],
+        })])
     }
 }

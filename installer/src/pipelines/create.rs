@@ -8,8 +8,8 @@ use crate::modules::restore_fresh::{
     FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
 };
 use crate::modules::{
-    addons, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, plugins,
-    preflight, registry, runtime, scripts, security,
+    addons, backup_timer, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo,
+    plugins, preflight, registry, runtime, scripts, security,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -66,6 +66,9 @@ pub(crate) fn install_modules(
         Box::new(plugins::PluginsModule(ctx.clone())),
         Box::new(addons::AddonsModule(ctx.clone())),
         Box::new(finalize::FinalizeModule(ctx.clone())),
+        // The cluster is complete before its first scheduled backup; the operator's
+        // post-install scripts stay last.
+        Box::new(backup_timer::BackupTimerModule(ctx.clone())),
         Box::new(scripts::PostInstallModule(ctx.clone())),
     ]);
     modules

@@ -7,12 +7,25 @@ use std::sync::Arc;
 use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
 use crate::modules::{
-    etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, registry, runtime, scripts, security,
+    backup_timer, etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, plugins, registry,
+    runtime, scripts, security,
 };
 use crate::pipeline::{Module, Pipeline};
 
 /// The `delete` pipeline, modules in reverse install order.
 pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
+    let mut modules = node_delete_modules(ctx);
+    // First after the preflight: no scheduled backup or renewal runs against a cluster being
+    // deleted (the control host's timers belong to the whole cluster, not to one node).
+    modules.insert(1, Box::new(backup_timer::delete_module(ctx)));
+    Pipeline {
+        name: "delete".to_string(),
+        modules,
+    }
+}
+
+/// The delete modules that clean nodes (also `delete-node`'s, scoped to the node).
+pub(crate) fn node_delete_modules(ctx: &Arc<InstallContext>) -> Vec<Box<dyn Module>> {
     let mut modules: Vec<Box<dyn Module>> = vec![
         Box::new(DeletePreflight(ctx.clone())),
         // The SSH users' copies of the admin kubeconfig, while it still tells them apart.
@@ -25,7 +38,9 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         modules.push(Box::new(security::SecurityDeleteModule(ctx.clone())));
     }
     modules.extend([
-        Box::new(runtime::delete_module(ctx)) as Box<dyn Module>,
+        // What kata-deploy left, while containerd's directory is still there.
+        Box::new(plugins::delete_module(ctx)) as Box<dyn Module>,
+        Box::new(runtime::delete_module(ctx)),
         Box::new(registry::delete_module(ctx)),
         Box::new(loadbalancer::delete_module(ctx)),
         Box::new(etcd::delete_module(ctx)),
@@ -35,8 +50,5 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
         Box::new(scripts::delete_module(ctx)),
         Box::new(os::delete_module(ctx)),
     ]);
-    Pipeline {
-        name: "delete".to_string(),
-        modules,
-    }
+    modules
 }

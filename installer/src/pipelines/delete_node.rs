@@ -125,7 +125,7 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
         ));
     }
     // The node itself: the delete pipeline's own modules, scoped to it.
-    for module in super::delete_pipeline(i).modules {
+    for module in super::delete::node_delete_modules(i) {
         let title = module.name().to_string();
         phases.push(
             Phase::new(title, Boxed(module))

@@ -36,9 +36,11 @@ fn delete_plan_of_the_lab_cluster() {
         modules,
         [
             "delete-preflight",
+            "delete-timers",
             "delete-finalize",
             "delete-kubexm",
             "delete-kubeadm",
+            "delete-kata",
             "delete-runtime",
             "delete-registry",
             "delete-loadbalancer",
@@ -49,11 +51,12 @@ fn delete_plan_of_the_lab_cluster() {
         ],
         "reverse install order"
     );
-    // The lab is kubernetes.type kubeadm: only the kubexm removal is skipped.
+    // The lab is kubernetes.type kubeadm without Kata: only the kubexm and Kata removals (and
+    // the scripts') are skipped.
     for m in &p.modules {
         assert_eq!(
             m.skipped.is_some(),
-            m.name == "delete-kubexm" || m.name == "delete-scripts",
+            m.name == "delete-kubexm" || m.name == "delete-scripts" || m.name == "delete-kata",
             "{}",
             m.name
         );

@@ -17,7 +17,7 @@ use kubexm_install::modules::registry::{delete_module, RegistryModule};
 use kubexm_install::modules::runtime::docker::DockerEngine;
 use kubexm_install::pipeline::executor::{ExecOptions, Executor};
 use kubexm_install::pipeline::journal::Journal;
-use kubexm_install::pipeline::{plan, Facts, Module, Node, Pipeline, StepError, Task};
+use kubexm_install::pipeline::{plan, Facts, Module, Node, Pipeline, Step, StepError, Task};
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::{
     shell, Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome, UploadSource,
@@ -686,4 +686,83 @@ fn certs_renew_redeploys_harbor_on_its_renewed_certificate() {
         )
     );
     assert_eq!(tasks[1].hosts, ["node1"]);
+}
+
+/// A stand-in registry host: answers every script with `probe`.
+struct HarborHostAnswer(String);
+
+#[async_trait]
+impl Runner for HarborHostAnswer {
+    fn node(&self) -> &str {
+        "node1"
+    }
+    async fn exec(&self, _: &Exec) -> Result<ExecOutput, RunError> {
+        Ok(ExecOutput {
+            code: Some(0),
+            stdout: self.0.clone(),
+            stderr: String::new(),
+        })
+    }
+    async fn upload(&self, _: &Upload) -> Result<UploadOutcome, RunError> {
+        Ok(UploadOutcome::Uploaded(0))
+    }
+}
+
+/// Issue 19: preflight checks the Harbor host for what the bundle cannot bring (plan snapshot),
+/// and refuses a host that cannot run it, naming it, before anything changes.
+#[tokio::test]
+async fn preflight_checks_the_harbor_host_before_anything_changes() {
+    use kubexm_install::modules::preflight::{
+        CheckHarborHost, GatherHarborFacts, HarborRules, PreflightModule,
+    };
+    let (ctx, _work) = harbor_context(|t| t);
+    let text = module_plan(&ctx, Box::new(PreflightModule(ctx.clone())), "install");
+    let start = text.find("task check-harbor-host").expect("harbor task");
+    let task: String = text[start..]
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("[1.") || l.contains("check-harbor-host"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!("harbor-host-preflight-plan", task);
+
+    let rules = std::sync::Arc::new(HarborRules::of(&ctx).expect("harbor rules"));
+    let node = ctx.node("node1").expect("node1");
+    let run = |probe: &str| {
+        let runner = HarborHostAnswer(probe.to_string());
+        let rules = rules.clone();
+        async move {
+            let facts = Facts::default();
+            let mut ops = GatherHarborFacts(rules.clone())
+                .ops(node, &facts)
+                .expect("gather");
+            for op in ops.drain(..) {
+                op.generic()
+                    .apply(&runner)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            let mut notes = Vec::new();
+            for op in CheckHarborHost(rules).ops(node, &facts).expect("check") {
+                notes.extend(
+                    op.generic()
+                        .apply_noted(&runner)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .notes,
+                );
+            }
+            Ok::<_, String>(notes)
+        }
+    };
+    let ready = "arch=x86_64\ncpus=4\nmemkib=8005184\navailkib=104857600\ninstalled=no\n";
+    assert_eq!(run(ready).await, Ok(vec![]));
+    let e = run(
+        "arch=x86_64\ncpus=4\nmemkib=8005184\navailkib=104857600\ninstalled=no\nlisten=443 httpd\n",
+    )
+    .await
+    .expect_err("busy port");
+    assert!(
+        e.contains("registry host node1: port 443 is in use by httpd"),
+        "{e}"
+    );
 }

@@ -1028,6 +1028,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
             "plugins",
             "addons",
             "finalize",
+            "backup-timer",
             "post-install"
         ]
     );

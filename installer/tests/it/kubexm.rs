@@ -1135,16 +1135,18 @@ fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
     .expect("delete plan");
     let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(
-        names[..5],
+        names[..7],
         [
             "delete-preflight",
+            "delete-timers",
             "delete-finalize",
             "delete-kubexm",
             "delete-kubeadm",
+            "delete-kata",
             "delete-runtime"
         ]
     );
-    let m = &p.modules[2];
+    let m = &p.modules[3];
     assert!(m.skipped.is_none());
     assert_eq!(
         m.tasks[0].hosts,

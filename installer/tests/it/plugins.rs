@@ -287,3 +287,187 @@ fn plugins_plan_and_skip() {
     let reason = PluginsModule(lab_context(|t| t)).skip().expect("skipped");
     assert!(reason.contains("kubernetes.kata"), "{reason}");
 }
+
+/// A stand-in node answering the KVM probe.
+struct KvmAnswer(&'static str);
+
+#[async_trait::async_trait]
+impl kubexm_install::runner::Runner for KvmAnswer {
+    fn node(&self) -> &str {
+        "stand-in"
+    }
+    async fn exec(
+        &self,
+        _: &kubexm_install::runner::Exec,
+    ) -> Result<kubexm_install::runner::ExecOutput, kubexm_install::runner::RunError> {
+        Ok(kubexm_install::runner::ExecOutput {
+            code: Some(0),
+            stdout: self.0.to_string(),
+            stderr: String::new(),
+        })
+    }
+    async fn upload(
+        &self,
+        _: &kubexm_install::runner::Upload,
+    ) -> Result<kubexm_install::runner::UploadOutcome, kubexm_install::runner::RunError> {
+        Ok(kubexm_install::runner::UploadOutcome::Uploaded(0))
+    }
+}
+
+/// Issue 19: with Kata enabled, preflight checks /dev/kvm on every node kata-deploy runs on
+/// (the worker role) and refuses one without it, naming it and the way out.
+#[tokio::test]
+async fn kata_needs_dev_kvm_on_every_node_it_runs_on() {
+    use kubexm_install::modules::preflight::{
+        kata_nodes, CheckKvm, GatherKvmFacts, PreflightModule,
+    };
+    use kubexm_install::pipeline::Step;
+    let ctx = lab_with_everything();
+    let workers = ctx.with_role(kubexm_manifests::resolve::Role::Worker);
+    assert_eq!(kata_nodes(&ctx), workers);
+    let plan = plan_text(&ctx, &PreflightModule(ctx.clone()));
+    let start = plan.find("task check-kata-kvm").expect("kata task");
+    let end = plan[start..].find("\ntask check-nodes").expect("next task") + start;
+    insta::assert_snapshot!("kata-kvm-preflight-plan", &plan[start..end]);
+    // Off: no check.
+    let off = crate::lb::lab_context(|t| t);
+    assert!(kata_nodes(&off).is_empty());
+    assert!(!plan_text(&off, &PreflightModule(off.clone())).contains("check-kata-kvm"));
+
+    let node = ctx.node(&workers[0]).expect("worker");
+    let run = |probe: &'static str| async move {
+        let facts = Facts::default();
+        let runner = KvmAnswer(probe);
+        for op in GatherKvmFacts.ops(node, &facts).expect("gather") {
+            op.generic()
+                .apply(&runner)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        for op in CheckKvm.ops(node, &facts).expect("check") {
+            op.generic()
+                .apply(&runner)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>(())
+    };
+    assert_eq!(run("kvm=yes\ncpu=vmx\n").await, Ok(()));
+    let e = run("kvm=no\ncpu=none\n").await.expect_err("no kvm");
+    assert!(
+        e.contains(&format!("node {} has no /dev/kvm", node.name)),
+        "{e}"
+    );
+    assert!(e.contains("spec.kubernetes.kata.enabled: false"), "{e}");
+}
+
+/// `delete` removes what kata-deploy left on the nodes before containerd's own removal; the
+/// script, run over a stand-in root, removes Kata's files and keeps what is not Kata's.
+#[test]
+fn delete_removes_kata_traces_before_containerd() {
+    use kubexm_install::modules::plugins::delete_module;
+    let ctx = lab_with_everything();
+    let pipeline = kubexm_install::pipelines::delete_pipeline(&ctx);
+    let names: Vec<&str> = pipeline.modules.iter().map(|m| m.name()).collect();
+    let kata = names
+        .iter()
+        .position(|n| *n == "delete-kata")
+        .expect("kata");
+    let runtime = names
+        .iter()
+        .position(|n| *n == "delete-runtime")
+        .expect("runtime");
+    assert!(kata < runtime, "{names:?}");
+    let off = crate::lb::lab_context(|t| t);
+    assert!(delete_module(&off).skip().is_some());
+
+    let module = delete_module(&ctx);
+    assert_eq!(module.skip(), None);
+    let tasks = module.tasks().expect("tasks");
+    let node = ctx.first_master().expect("m").clone();
+    let op = tasks[0].steps[0]
+        .ops(&node, &Facts::default())
+        .expect("ops")
+        .remove(0);
+    let kubexm_install::pipeline::ops::Op::Run(run) = op else {
+        panic!("not a run op");
+    };
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path().display().to_string();
+    let bin = root.path().join("usr/local/bin");
+    let etc = root.path().join("etc/containerd");
+    let kata = root.path().join("opt/kata/bin");
+    for d in [&bin, &etc, &kata] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(kata.join("containerd-shim-kata-v2"), "shim").expect("write");
+    // kata-deploy's shim (its paths under the stand-in root, as the script's are).
+    let shim = format!("#!/usr/bin/env bash\nKATA_CONF_FILE={r}/opt/kata/share/defaults/kata-containers/configuration-qemu.toml {r}/opt/kata/bin/containerd-shim-kata-v2 \"$@\"\n");
+    std::fs::write(bin.join("containerd-shim-kata-qemu-v2"), &shim).expect("write");
+    std::fs::write(bin.join("containerd-shim-kata-qemu-v2.bak"), &shim).expect("write");
+    std::fs::write(bin.join("containerd-shim-kata-clh-v2.bak"), "not kata's").expect("write");
+    std::os::unix::fs::symlink(
+        bin.join("containerd-shim-kata-qemu-v2"),
+        bin.join("containerd-shim-kata-v2"),
+    )
+    .expect("symlink");
+    std::fs::write(bin.join("containerd"), "kept").expect("write");
+    std::fs::write(
+        etc.join("config.toml.bak"),
+        "# Written by KubeXM for cluster lab: containerd 1.7 (config format 2).\n",
+    )
+    .expect("write");
+    let script = run
+        .command
+        .replace("/opt/kata", &format!("{r}/opt/kata"))
+        .replace("/usr/local/bin", &format!("{r}/usr/local/bin"))
+        .replace("/etc/containerd", &format!("{r}/etc/containerd"));
+    let unless = run
+        .unless
+        .clone()
+        .expect("unless")
+        .replace("/opt/kata", &format!("{r}/opt/kata"))
+        .replace("/usr/local/bin", &format!("{r}/usr/local/bin"))
+        .replace("/etc/containerd", &format!("{r}/etc/containerd"));
+    let sh = |s: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", s])
+            .status()
+            .expect("sh")
+            .success()
+    };
+    assert!(!sh(&unless), "Kata's files are there: the step runs");
+    assert!(sh(&script));
+    let mut left: Vec<String> = walk(root.path())
+        .into_iter()
+        .map(|p| {
+            p.strip_prefix(root.path())
+                .expect("under")
+                .display()
+                .to_string()
+        })
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "usr/local/bin/containerd",
+            "usr/local/bin/containerd-shim-kata-clh-v2.bak"
+        ]
+    );
+    // The other .bak is not Kata's: it stays, and a re-run has nothing to do.
+    assert!(sh(&unless));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

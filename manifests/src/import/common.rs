@@ -298,6 +298,7 @@ fn base_cluster() -> ClusterFile {
             system: System::default(),
             extra: Extra::default(),
             addons: Vec::new(),
+            backup: None,
         },
     }
 }

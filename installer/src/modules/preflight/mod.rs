@@ -2,11 +2,15 @@
 //! install before anything changed, with what is wrong and what to do.
 
 mod etcd_disk;
+mod harbor;
 mod host;
+mod kata;
 mod network;
 
 pub use etcd_disk::{CheckEtcdDisk, EtcdDiskModule, EtcdDiskRules, MeasureEtcdDisk};
+pub use harbor::{CheckHarborHost, GatherHarborFacts, HarborRules};
 pub use host::{CheckHostRequirements, GatherHostFacts, HostRules};
+pub use kata::{kata_nodes, CheckKvm, GatherKvmFacts};
 pub use network::{
     CheckNodeNetwork, CheckVipFree, GatherNetFacts, NetRules, ProbeVip, VipRule, WantedAddress,
 };
@@ -50,6 +54,24 @@ impl Module for PreflightModule {
                 tasks.push(Task::new("probe-vip", [first.clone()]).step(ProbeVip(rule.clone())));
                 tasks.push(Task::new("check-vip", [first.clone()]).step(CheckVipFree(net.clone())));
             }
+        }
+        // Harbor's host: what docker, compose and the installer (from the bundle) cannot bring.
+        if let Some(rules) = HarborRules::of(ctx) {
+            let rules = Arc::new(rules);
+            tasks.push(
+                Task::new("check-harbor-host", [rules.host.clone()])
+                    .step(GatherHarborFacts(rules.clone()))
+                    .step(CheckHarborHost(rules)),
+            );
+        }
+        // Kata's QEMU needs /dev/kvm wherever kata-deploy runs.
+        let kata = kata_nodes(ctx);
+        if !kata.is_empty() {
+            tasks.push(
+                Task::new("check-kata-kvm", kata)
+                    .step(GatherKvmFacts)
+                    .step(CheckKvm),
+            );
         }
         tasks.push(
             Task::new("check-nodes", ctx.all())
