@@ -195,6 +195,14 @@ impl Journal {
         }
         if self.live {
             self.live_line(event, at, &message, duration);
+        } else if event == Event::Warning {
+            // Without the live view a warning would be in the journal only: the operator sees
+            // it as the run goes (node output, escaped).
+            let node = at.node.map(|n| format!("[{n}] ")).unwrap_or_default();
+            eprintln!(
+                "warning: {node}{}",
+                kubexm_manifests::display::Untrusted(&message)
+            );
         }
     }
 
