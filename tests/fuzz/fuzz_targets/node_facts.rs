@@ -1,7 +1,8 @@
 //! What nodes print about themselves: preflight's host facts (`facts::host::parse`: uname -r,
 //! the cgroup filesystem, os-release), its network facts (`facts::net::parse`: interfaces and
 //! `ip -o addr`; `facts::net::learn_vip`), the etcd disk probe (`facts::fio::parse`: fio's
-//! JSON) and `status`'s node facts (`facts::node::parse_node`:
+//! JSON), the Harbor host probe (`facts::harbor::parse`, round-tripping through its text), the
+//! KVM probe (`facts::kata::parse`) and `status`'s node facts (`facts::node::parse_node`:
 //! versions, units, certificates). Never panics; accepted host facts are short and hold no
 //! control characters; accepted interface names are plain and short, and the facts round-trip
 //! through the pipeline's store, as do the etcd disk facts (paths and fio's version plain); node
@@ -10,7 +11,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use kubexm_install::facts::{fio, host, net, node};
+use kubexm_install::facts::{fio, harbor, host, kata, net, node};
 use kubexm_install::pipeline::Facts;
 use libfuzzer_sys::fuzz_target;
 
@@ -62,6 +63,17 @@ fuzz_target!(|data: &[u8]| {
             let _ = m.p99.to_string();
         }
     }
+    if let Ok(h) = harbor::parse(text) {
+        for l in &h.listeners {
+            if let Some(p) = &l.process {
+                assert!(!p.chars().any(char::is_control), "{p:?}");
+            }
+        }
+        // What the facts store keeps reads back the same.
+        assert_eq!(harbor::parse(&h.to_text()).ok().as_ref(), Some(&h));
+        let _ = h.summary();
+    }
+    let _ = kata::parse(text);
     let f = node::parse_node(text, UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     for c in &f.certificates {
         assert!(!c.path.chars().any(char::is_control), "{:?}", c.path);
