@@ -275,12 +275,6 @@ impl Module for RenewKubexmModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let k = Arc::new(KubexmCluster::new(&self.0.ctx)?);
         let files = certificates(&k, &self.0.ctx.key_dir().join("kubernetes"))?;
-        let masters = self.0.ctx.with_role(Role::Master);
-        let workers: Vec<String> = k
-            .node_names()
-            .into_iter()
-            .filter(|n| !masters.contains(n))
-            .collect();
         let upload = Arc::new(KubernetesCertificates {
             layout: k.layout.clone(),
             files,
@@ -289,24 +283,56 @@ impl Module for RenewKubexmModule {
         let restart = Arc::new(RestartServices {
             marker: self.0.marker("kubernetes"),
         });
-        let mut tasks = vec![Task::new("renew-masters", masters)
-            .serial()
-            .step_arc(upload.clone())
-            .step_arc(restart.clone())
-            .step(WaitControlPlane { k: k.clone() })
-            .step(KubeletHealthy)];
-        if !workers.is_empty() {
-            tasks.push(
-                Task::new("renew-workers", workers)
-                    .serial()
-                    .step_arc(upload)
-                    .step_arc(restart)
-                    .step(KubeletHealthy),
-            );
-        }
+        let mut tasks = kubexm_rolling_tasks(
+            &self.0.ctx,
+            &k,
+            ("renew-masters".into(), "renew-workers".into()),
+            upload,
+            restart,
+            None,
+        );
         tasks.push(fetch_admin(&self.0.ctx, k.layout.conf("admin.conf"))?);
         Ok(tasks)
     }
+}
+
+/// kubexm path: the node tasks of a rolling change of the Kubernetes files: the masters one at a
+/// time (`upload`, `restart`, `masters_extra` if any, the control plane and the kubelet healthy),
+/// then the workers one at a time (`upload`, `restart`, the kubelet healthy).
+pub(crate) fn kubexm_rolling_tasks(
+    ctx: &InstallContext,
+    k: &Arc<KubexmCluster>,
+    (masters_task, workers_task): (String, String),
+    upload: Arc<KubernetesCertificates>,
+    restart: Arc<RestartServices>,
+    masters_extra: Option<Arc<dyn Step>>,
+) -> Vec<Task> {
+    let masters = ctx.with_role(Role::Master);
+    let workers: Vec<String> = k
+        .node_names()
+        .into_iter()
+        .filter(|n| !masters.contains(n))
+        .collect();
+    let mut on_masters = Task::new(masters_task, masters)
+        .serial()
+        .step_arc(upload.clone())
+        .step_arc(restart.clone());
+    if let Some(extra) = masters_extra {
+        on_masters = on_masters.step_arc(extra);
+    }
+    let mut tasks = vec![on_masters
+        .step(WaitControlPlane { k: k.clone() })
+        .step(KubeletHealthy)];
+    if !workers.is_empty() {
+        tasks.push(
+            Task::new(workers_task, workers)
+                .serial()
+                .step_arc(upload)
+                .step_arc(restart)
+                .step(KubeletHealthy),
+        );
+    }
+    tasks
 }
 
 pub(crate) fn fetch_admin(ctx: &InstallContext, src: String) -> Result<Task, StepError> {

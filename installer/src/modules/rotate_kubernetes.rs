@@ -34,12 +34,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_manifests::model::KubernetesType;
-use kubexm_manifests::resolve::Role;
 
 use crate::modules::kubexm::certs::{certificates, KubernetesCertificates};
-use crate::modules::kubexm::control_plane::WaitControlPlane;
 use crate::modules::kubexm::KubexmCluster;
-use crate::modules::renew::{fetch_admin, KubeletHealthy, Marker, RestartServices, RENEWED};
+use crate::modules::renew::{fetch_admin, kubexm_rolling_tasks, Marker, RestartServices, RENEWED};
 use crate::modules::rotate::{AggregationTrust, Rotate, RotatedCa, CLIENT_CA};
 use crate::pipeline::ops::{Check, Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
@@ -101,34 +99,23 @@ impl Module for RotateKubernetesModule {
         let restart = Arc::new(RestartServices {
             marker: self.marker("services"),
         });
-        let masters = ctx.with_role(Role::Master);
-        let workers: Vec<String> = k
-            .node_names()
-            .into_iter()
-            .filter(|n| !masters.contains(n))
-            .collect();
         let first = ctx.first_master()?.name.clone();
-        let mut on_masters = Task::new(format!("kubernetes-ca-{}-masters", r.phase), masters)
-            .serial()
-            .step_arc(upload.clone())
-            .step_arc(restart.clone());
-        if k.kube_vip() {
-            on_masters = on_masters.step(RestartKubeVip {
+        let kube_vip: Option<Arc<dyn Step>> = k.kube_vip().then(|| {
+            Arc::new(RestartKubeVip {
                 marker: self.marker("kube-vip"),
-            });
-        }
-        let mut tasks = vec![on_masters
-            .step(WaitControlPlane { k: k.clone() })
-            .step(KubeletHealthy)];
-        if !workers.is_empty() {
-            tasks.push(
-                Task::new(format!("kubernetes-ca-{}-workers", r.phase), workers)
-                    .serial()
-                    .step_arc(upload)
-                    .step_arc(restart)
-                    .step(KubeletHealthy),
-            );
-        }
+            }) as Arc<dyn Step>
+        });
+        let mut tasks = kubexm_rolling_tasks(
+            ctx,
+            &k,
+            (
+                format!("kubernetes-ca-{}-masters", r.phase),
+                format!("kubernetes-ca-{}-workers", r.phase),
+            ),
+            upload,
+            restart,
+            kube_vip,
+        );
         let trust = ca.trust_pem().to_string();
         match r.phase {
             Phase::TrustBoth => tasks.push(
