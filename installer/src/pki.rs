@@ -396,6 +396,17 @@ impl KeyDir {
         }
     }
 
+    /// The phase the CA `name` is at: the one [`KeyDir::with_rotation`] gives, else the last
+    /// one finished in its state file; `None` when no rotation of it is under way.
+    pub fn rotation_phase(&self, name: &str) -> Result<Option<crate::rotation::Phase>, PkiError> {
+        if let Some(r) = self.rotation.as_ref().filter(|r| r.name == name) {
+            return Ok(Some(r.phase));
+        }
+        Ok(crate::rotation::Files::new(&self.path, name)
+            .load()?
+            .map(|s| s.finished))
+    }
+
     /// The CA `<name>-ca.crt` + `.key` ([`Ca::load_or_create`]; kept only in [`Keys::Keep`]).
     ///
     /// During a rotation of it ([`crate::rotation`]; the phase given by

@@ -61,12 +61,6 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
         .into());
     }
     let k8s = spec.kubernetes.kind;
-    if rotated == RotatedCa::Kubernetes && k8s != kubexm_manifests::model::KubernetesType::Kubexm {
-        return Err(UsageError(
-            "kubernetes.type is kubeadm: rotate-ca --ca kubernetes is not supported yet on the kubeadm path (kubeadm writes the kubeconfigs and the kubelet's client certificates itself); renew the cluster CA's leaves with `certs renew`".to_string(),
-        )
-        .into());
-    }
     let subdir = rotated.key_subdir(k8s);
     let keys = s.installed.key_dir().join(subdir);
     let files = Files::new(keys.path(), ca_name);
@@ -151,10 +145,10 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
             journal_ctx: i.clone(),
             notes: vec![format!("{ca_name} CA rotation {id}: phase {p}")],
         };
-        // Phase new changes nothing on the nodes; on the kubeadm path it reads the front-proxy
-        // CA kubeadm made from the first master first.
+        // Phase new changes nothing on the nodes; on the kubeadm path it reads the CA kubeadm
+        // made (front-proxy or cluster) from the first master first.
         let on_nodes = p != Phase::New
-            || (rotated == RotatedCa::FrontProxy
+            || (rotated != RotatedCa::Etcd
                 && k8s == kubexm_manifests::model::KubernetesType::Kubeadm);
         if on_nodes {
             execute_on(&s, &conn, &pipeline, op, &opts, c.dry_run)?;

@@ -33,6 +33,7 @@ pub mod renew_registry;
 pub mod restore;
 pub mod restore_fresh;
 pub mod rotate;
+pub mod rotate_kubeadm_ca;
 pub mod rotate_kubernetes;
 pub mod runtime;
 pub mod scripts;

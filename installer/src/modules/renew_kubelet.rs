@@ -322,6 +322,11 @@ impl Step for InstallClient {
     }
 }
 
+/// Where [`RequestServing`] of renewal (or rotation) `id` sets the serving certificate aside.
+pub fn serving_set_aside(id: &str) -> String {
+    format!("{SERVING_CURRENT}.kubexm-before-{id}")
+}
+
 /// Nodes (kubeadm path) whose kubelet serving certificate is due.
 pub struct RenewServingModule(pub Renew);
 
@@ -363,7 +368,7 @@ impl Module for RenewServingModule {
                     .collect(),
             }),
             Task::new("serving-certificates-renewed", r.serving.clone()).step(ServingRenewed {
-                before: format!("{SERVING_CURRENT}.kubexm-before-{}", r.id),
+                before: serving_set_aside(&r.id),
             }),
         ])
     }
@@ -381,7 +386,7 @@ impl Step for RequestServing {
         "request-serving-certificate"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let before = format!("{SERVING_CURRENT}.kubexm-before-{}", self.marker.id);
+        let before = serving_set_aside(&self.marker.id);
         Ok(vec![Op::Run(
             RunCommand::new(format!(
                 "set -e\nif [ -e {SERVING_CURRENT} ] || [ -L {SERVING_CURRENT} ]; then mv -fT {SERVING_CURRENT} {b}; fi\nsystemctl restart kubelet\n{}",

@@ -26,7 +26,7 @@
 //! * kubexm path: `front-proxy-ca.crt` (the trust bundle) and the client certificate, from
 //!   `WORK/pki/<cluster>/kubernetes/` as the certificates module makes them;
 //! * kubeadm path: kubeadm made the CA on the first master, so `new` copies it to
-//!   `WORK/pki/<cluster>/kubeadm/` ([`FetchKubeadmFrontProxyCa`]); every phase then writes
+//!   `WORK/pki/<cluster>/kubeadm/` ([`FetchKubeadmCa`]); every phase then writes
 //!   `front-proxy-ca.crt` with the signing CA first and the trust bundle after it (kubeadm signs
 //!   with the first certificate and `front-proxy-ca.key`, so a `certs renew` mid-rotation signs
 //!   what the phase says), the key, and from `reissue` the client certificate signed on the
@@ -62,7 +62,7 @@ pub enum RotatedCa {
     Etcd,
     /// The front-proxy CA (either Kubernetes path).
     FrontProxy,
-    /// The cluster CA `kubernetes` (kubexm path).
+    /// The cluster CA `kubernetes` (either Kubernetes path).
     Kubernetes,
 }
 
@@ -91,14 +91,15 @@ impl RotatedCa {
             (RotatedCa::Etcd, _) => "etcd",
             (RotatedCa::FrontProxy | RotatedCa::Kubernetes, KubernetesType::Kubexm) => "kubernetes",
             (RotatedCa::FrontProxy | RotatedCa::Kubernetes, KubernetesType::Kubeadm) => {
-                FRONT_PROXY_KUBEADM_DIR
+                KUBEADM_CA_DIR
             }
         }
     }
 }
 
-/// kubeadm path: where the control host keeps the front-proxy CA during (and after) a rotation.
-pub const FRONT_PROXY_KUBEADM_DIR: &str = "kubeadm";
+/// kubeadm path: where the control host keeps the CAs kubeadm made (front-proxy, cluster) during
+/// (and after) a rotation.
+pub const KUBEADM_CA_DIR: &str = "kubeadm";
 
 /// One phase of a rotation.
 #[derive(Clone)]
@@ -125,6 +126,18 @@ impl Rotate {
         (self.phase == Phase::New).then(|| {
             "the new etcd CA is made on the control host; nothing changes on the nodes".into()
         })
+    }
+
+    /// The marker of `what` in this phase on a node (`<ca>-<phase>-<what>`, holding the id).
+    pub fn phase_marker(&self, what: &str) -> Marker {
+        Marker {
+            file: format!(
+                "{RENEWED}/kubexm-rotated-{}-{}-{what}",
+                self.ca.name(),
+                self.phase
+            ),
+            id: self.id.to_string(),
+        }
     }
 
     fn marker_name(&self) -> String {
@@ -278,8 +291,9 @@ impl Module for RotateFrontProxyModule {
             }
             KubernetesType::Kubeadm if r.phase == Phase::New => {
                 return Ok(vec![Task::new("front-proxy-ca-to-control-host", [first])
-                    .step(FetchKubeadmFrontProxyCa {
+                    .step(FetchKubeadmCa {
                         dir: keys.path().to_path_buf(),
+                        ca: RotatedCa::FrontProxy,
                     })]);
             }
             KubernetesType::Kubeadm => Task::new(name, masters)
@@ -333,6 +347,14 @@ pub struct AggregationTrust {
     pub kubexm: Option<Arc<KubexmCluster>>,
 }
 
+/// The kubectl command line on a master: the kubexm cluster's, or kubeadm's `admin.conf`.
+pub fn cluster_kubectl(kubexm: Option<&Arc<KubexmCluster>>, node: &Node) -> String {
+    match kubexm {
+        Some(k) => k.kubectl(node),
+        None => crate::modules::kubeadm::init::kubectl(),
+    }
+}
+
 /// The front-proxy CA's key in `extension-apiserver-authentication`.
 pub const REQUESTHEADER_CA: &str = "requestheader-client-ca-file";
 /// The cluster CA's key in `extension-apiserver-authentication`.
@@ -347,10 +369,7 @@ impl Step for AggregationTrust {
         }
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let kubectl = match &self.kubexm {
-            Some(k) => k.kubectl(node),
-            None => crate::modules::kubeadm::init::kubectl(),
-        };
+        let kubectl = cluster_kubectl(self.kubexm.as_ref(), node);
         let cm = "-n kube-system configmap extension-apiserver-authentication";
         let key = self.key;
         let patch = serde_json::json!({ "data": { key: self.pem } });
@@ -378,25 +397,42 @@ impl Step for AggregationTrust {
     }
 }
 
-/// kubeadm path, phase `new`: the front-proxy CA kubeadm made (certificate and key) copied from
-/// the first master into the control host's key directory, where the rotation keeps it beside
-/// the new one. Writes nothing on the node.
-pub struct FetchKubeadmFrontProxyCa {
+/// kubeadm path, phase `new`: a CA kubeadm made (certificate and key; the front-proxy CA or the
+/// cluster CA) copied from the first master into the control host's key directory, where the
+/// rotation keeps it beside the new one. Writes nothing on the node.
+pub struct FetchKubeadmCa {
     /// The control host's directory (`WORK/pki/<cluster>/kubeadm`).
     pub dir: std::path::PathBuf,
+    /// Which CA.
+    pub ca: RotatedCa,
 }
 
-impl Step for FetchKubeadmFrontProxyCa {
+impl FetchKubeadmCa {
+    /// kubeadm's file stem of the CA in `/etc/kubernetes/pki`.
+    fn kubeadm_stem(&self) -> &'static str {
+        match self.ca {
+            RotatedCa::FrontProxy => "front-proxy-ca",
+            RotatedCa::Kubernetes | RotatedCa::Etcd => "ca",
+        }
+    }
+}
+
+impl Step for FetchKubeadmCa {
     fn name(&self) -> &str {
-        "fetch-front-proxy-ca"
+        match self.ca {
+            RotatedCa::FrontProxy => "fetch-front-proxy-ca",
+            RotatedCa::Kubernetes | RotatedCa::Etcd => "fetch-cluster-ca",
+        }
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let stem = self.kubeadm_stem();
+        let name = self.ca.name();
         Ok([("crt", 0o644), ("key", 0o600)]
             .into_iter()
             .map(|(ext, mode)| {
                 Op::Fetch(FetchFile {
-                    src: format!("{KUBEADM_PKI}/front-proxy-ca.{ext}"),
-                    dest: self.dir.join(format!("front-proxy-ca.{ext}")),
+                    src: format!("{KUBEADM_PKI}/{stem}.{ext}"),
+                    dest: self.dir.join(format!("{name}-ca.{ext}")),
                     mode,
                 })
             })
@@ -486,7 +522,7 @@ impl Step for KubeadmFrontProxyFiles {
 
 /// kubeadm path: the task dropping the `kube-system/kubeadm-certs` Secret on the first master
 /// after a phase changed CA files ([`DropKubeadmCerts`]).
-fn stale_kubeadm_certs(ctx: &InstallContext) -> Result<Task, StepError> {
+pub(crate) fn stale_kubeadm_certs(ctx: &InstallContext) -> Result<Task, StepError> {
     let first = ctx.first_master()?.name.clone();
     Ok(Task::new("kubeadm-certs-stale", [first]).step(DropKubeadmCerts))
 }

@@ -38,7 +38,7 @@ use kubexm_manifests::model::KubernetesType;
 use crate::modules::kubexm::certs::{certificates, KubernetesCertificates};
 use crate::modules::kubexm::KubexmCluster;
 use crate::modules::renew::{fetch_admin, kubexm_rolling_tasks, Marker, RestartServices, RENEWED};
-use crate::modules::rotate::{AggregationTrust, Rotate, RotatedCa, CLIENT_CA};
+use crate::modules::rotate::{cluster_kubectl, AggregationTrust, Rotate, RotatedCa, CLIENT_CA};
 use crate::pipeline::ops::{Check, Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::rotation::Phase;
@@ -48,16 +48,6 @@ const NAMED_PODS: usize = 20;
 
 /// One phase of the cluster CA's rotation (see the module's documentation).
 pub struct RotateKubernetesModule(pub Rotate);
-
-impl RotateKubernetesModule {
-    fn marker(&self, what: &str) -> Marker {
-        let r = &self.0;
-        Marker {
-            file: format!("{RENEWED}/kubexm-rotated-kubernetes-{}-{what}", r.phase),
-            id: r.id.to_string(),
-        }
-    }
-}
 
 impl Module for RotateKubernetesModule {
     fn name(&self) -> &str {
@@ -69,10 +59,7 @@ impl Module for RotateKubernetesModule {
             return Some(format!("this rotation is of the {} CA", r.ca.name()));
         }
         if r.ctx.cluster.file.spec.kubernetes.kind != KubernetesType::Kubexm {
-            return Some(
-                "kubernetes.type is kubeadm: the cluster CA is rotated on the kubexm path only"
-                    .into(),
-            );
+            return Some("kubernetes.type is kubeadm: see module rotate-kubeadm-cluster-ca".into());
         }
         (r.phase == Phase::New).then(|| {
             "the new cluster CA is made on the control host; nothing changes on the nodes".into()
@@ -97,12 +84,12 @@ impl Module for RotateKubernetesModule {
             restart: false,
         });
         let restart = Arc::new(RestartServices {
-            marker: self.marker("services"),
+            marker: self.0.phase_marker("services"),
         });
         let first = ctx.first_master()?.name.clone();
         let kube_vip: Option<Arc<dyn Step>> = k.kube_vip().then(|| {
             Arc::new(RestartKubeVip {
-                marker: self.marker("kube-vip"),
+                marker: self.0.phase_marker("kube-vip"),
             }) as Arc<dyn Step>
         });
         let mut tasks = kubexm_rolling_tasks(
@@ -122,13 +109,15 @@ impl Module for RotateKubernetesModule {
                 Task::new("service-accounts-trust-both", [first])
                     .step(ServiceAccountCa {
                         pem: trust,
-                        k: k.clone(),
+                        kubexm: Some(k.clone()),
                     })
                     .step(RestartSystemWorkloads {
-                        marker: self.marker("kube-system"),
-                        k: k.clone(),
+                        marker: self.0.phase_marker("kube-system"),
+                        kubexm: Some(k.clone()),
                     })
-                    .step(NamePodsToRestart { k: k.clone() }),
+                    .step(NamePodsToRestart {
+                        kubexm: Some(k.clone()),
+                    }),
             ),
             Phase::DropOld => tasks.push(
                 Task::new("client-ca-new-alone", [first])
@@ -139,7 +128,7 @@ impl Module for RotateKubernetesModule {
                     })
                     .step(ServiceAccountCa {
                         pem: trust,
-                        k: k.clone(),
+                        kubexm: Some(k.clone()),
                     }),
             ),
             Phase::New | Phase::Reissue => {}
@@ -187,14 +176,14 @@ impl Step for RestartKubeVip {
 pub struct ServiceAccountCa {
     /// The trust bundle `ca.crt` now holds.
     pub pem: String,
-    /// The cluster (its kubectl).
-    pub k: Arc<KubexmCluster>,
+    /// kubexm path: the cluster (its kubectl); kubeadm path: `None`.
+    pub kubexm: Option<Arc<KubexmCluster>>,
 }
 
 impl ServiceAccountCa {
     /// The check, run on a master.
     pub fn check(&self, node: &Node) -> String {
-        let k = self.k.kubectl(node);
+        let k = cluster_kubectl(self.kubexm.as_ref(), node);
         let sum = kubexm_bundles::hash::sha256_hex(self.pem.as_bytes());
         format!(
             "want={sum}\nsecrets=$({k} get secrets -A --field-selector type=kubernetes.io/service-account-token -o jsonpath='{{range .items[*]}}{{.data.ca\\.crt}}{{\"\\n\"}}{{end}}') || exit 1\n[ -n \"$secrets\" ] || exit 1\nprintf '%s\\n' \"$secrets\" | while read -r d; do [ \"$(printf %s \"$d\" | base64 -d | sha256sum | cut -d' ' -f1)\" = \"$want\" ] || exit 1; done || exit 1\nns=$({k} get namespaces --field-selector status.phase=Active -o jsonpath='{{.items[*].metadata.name}}') || exit 1\n[ -n \"$ns\" ] || exit 1\nfor n in $ns; do if {k} -n \"$n\" get configmap kube-root-ca.crt -o name >/dev/null 2>&1; then [ \"$({k} -n \"$n\" get configmap kube-root-ca.crt -o jsonpath='{{.data.ca\\.crt}}' | sha256sum | cut -d' ' -f1)\" = \"$want\" ] || exit 1; fi; done"
@@ -229,8 +218,8 @@ impl Step for ServiceAccountCa {
 pub struct RestartSystemWorkloads {
     /// The phase's marker (on the first master).
     pub marker: Marker,
-    /// The cluster (its kubectl).
-    pub k: Arc<KubexmCluster>,
+    /// kubexm path: the cluster (its kubectl); kubeadm path: `None`.
+    pub kubexm: Option<Arc<KubexmCluster>>,
 }
 
 impl RestartSystemWorkloads {
@@ -245,7 +234,7 @@ impl Step for RestartSystemWorkloads {
         "restart-kube-system-workloads"
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let k = self.k.kubectl(node);
+        let k = cluster_kubectl(self.kubexm.as_ref(), node);
         let list = crate::runner::shell::quote(&self.waited());
         Ok(vec![
             Op::Run(
@@ -286,8 +275,8 @@ for w in $(cat {list}); do {k} -n kube-system rollout status \"$w\" --timeout=5s
 /// The pods outside kube-system, named as warnings: those that talk to the API server read the
 /// CA when they started, and must be restarted before `reissue`.
 pub struct NamePodsToRestart {
-    /// The cluster (its kubectl).
-    pub k: Arc<KubexmCluster>,
+    /// kubexm path: the cluster (its kubectl); kubeadm path: `None`.
+    pub kubexm: Option<Arc<KubexmCluster>>,
 }
 
 impl Step for NamePodsToRestart {
@@ -295,7 +284,7 @@ impl Step for NamePodsToRestart {
         "pods-to-restart"
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let k = self.k.kubectl(node);
+        let k = cluster_kubectl(self.kubexm.as_ref(), node);
         Ok(vec![Op::Check(Check::new(
             "pods started before the new CA was trusted",
             format!(

@@ -1,10 +1,11 @@
 //! The `rotate-ca` pipeline of one phase ([`crate::rotation::Phase`]): the etcd members first,
-//! then the API servers that read the etcd CA; the front-proxy CA; the cluster CA (modules in [`crate::modules::rotate`]; each skips
+//! then the API servers that read the etcd CA; the front-proxy CA; the cluster CA on either path (modules in [`crate::modules::rotate`]; each skips
 //! itself when it does not apply).
 
 use crate::modules::rotate::{
     Rotate, RotateEtcdClientsModule, RotateEtcdModule, RotateFrontProxyModule,
 };
+use crate::modules::rotate_kubeadm_ca::RotateKubeadmCaModule;
 use crate::modules::rotate_kubernetes::RotateKubernetesModule;
 use crate::pipeline::Pipeline;
 
@@ -17,6 +18,7 @@ pub fn rotate_pipeline(r: &Rotate) -> Pipeline {
             Box::new(RotateEtcdClientsModule(r.clone())),
             Box::new(RotateFrontProxyModule(r.clone())),
             Box::new(RotateKubernetesModule(r.clone())),
+            Box::new(RotateKubeadmCaModule(r.clone())),
         ],
     }
 }

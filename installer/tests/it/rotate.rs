@@ -449,8 +449,12 @@ fn kubeadm_path_fetches_kubeadms_front_proxy_ca_then_rotates_it_signing_ca_first
 
 /// The lab cluster on the kubexm path with a worker-only node4.
 fn kubexm_with_worker(t: String) -> String {
-    kubexm(t)
-        .replace(
+    with_worker(kubexm(t))
+}
+
+/// The lab cluster with a worker-only node4.
+fn with_worker(t: String) -> String {
+    t.replace(
             "  roleGroups:\n",
             "    - {name: node4, address: 10.88.10.14, user: root, privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519}\n  roleGroups:\n",
         )
@@ -635,6 +639,195 @@ fn kubexm_path_rotates_the_cluster_ca_on_every_node_then_service_accounts_and_ku
     insta::assert_snapshot!("rotate-kubernetes-outline-kubexm", outlines);
 }
 
+/// kubeadm path: phase new fetches the CA kubeadm made; each later phase writes `ca.crt`
+/// signing CA first on every node, the signer file on the masters (and points the
+/// controller-manager at it while `ca.crt` holds two CAs), the kubeconfigs' CA data, and from
+/// reissue the new key and every leaf.
+#[test]
+fn kubeadm_path_rotates_the_cluster_ca_on_every_node_and_points_the_signer_at_one_ca() {
+    use base64::Engine as _;
+    use kubexm_install::modules::kubeadm::config::KubeadmSettings;
+    let ca = RotatedCa::Kubernetes;
+    let edit = with_worker;
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = context_of(ca, work.path(), edit, None);
+    let dir = installed.pki_dir.join("kubeadm");
+    let signer_arg = |ctx: &Arc<InstallContext>| {
+        let s = KubeadmSettings::new(ctx).expect("settings");
+        let drift = s.drift_files().expect("drift").control_plane;
+        let arg = s
+            .controller_manager_args
+            .iter()
+            .find(|a| a.name == "cluster-signing-cert-file")
+            .map(|a| a.value.clone());
+        assert_eq!(
+            arg.is_some(),
+            drift.contains("cluster-signing-cert-file"),
+            "the reconfiguration sees the signer flag"
+        );
+        arg
+    };
+    assert_eq!(
+        signer_arg(&installed),
+        None,
+        "no rotation: kubeadm's default"
+    );
+    // What phase new fetches from the first master: the CA kubeadm made.
+    kubexm_install::pki::Ca::load_or_create(&dir, "kubernetes", "kubernetes")
+        .expect("kubeadm's CA");
+    let files = Files::new(&dir, "kubernetes");
+    let old = read(&files.crt);
+
+    let mut outlines = String::new();
+    let new = context_of(ca, work.path(), edit, Some(Phase::New));
+    let p = plan_of_ca(ca, &new, Phase::New);
+    let o = outline(&p);
+    let text = p.to_text();
+    assert!(
+        o.contains(
+            "rotate-kubeadm-cluster-ca / cluster-ca-to-control-host on node1: fetch-cluster-ca"
+        ),
+        "{o}"
+    );
+    for (from, to) in [
+        ("ca.crt", "kubernetes-ca.crt"),
+        ("ca.key", "kubernetes-ca.key"),
+    ] {
+        assert!(
+            text.contains(&format!(
+                "/etc/kubernetes/pki/{from} -> control host {}",
+                dir.join(to).display()
+            )),
+            "new fetches {from}:\n{text}"
+        );
+    }
+    assert!(
+        o.contains("rotate-kubernetes-ca — skipped: kubernetes.type is kubeadm"),
+        "{o}"
+    );
+    assert_eq!(
+        signer_arg(&new),
+        None,
+        "phase new changes nothing on the nodes"
+    );
+    outlines.push_str(&format!("## new\n{o}"));
+    new.key_dir()
+        .join("kubeadm")
+        .ca("kubernetes", "kubernetes")
+        .expect("new CA");
+    let next = read(&files.next_crt);
+    let next_key = read(&files.next_key);
+    assert_ne!(next, old);
+    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
+
+    for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
+        let ctx = context_of(ca, work.path(), edit, Some(phase));
+        let p = plan_of_ca(ca, &ctx, phase);
+        let o = outline(&p);
+        outlines.push_str(&format!("## {phase}\n{o}"));
+        let text = p.to_text();
+        for (task, nodes) in [("masters", "node1,node2,node3"), ("workers", "node4")] {
+            assert!(
+                o.contains(&format!(
+                    "rotate-kubeadm-cluster-ca / cluster-ca-{phase}-{task} on {nodes} (one at a time)"
+                )),
+                "{phase} {task}\n{o}"
+            );
+        }
+        let trust = if phase == Phase::DropOld {
+            next.clone()
+        } else {
+            both.clone()
+        };
+        let signer = if phase == Phase::TrustBoth {
+            &old
+        } else {
+            &next
+        };
+        let ca_crt = kubexm_install::rotation::signing_first(signer, &trust);
+        assert_eq!(pems(&ca_crt)[0], signer.trim(), "{phase}: signing CA first");
+        assert!(
+            text.contains(&format!(
+                "-> /etc/kubernetes/pki/ca.crt (644)  {}",
+                sha256(&ca_crt)
+            )),
+            "{phase}: ca.crt\n{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "-> /etc/kubernetes/pki/ca-signer.crt (644)  {}",
+                sha256(signer)
+            )),
+            "{phase}: the signer file holds the signing CA alone\n{text}"
+        );
+        assert_eq!(
+            text.contains(&sha256(&next_key)),
+            phase != Phase::TrustBoth,
+            "{phase}: the new key uploaded once it signs\n{text}"
+        );
+        assert_eq!(
+            text.contains("openssl ec -in /etc/kubernetes/kubexm/ca.key.pk8 -out /etc/kubernetes/pki/ca.key.kubexm-part"),
+            phase != Phase::TrustBoth,
+            "{phase}: the new key converted to SEC1\n{text}"
+        );
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&trust);
+        assert!(
+            text.contains(&format!("certificate-authority-data: {b64}")),
+            "{phase}: the kubeconfigs' CA data is the bundle\n{text}"
+        );
+        // The controller-manager signs with the signer file while ca.crt holds two CAs.
+        assert_eq!(
+            signer_arg(&ctx).as_deref(),
+            (phase != Phase::DropOld).then_some("/etc/kubernetes/pki/ca-signer.crt"),
+            "{phase}"
+        );
+        assert_eq!(
+            o.contains("kubeconfig-ca-data, kubeadm-reconfigure, stop-control-plane"),
+            phase != Phase::Reissue,
+            "{phase}: the reconfiguration applies the signer flag\n{o}"
+        );
+        let reissued = [
+            "kubeadm-renew-cluster-ca-leaves",
+            "kubelet-client-certificate",
+            "kubelet-client-requests on node4",
+            "sign-kubelet-clients on node1",
+            "install-kubelet-client",
+            "request-serving-certificates on node1,node2,node3,node4",
+            "approve-kubelet-serving-csrs on node1",
+        ];
+        for r in reissued {
+            assert_eq!(o.contains(r), phase == Phase::Reissue, "{phase}: {r}\n{o}");
+        }
+        if phase == Phase::Reissue {
+            assert!(
+                text.contains("/usr/local/bin/kubeadm certs renew apiserver; }")
+                    && text.contains("/usr/local/bin/kubeadm certs renew admin.conf; }")
+                    && text.contains("kubexm-rotated-kubernetes-reissue-kubeadm"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            o.contains("cluster-trust-both on node1: cluster-info-ca, service-account-ca, restart-kube-system-workloads, pods-to-restart"),
+            phase == Phase::TrustBoth,
+            "{phase}\n{o}"
+        );
+        assert_eq!(
+            o.contains("cluster-new-ca-alone on node1: cluster-info-ca, client-ca-trust, service-account-ca"),
+            phase == Phase::DropOld,
+            "{phase}\n{o}"
+        );
+        assert!(
+            o.contains(
+                "rotate-kubeadm-cluster-ca / kubeadm-certs-stale on node1: drop-kubeadm-certs"
+            ) && o.contains("rotate-kubeadm-cluster-ca / fetch-admin-kubeconfig on node1"),
+            "{phase}\n{o}"
+        );
+        let again = plan_of_ca(ca, &context_of(ca, work.path(), edit, Some(phase)), phase);
+        assert_eq!(again.to_text(), text, "{phase} planned twice differs");
+    }
+    insta::assert_snapshot!("rotate-kubernetes-outline-kubeadm", outlines);
+}
+
 /// The service-account wait's check, run with a stand-in kubectl (a script answering from
 /// files): it holds only when every token Secret and every existing kube-root-ca.crt ConfigMap
 /// hold the bundle, and never when there is no token Secret or kubectl fails.
@@ -650,7 +843,7 @@ fn the_service_account_wait_holds_only_when_every_secret_and_configmap_holds_the
     let old = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n";
     let check = ServiceAccountCa {
         pem: bundle.into(),
-        k: k.clone(),
+        kubexm: Some(k.clone()),
     }
     .check(node);
     let real = "/usr/local/bin/kubectl";

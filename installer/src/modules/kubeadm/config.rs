@@ -323,7 +323,18 @@ impl KubeadmSettings {
             security_enhancement: k8s.security_enhancement,
             audit_policy_dir: security::AUDIT_POLICY_DIR,
             audit_log_dir: security::AUDIT_LOG_DIR,
-            controller_manager_args: with_gates(&k8s.controller_manager_args),
+            controller_manager_args: {
+                // While the cluster CA is rotated `ca.crt` holds two CAs, which the
+                // controller-manager's signer refuses: it signs with the signing CA alone.
+                let mut user = k8s.controller_manager_args.clone();
+                if crate::modules::rotate_kubeadm_ca::separate_signer(ctx)? {
+                    user.entry("cluster-signing-cert-file".to_string())
+                        .or_insert_with(|| {
+                            crate::modules::rotate_kubeadm_ca::CA_SIGNER.to_string()
+                        });
+                }
+                with_gates(&user)
+            },
             scheduler_args: with_gates(&k8s.scheduler_args),
             feature_gates: k8s
                 .feature_gates
