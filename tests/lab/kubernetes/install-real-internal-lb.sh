@@ -4,6 +4,20 @@
 # node4 a worker only, running the local API proxy: a static pod of the REAL haproxy image
 # (build-images: Debian's haproxy package in the upstream image's layout).
 
+step "node names from cluster.yaml (issue 19): node4, a host named site-host-4 before the install"
+[ "$(sshx node4 hostname)" = node4 ] && [ "$(sshx node4 cat /etc/hostname)" = node4 ] || die "node4's hostname is not node4 after the install"
+kc get node node4 -o name >/dev/null || die "no Node named node4"
+[ -z "$(kc get nodes -o name | grep site-host)" ] || die "a Node is named after the host's former name"
+if [ "$KIND" = kubexm ]; then
+  # kube-proxy is a unit here: its configuration names the node, and it found its Node object.
+  sshx node4 "grep -q '^hostnameOverride: *\"\\?node4\"\\?\$' /etc/kubernetes/kube-proxy.yaml" || die "node4's kube-proxy does not name its node node4"
+  ! sshx node4 "journalctl -u kube-proxy --no-pager | grep -q site-host-4" || die "node4's kube-proxy looked for a node named after the host's former name"
+else
+  kp=$(kc -n kube-system get pods -l k8s-app=kube-proxy --field-selector spec.nodeName=node4 -o 'jsonpath={.items[0].metadata.name}') && [ -n "$kp" ] ||
+    die "no kube-proxy pod on node4"
+fi
+echo "   node4 (site-host-4 before): hostname node4, its Node node4, no Node after the former name; delete gives site-host-4 back (the state compared after delete)"
+
 step "internal load balancer: node4 (a worker only) reaches the API through its local haproxy"
 # The proxy is a static pod on node4 only (not on the masters: they use their own API server),
 # running the image the nodes pulled from the private registry, through the image's entrypoint.
