@@ -334,3 +334,149 @@ fn delete_plan_on_the_nfs_host() {
     }
     insta::assert_snapshot!("storage-delete-plan", plan);
 }
+
+/// The run ops (command, unless) of every step of the first task of `module`, by step name.
+fn run_ops(ctx: &Arc<InstallContext>, module: &dyn Module) -> Vec<(String, String, String)> {
+    let task = module.tasks().expect("tasks").remove(0);
+    let node = ctx
+        .plan_nodes()
+        .into_iter()
+        .find(|n| n.name == task.hosts[0])
+        .expect("node");
+    let mut out = Vec::new();
+    for step in &task.steps {
+        for op in step.ops(&node, &Facts::default()).expect("ops") {
+            if let kubexm_install::pipeline::ops::Op::Run(r) = op {
+                out.push((
+                    step.name().to_string(),
+                    r.command.clone(),
+                    r.unless.clone().unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The nfs host's scripts run over a stand-in root (`/etc` and the export directory moved
+/// under a temporary directory; `systemctl` and `exportfs` stand-ins that log their calls): the
+/// install makes the export directory once and notes it; the delete strips the exports block and
+/// re-exports, disables `nfs-server` only when KubeXM enabled it, removes the directory only
+/// when KubeXM made it and it is empty; a second delete does nothing.
+#[test]
+fn nfs_host_scripts_over_a_stand_in_root() {
+    let ctx = lab_with_nfs("");
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path().display().to_string();
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let log = root.path().join("calls.log");
+    for tool in ["systemctl", "exportfs"] {
+        let path = bin.join(tool);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho \"{tool} $*\" >> {}\nexit 0\n",
+                log.display()
+            ),
+        )
+        .expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // The unit's noted state first: its path holds /etc/ twice.
+    let moved = |s: &str| {
+        s.replace(
+            "/etc/kubexm/orig/etc/exports.unit",
+            &format!("{r}/unit-state"),
+        )
+        .replace("/etc/kubexm/storage/", &format!("{r}/etc/kubexm/storage/"))
+        .replace("/etc/exports", &format!("{r}/etc/exports"))
+        .replace("/share/kubernetes", &format!("{r}/share/kubernetes"))
+    };
+    let sh = |s: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &moved(s)])
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .status()
+            .expect("sh")
+            .success()
+    };
+    let calls = || std::fs::read_to_string(&log).unwrap_or_default();
+    let export = root.path().join("share/kubernetes");
+    let marker = root.path().join("etc/kubexm/storage/nfs-export-created");
+
+    // Install: the export directory, once.
+    let install = run_ops(&ctx, &StorageModule(ctx.clone()));
+    let (_, make, made) = install
+        .iter()
+        .find(|(s, _, _)| s == "nfs-export-dir")
+        .expect("export dir step");
+    assert!(!sh(made), "missing: the step runs");
+    assert!(sh(make));
+    assert!(export.is_dir());
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("marker").trim(),
+        export.display().to_string()
+    );
+    assert!(sh(made), "a second run skips it");
+
+    // What the install left: the block among the host's own lines, nfs-server noted disabled.
+    let exports = root.path().join("etc/exports");
+    let block = exports_block(&ctx).expect("block").join("\n");
+    std::fs::write(
+        &exports,
+        format!("/srv/own 10.0.0.9(ro)\n# BEGIN KubeXM Managed Block\n{block}\n# END KubeXM Managed Block\n"),
+    )
+    .expect("write");
+    let unit = root.path().join("unit-state");
+    std::fs::write(&unit, "disabled\n").expect("write");
+
+    let delete = run_ops(&ctx, &kubexm_install::modules::storage::delete_module(&ctx));
+    let names: Vec<&str> = delete.iter().map(|(s, _, _)| s.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "remove-nfs-exports",
+            "disable-nfs-server",
+            "remove-nfs-export-dir"
+        ]
+    );
+    for (name, command, unless) in &delete {
+        assert!(!sh(unless), "{name}: there is something to do");
+        assert!(sh(command), "{name}");
+        assert!(sh(unless), "{name}: done, a second delete skips it");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&exports).expect("read"),
+        "/srv/own 10.0.0.9(ro)\n",
+        "only KubeXM's block goes"
+    );
+    assert_eq!(
+        calls(),
+        "systemctl is-active -q nfs-server\nexportfs -ra\nsystemctl disable --now nfs-server\n"
+    );
+    assert!(!export.exists() && !marker.exists() && !unit.exists());
+
+    // A server that was enabled before stays enabled; a directory holding volumes stays.
+    std::fs::write(&log, "").expect("truncate");
+    std::fs::write(&unit, "enabled\n").expect("write");
+    std::fs::create_dir_all(export.join("default-data-pvc-1")).expect("mkdir");
+    std::fs::write(&marker, format!("{}\n", export.display())).expect("write");
+    for (name, command, _) in &delete[1..] {
+        assert!(sh(command), "{name}");
+    }
+    assert_eq!(calls(), "", "nfs-server left as it was");
+    assert!(
+        export.join("default-data-pvc-1").is_dir(),
+        "the volumes' data is kept"
+    );
+    assert!(!marker.exists());
+}
