@@ -1,7 +1,8 @@
 //! Module: storage classes (KubeKey's `roleGroups.nfs` + `storage_class.nfs`, and its OpenEBS
 //! local PV, `storage.openebs.basePath` / `storage_class.local`), after the plugins.
 //!
-//! * **NFS** (a host under `roleGroups.nfs`, at most one): on that host the NFS server package
+//! * **NFS** (a host under `roleGroups.nfs`, at most one): first, on that host and on every
+//!   node, a check that the kernel has NFS ([`nfs_kernel_check`]); on that host the NFS server package
 //!   ([`kubexm_manifests::ospackages::NFS_SERVER`]), the export directory
 //!   (`spec.storage.nfs.path`, made when missing and then noted in [`EXPORT_DIR_CREATED`]),
 //!   KubeXM's managed block in `/etc/exports` (the directory to every Kubernetes node's internal
@@ -34,7 +35,8 @@ use super::images::node_image;
 use super::kubeadm::config::image_named;
 use crate::context::InstallContext;
 use crate::pipeline::ops::{
-    GenericStep, ManagedBlock, Op, Package, PackageSource, RunCommand, Systemd, SystemdAction,
+    Check, GenericStep, ManagedBlock, Op, Package, PackageSource, RunCommand, Systemd,
+    SystemdAction,
 };
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
@@ -222,6 +224,7 @@ impl Module for StorageModule {
         if let Some(nfs) = nfs_export(ctx) {
             tasks.push(
                 Task::new("nfs-server", [nfs.host.clone()])
+                    .step(NfsKernelCheck { server: true })
                     .step(NfsServerPackages {
                         source: source.clone(),
                     })
@@ -235,6 +238,7 @@ impl Module for StorageModule {
             );
             tasks.push(
                 Task::new("nfs-client", super::runtime::runtime_hosts(ctx))
+                    .step(NfsKernelCheck { server: false })
                     .step(NfsClientPackages { source }),
             );
             tasks.push(Task::new("nfs-provisioner", [first.clone()]).step(
@@ -265,6 +269,50 @@ fn package(set: PackageSet, source: &PackageSource) -> Op {
         rpms: v(set.rpms),
         source: source.clone(),
     })
+}
+
+/// The check that the host's kernel has NFS, before anything is installed: the server (`nfsd`)
+/// on the nfs host, the client (`nfs` / `nfs4`) on the nodes, in `/proc/filesystems` or as a
+/// module `modprobe` finds. A kernel without it (a container's, a kernel built without NFS)
+/// cannot serve or mount the export, whatever packages are installed.
+pub fn nfs_kernel_check(server: bool) -> String {
+    if server {
+        "if grep -qw nfsd /proc/filesystems 2>/dev/null || modprobe -n nfsd 2>/dev/null; then exit 0; fi\n\
+         echo \"this host's kernel has no NFS server: nfsd is not in /proc/filesystems and modprobe finds no nfsd module; name a host whose kernel has nfsd (CONFIG_NFSD) under roleGroups.nfs (a container, or a kernel built without NFS, cannot serve it)\" >&2\n\
+         exit 1"
+            .to_string()
+    } else {
+        "if grep -qwE 'nfs|nfs4' /proc/filesystems 2>/dev/null || modprobe -n nfs 2>/dev/null; then exit 0; fi\n\
+         echo \"this node's kernel has no NFS client: nfs is not in /proc/filesystems and modprobe finds no nfs module; the kubelet cannot mount the nfs-client volumes here (use a kernel with CONFIG_NFS_FS, or leave roleGroups.nfs out)\" >&2\n\
+         exit 1"
+            .to_string()
+    }
+}
+
+/// [`nfs_kernel_check`] on the node.
+pub struct NfsKernelCheck {
+    server: bool,
+}
+
+impl Step for NfsKernelCheck {
+    fn name(&self) -> &str {
+        if self.server {
+            "nfs-server-kernel"
+        } else {
+            "nfs-client-kernel"
+        }
+    }
+    fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
+        let what = if self.server {
+            "kernel NFS server (nfsd)"
+        } else {
+            "kernel NFS client"
+        };
+        Ok(vec![Op::Check(Check::new(
+            what,
+            nfs_kernel_check(self.server),
+        ))])
+    }
 }
 
 /// The NFS server package on the nfs host (skipped when installed), after noting whether

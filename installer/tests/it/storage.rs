@@ -480,3 +480,56 @@ fn nfs_host_scripts_over_a_stand_in_root() {
     );
     assert!(!marker.exists());
 }
+
+/// This machine's kernel has no NFS (measured: neither `nfs` nor `nfsd` in /proc/filesystems,
+/// no /lib/modules for modprobe): the install's first step on the nfs host and on the nodes
+/// refuses it, saying what is missing and what to do, before any package is installed.
+#[test]
+fn this_kernel_has_no_nfs_so_the_kernel_checks_refuse_it() {
+    use kubexm_install::modules::storage::nfs_kernel_check;
+    let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    let has = |name: &str| {
+        filesystems
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(name))
+    };
+    let run = |server: bool| {
+        std::process::Command::new("sh")
+            .args(["-c", &nfs_kernel_check(server)])
+            .output()
+            .expect("sh")
+    };
+    let modules = std::path::Path::new("/lib/modules").exists();
+    if has("nfsd") || modules {
+        eprintln!("SKIPPED: this kernel may have nfsd; the refusal is proven where it has none");
+    } else {
+        let out = run(true);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no NFS server") && err.contains("roleGroups.nfs"),
+            "{err}"
+        );
+    }
+    if has("nfs") || has("nfs4") || modules {
+        eprintln!("SKIPPED: this kernel may have the NFS client");
+    } else {
+        let out = run(false);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no NFS client"), "{err}");
+    }
+    // The checks come first, on the hosts they are about.
+    let ctx = lab_with_nfs("");
+    let plan = plan_text(&ctx, &StorageModule(ctx.clone()));
+    assert!(
+        plan.contains(
+            "task nfs-server on nfs1\n  step nfs-server-kernel\n    check kernel NFS server (nfsd)"
+        ),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("task nfs-client on node1,node2,node3\n  step nfs-client-kernel"),
+        "{plan}"
+    );
+}
