@@ -110,6 +110,20 @@ fn no_nfs_in_this_kernel_so_nfs_on_one_host_is_proven_by_its_plan() {
         assert!(plan.contains(want), "{want} missing from\n{plan}");
     }
     insta::assert_snapshot!("storage-nfs-plan", plan);
+    // The whole install plans with the nfs-only host (node preparation and the OS repository on
+    // it too, as on a registry host).
+    let p = plan::build(
+        &kubexm_install::pipelines::install_pipeline(&ctx),
+        &ctx.plan_nodes(),
+        &Default::default(),
+    )
+    .expect("the install plans");
+    let storage = p
+        .modules
+        .iter()
+        .find(|m| m.name == "storage")
+        .expect("storage planned");
+    assert!(storage.skipped.is_none());
     // In the install after the plugins, before the addons.
     let modules = install_modules(&ctx);
     let at = modules
