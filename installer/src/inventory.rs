@@ -49,6 +49,7 @@ pub fn nodes(cluster: &ValidCluster) -> Vec<Node> {
                 (Role::Worker, &r.worker),
                 (Role::Registry, &r.registry),
                 (Role::Loadbalancer, &r.loadbalancer),
+                (Role::Nfs, &r.nfs),
             ] {
                 if members.iter().any(|m| m == &h.name) {
                     roles.push(role);

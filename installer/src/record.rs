@@ -40,7 +40,14 @@ pub const HISTORY_LIMIT: usize = 200;
 const FORMAT_VERSION: u32 = 1;
 
 /// Role names a node can hold (as [`crate::pipeline::Node::roles`] spells them).
-pub const ROLES: [&str; 5] = ["etcd", "master", "worker", "registry", "loadbalancer"];
+pub const ROLES: [&str; 6] = [
+    "etcd",
+    "master",
+    "worker",
+    "registry",
+    "loadbalancer",
+    "nfs",
+];
 
 /// The record of one installed cluster (`installed.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,6 +208,7 @@ pub fn restrict(mut cluster: ValidCluster, nodes: &BTreeMap<String, Vec<String>>
         worker: regroup(&r.worker, "worker"),
         registry: regroup(&r.registry, "registry"),
         loadbalancer: regroup(&r.loadbalancer, "loadbalancer"),
+        nfs: regroup(&r.nfs, "nfs"),
     };
     cluster
 }

@@ -69,6 +69,9 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "registry/config.yml.tera",
     "registry/registry.service.tera",
     "security/audit-policy.yaml.tera",
+    "storage/exports-block.tera",
+    "storage/local-volume.yaml.tera",
+    "storage/nfs-provisioner.yaml.tera",
 ];
 
 /// Renders one embedded template.

@@ -75,6 +75,86 @@ pub struct ClusterSpec {
     /// writes, on the control host); `delete` removes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSchedule>,
+    /// Storage classes: NFS (with a host under `roleGroups.nfs`) and local volumes.
+    #[serde(default, skip_serializing_if = "Storage::is_unset")]
+    pub storage: Storage,
+}
+
+/// `spec.storage`: the StorageClasses KubeXM installs (KubeKey's `storage_class.nfs` and
+/// `storage_class.local`, v1alpha2's `storage.openebs`). At most one of them is the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Storage {
+    /// The NFS export and its StorageClass `nfs-client`; used when a host is named under
+    /// `roleGroups.nfs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<NfsStorage>,
+    /// OpenEBS local PV (hostpath): the StorageClass `local`, volumes in a directory of the node
+    /// the pod runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_volume: Option<LocalVolume>,
+}
+
+impl Storage {
+    /// Nothing set (not serialized).
+    pub fn is_unset(&self) -> bool {
+        self.nfs.is_none() && self.local_volume.is_none()
+    }
+
+    /// Whether local volumes are enabled.
+    pub fn local_enabled(&self) -> bool {
+        self.local_volume.as_ref().is_some_and(|l| l.enabled)
+    }
+}
+
+/// `spec.storage.nfs`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NfsStorage {
+    /// The directory the `nfs` host exports (an absolute path); default
+    /// [`DEFAULT_NFS_PATH`], KubeKey's.
+    #[serde(default = "default_nfs_path")]
+    pub path: String,
+    /// Make `nfs-client` the cluster's default StorageClass.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub default: bool,
+}
+
+impl Default for NfsStorage {
+    fn default() -> Self {
+        Self {
+            path: default_nfs_path(),
+            default: false,
+        }
+    }
+}
+
+/// `spec.storage.localVolume`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LocalVolume {
+    /// Install the local PV provisioner and the StorageClass `local`.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Where volumes are made on each node (an absolute path); default
+    /// [`DEFAULT_LOCAL_BASE_PATH`], KubeKey's `storage.openebs.basePath`.
+    #[serde(default = "default_local_base_path")]
+    pub base_path: String,
+    /// Make `local` the cluster's default StorageClass.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub default: bool,
+}
+
+/// `spec.storage.nfs.path`'s default (KubeKey's `storage_class.nfs.path`).
+pub const DEFAULT_NFS_PATH: &str = "/share/kubernetes";
+/// `spec.storage.localVolume.basePath`'s default (KubeKey's `storage.openebs.basePath`).
+pub const DEFAULT_LOCAL_BASE_PATH: &str = "/var/openebs/local";
+
+fn default_nfs_path() -> String {
+    DEFAULT_NFS_PATH.to_string()
+}
+fn default_local_base_path() -> String {
+    DEFAULT_LOCAL_BASE_PATH.to_string()
 }
 
 /// `spec.backup`: `kubexm-install backup create --keep N` from a systemd timer on the control
@@ -221,6 +301,11 @@ pub struct RoleGroups {
     /// Hosts running keepalived + haproxy/nginx (loadBalancer.mode external).
     #[serde(default)]
     pub loadbalancer: Vec<String>,
+    /// The NFS server (KubeKey's `roleGroups.nfs`): at most one host. Naming it turns NFS
+    /// storage on: the server exports `spec.storage.nfs.path`, every Kubernetes node gets the NFS
+    /// client, and the `nfs-client` StorageClass provisions volumes as subdirectories of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nfs: Vec<String>,
 }
 
 /// How Kubernetes is installed.

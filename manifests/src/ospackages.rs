@@ -114,11 +114,19 @@ pub const LB_NGINX: PackageSet = PackageSet {
     rpms: &["nginx", "nginx-mod-stream", "keepalived"],
 };
 
-/// NFS client tools (mount.nfs for NFS volumes). No cluster.yaml field selects it yet: the
-/// storage work (an `nfs` role) adds it to [`for_cluster`].
+/// NFS client tools (mount.nfs, which the kubelet runs to mount NFS volumes) on every
+/// Kubernetes node when a host is named under `roleGroups.nfs`.
 pub const NFS_CLIENT: PackageSet = PackageSet {
     purpose: "NFS client",
     debs: &["nfs-common"],
+    rpms: &["nfs-utils"],
+};
+
+/// The NFS server on the `nfs` host (`roleGroups.nfs`): the kernel server's tools and unit
+/// (`nfs-server.service`; Debian's `nfs-kernel-server` is an alias of it).
+pub const NFS_SERVER: PackageSet = PackageSet {
+    purpose: "NFS server",
+    debs: &["nfs-kernel-server"],
     rpms: &["nfs-utils"],
 };
 
@@ -155,6 +163,7 @@ pub const ALL: &[PackageSet] = &[
     LB_HAPROXY,
     LB_NGINX,
     NFS_CLIENT,
+    NFS_SERVER,
     ETCD_DISK_CHECK,
 ];
 
@@ -207,6 +216,22 @@ pub fn for_cluster(cluster: &ValidCluster, family: Family) -> Vec<Need> {
                 n,
                 ETCD_DISK_CHECK.purpose.to_owned(),
                 BTreeSet::from([role]),
+            );
+        }
+    }
+    if !cluster.roles.nfs.is_empty() {
+        for n in NFS_CLIENT.names(family) {
+            add(
+                n,
+                NFS_CLIENT.purpose.to_owned(),
+                BTreeSet::from([Role::Master, Role::Worker]),
+            );
+        }
+        for n in NFS_SERVER.names(family) {
+            add(
+                n,
+                NFS_SERVER.purpose.to_owned(),
+                BTreeSet::from([Role::Nfs]),
             );
         }
     }

@@ -38,6 +38,8 @@ pub enum Role {
     Registry,
     /// Load balancer host.
     Loadbalancer,
+    /// The NFS server.
+    Nfs,
 }
 
 impl Role {
@@ -49,6 +51,7 @@ impl Role {
             Role::Worker => "worker",
             Role::Registry => "registry",
             Role::Loadbalancer => "loadbalancer",
+            Role::Nfs => "nfs",
         }
     }
 }
@@ -65,6 +68,16 @@ pub const NFD_GROUP: &str = "node-feature-discovery";
 /// seed, KubeKey v3, deploys: master Deployment + worker DaemonSet speaking gRPC).
 pub const NFD_VERSION: &str = "v0.10.1";
 const MASTERS: &[Role] = &[Role::Master];
+/// The catalog's image group of the NFS provisioner (nfs-subdir-external-provisioner).
+pub const NFS_PROVISIONER_GROUP: &str = "nfs-subdir-external-provisioner";
+/// The nfs-subdir-external-provisioner release KubeXM's manifest is written for (the image
+/// KubeKey's chart 4.0.18 runs).
+pub const NFS_PROVISIONER_VERSION: &str = "v4.0.2";
+/// The catalog's image group of OpenEBS local PV (the provisioner and its helper image).
+pub const LOCAL_PV_GROUP: &str = "openebs-localpv";
+/// The OpenEBS dynamic-localpv-provisioner release KubeXM's manifest is written for
+/// (KubeKey's `localpv_provisioner_version`).
+pub const LOCAL_PV_VERSION: &str = "4.4.0";
 
 /// One file to download and bundle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -321,6 +334,25 @@ pub fn resolve(
         );
     }
 
+    // Storage: the provisioners run on any node (Deployments; local PV's helper pods run on the
+    // node of each volume).
+    if !cluster.roles.nfs.is_empty() {
+        r.image_group(
+            NFS_PROVISIONER_GROUP,
+            Some(NFS_PROVISIONER_VERSION),
+            NODES,
+            "spec.roleGroups.nfs",
+        );
+    }
+    if spec.storage.local_enabled() {
+        r.image_group(
+            LOCAL_PV_GROUP,
+            Some(LOCAL_PV_VERSION),
+            NODES,
+            "spec.storage.localVolume.enabled",
+        );
+    }
+
     // etcd.
     match spec.etcd.kind {
         EtcdType::Kubexm => r.binary(
@@ -555,6 +587,7 @@ impl Resolver<'_> {
                 Role::Worker => &rg.worker,
                 Role::Registry => &rg.registry,
                 Role::Loadbalancer => &rg.loadbalancer,
+                Role::Nfs => &rg.nfs,
             })
             .collect();
         self.cluster

@@ -71,6 +71,9 @@ pub struct Roles {
     pub registry: Vec<String>,
     /// Load balancer hosts.
     pub loadbalancer: Vec<String>,
+    /// The NFS server (at most one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nfs: Vec<String>,
 }
 
 /// A cluster description that passed validation, with its derived facts.
@@ -144,6 +147,7 @@ pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster
     check_os_releases(&file, catalog, &mut c);
     check_addons(&file, &mut c);
     check_backup(&file, &mut c);
+    check_storage(&file, &roles, &mut c);
     match version {
         Some(version) if c.problems.is_empty() => Ok(ValidCluster {
             file,
@@ -190,6 +194,84 @@ fn check_backup(f: &ClusterFile, c: &mut Checker) {
             "spec.backup.keyFile",
             format!("`{}` is not an absolute path of letters, digits and /._-+@", crate::display::UntrustedMax(&b.key_file, 200)),
             "name the key `kubexm-install backup keygen --key-file FILE` wrote, e.g. /root/kubexm-backup.key (it goes into a systemd unit unquoted)",
+        );
+    }
+}
+
+/// `spec.storage` and `roleGroups.nfs`: one NFS host, plain absolute paths (they go into
+/// `/etc/exports` and the provisioners' manifests), at most one default StorageClass.
+fn check_storage(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
+    let st = &f.spec.storage;
+    if roles.nfs.len() > 1 {
+        c.add(
+            "spec.roleGroups.nfs",
+            format!(
+                "{} hosts are named ({}); KubeXM serves NFS from one host",
+                roles.nfs.len(),
+                roles.nfs.join(", ")
+            ),
+            "name exactly one host under roleGroups.nfs (the one whose disk holds the volumes)",
+        );
+    }
+    let nfs_host = !f.spec.role_groups.nfs.is_empty();
+    if let Some(nfs) = &st.nfs {
+        if !nfs_host {
+            c.add(
+                "spec.storage.nfs",
+                "is set but no host is named under roleGroups.nfs",
+                "name the NFS server under roleGroups.nfs (one host of spec.hosts), or remove spec.storage.nfs",
+            );
+        }
+        plain_directory(
+            c,
+            "spec.storage.nfs.path",
+            &nfs.path,
+            format!(
+                "name the directory the nfs host exports, e.g. {} (it goes into /etc/exports)",
+                crate::model::DEFAULT_NFS_PATH
+            ),
+        );
+    }
+    if let Some(local) = &st.local_volume {
+        plain_directory(
+            c,
+            "spec.storage.localVolume.basePath",
+            &local.base_path,
+            format!(
+                "name the directory on each node that holds the local volumes, e.g. {}",
+                crate::model::DEFAULT_LOCAL_BASE_PATH
+            ),
+        );
+        if local.default && !local.enabled {
+            c.add(
+                "spec.storage.localVolume.default",
+                "asks for the default StorageClass but localVolume.enabled is false",
+                "set localVolume.enabled: true, or remove default",
+            );
+        }
+    }
+    let nfs_default = nfs_host && st.nfs.as_ref().is_some_and(|n| n.default);
+    let local_default = st.local_volume.as_ref().is_some_and(|l| l.default);
+    if nfs_default && local_default {
+        c.add(
+            "spec.storage.localVolume.default",
+            "both spec.storage.nfs.default and spec.storage.localVolume.default are true",
+            "mark one StorageClass as the default: set default: false on the other (a cluster has one default class)",
+        );
+    }
+}
+
+/// A directory written into host files and manifests: absolute and plain, or a problem at
+/// `field` with `hint`.
+fn plain_directory(c: &mut Checker, field: &str, value: &str, hint: String) {
+    if !is_plain_absolute_path(value) {
+        c.add(
+            field,
+            format!(
+                "`{}` is not an absolute path of letters, digits and /._-+@",
+                UntrustedMax(value, 200)
+            ),
+            hint,
         );
     }
 }
@@ -384,6 +466,7 @@ fn expand_roles(f: &ClusterFile, c: &mut Checker) -> Roles {
         worker: expand("worker", &rg.worker),
         registry: expand("registry", &rg.registry),
         loadbalancer: expand("loadbalancer", &rg.loadbalancer),
+        nfs: expand("nfs", &rg.nfs),
     };
     if rg.master.is_empty() {
         c.add(

@@ -143,7 +143,7 @@ fn secrets_are_private_and_nothing_is_overwritten_without_force() {
     let sample = fixture("v1alpha2-config-example.yaml");
     let args = ["-f", sample.as_str(), "--kubernetes-version", "v1.33.11"];
     let (stdout, file) = import_and_validate(d, &args);
-    assert!(stdout.contains("26 not mapped"), "{stdout}");
+    assert!(stdout.contains("25 not mapped"), "{stdout}");
     assert!(
         stdout.contains("spec.etcd.heartbeatInterval = 250"),
         "{stdout}"

@@ -38,3 +38,4 @@ pub mod rotate_kubernetes;
 pub mod runtime;
 pub mod scripts;
 pub mod security;
+pub mod storage;

@@ -9,7 +9,7 @@ use crate::modules::restore_fresh::{
 };
 use crate::modules::{
     addons, backup_timer, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo,
-    plugins, preflight, registry, runtime, scripts, security,
+    plugins, preflight, registry, runtime, scripts, security, storage,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -64,7 +64,13 @@ pub(crate) fn install_modules(
         Box::new(network::NetworkModule(ctx.clone())) as Box<dyn Module>,
         Box::new(dns::NodeLocalDnsModule(ctx.clone())),
         Box::new(plugins::PluginsModule(ctx.clone())),
-        Box::new(addons::AddonsModule(ctx.clone())),
+    ]);
+    if storage::enabled(ctx) {
+        // Only when asked (the plan of a cluster without storage stays as it was).
+        modules.push(Box::new(storage::StorageModule(ctx.clone())));
+    }
+    modules.extend([
+        Box::new(addons::AddonsModule(ctx.clone())) as Box<dyn Module>,
         Box::new(finalize::FinalizeModule(ctx.clone())),
         // The cluster is complete before its first scheduled backup; the operator's
         // post-install scripts stay last.

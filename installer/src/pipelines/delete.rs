@@ -8,7 +8,7 @@ use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
 use crate::modules::{
     backup_timer, etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, plugins, registry,
-    runtime, scripts, security,
+    runtime, scripts, security, storage,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -36,6 +36,11 @@ pub(crate) fn node_delete_modules(ctx: &Arc<InstallContext>) -> Vec<Box<dyn Modu
     if security::enabled(ctx) {
         // Only when asked (the plan of a cluster without it stays as it was).
         modules.push(Box::new(security::SecurityDeleteModule(ctx.clone())));
+    }
+    if !ctx.cluster.roles.nfs.is_empty() {
+        // The nfs host's export and server (the plan of a cluster without one stays as it was),
+        // while /etc/kubexm still holds what the install noted.
+        modules.push(Box::new(storage::delete_module(ctx)));
     }
     modules.extend([
         // What kata-deploy left, while containerd's directory is still there.

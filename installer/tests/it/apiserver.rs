@@ -273,6 +273,18 @@ impl ApiServer {
         ))
     }
 
+    /// [`Self::validate`], and every object of `manifest` accepted (one line per object, each
+    /// "serverside-applied (server dry run)"); the server's answer.
+    pub(crate) fn accepts_every_object(&self, name: &str, manifest: &str) -> String {
+        let out = self
+            .validate(name, manifest)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let objects = crate::kubeadm::yaml_docs(manifest).len();
+        let accepted = out.matches("(server dry run)").count();
+        assert_eq!(accepted, objects, "{name}: {out}");
+        out
+    }
+
     /// Applies the Namespaces and CRDs of `manifest` for real, then every object with
     /// `--dry-run=server` (the install's own flags); the server's answer on failure.
     pub(crate) fn validate(&self, name: &str, manifest: &str) -> Result<String, String> {
@@ -348,13 +360,7 @@ fn rendered_plugin_manifests_are_accepted_by_a_real_api_server() {
         ),
     ];
     for (name, text) in &manifests {
-        let out = server
-            .validate(name, text)
-            .unwrap_or_else(|e| panic!("{e}"));
-        // One line per object, each "serverside-applied (server dry run)".
-        let objects = crate::kubeadm::yaml_docs(text).len();
-        let accepted = out.matches("(server dry run)").count();
-        assert_eq!(accepted, objects, "{name}: {out}");
+        server.accepts_every_object(name, text);
     }
     // And the server does refuse what is wrong (the check is not vacuous).
     let broken = manifests[2].1.replace("replicas: 1", "replicas: one");
@@ -362,4 +368,53 @@ fn rendered_plugin_manifests_are_accepted_by_a_real_api_server() {
         .validate("broken", &broken)
         .expect_err("a Deployment with replicas: one is refused");
     assert!(err.contains("replicas"), "{err}");
+}
+
+/// The storage manifests (issue 19: nfs-subdir-external-provisioner with its StorageClass
+/// `nfs-client`, OpenEBS local PV with its StorageClass `local`) are accepted by the real
+/// v1.20.2 API server: RBAC, Deployments and StorageClasses, both with NFS the default and with
+/// local volumes the default. No NFS runs here (this kernel has none): the objects are checked,
+/// not run.
+#[test]
+fn rendered_storage_manifests_are_accepted_by_a_real_api_server() {
+    let server = match ApiServer::start() {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => panic!("{e}"),
+    };
+    use kubexm_install::modules::storage::{render_local_volume, render_nfs_provisioner};
+    let both = crate::storage::lab_with_both();
+    let local = crate::storage::lab_with_local_default();
+    let manifests = [
+        (
+            "nfs-provisioner",
+            render_nfs_provisioner(&both).expect("nfs"),
+        ),
+        (
+            "local-volume (not the default)",
+            render_local_volume(&both).expect("local"),
+        ),
+        (
+            "local-volume (the default)",
+            render_local_volume(&local).expect("local"),
+        ),
+    ];
+    for (name, text) in &manifests {
+        let out = server.accepts_every_object(name, text);
+        for kind in [
+            "storageclass.storage.k8s.io/",
+            "deployment.apps/",
+            "clusterrole.",
+        ] {
+            assert!(out.contains(kind), "{name}: no {kind} in {out}");
+        }
+    }
+    // A StorageClass with a field of the wrong type is refused (the check is not vacuous).
+    let broken = manifests[0]
+        .1
+        .replace("allowVolumeExpansion: true", "allowVolumeExpansion: always");
+    let err = server
+        .validate("broken", &broken)
+        .expect_err("allowVolumeExpansion: always is refused");
+    assert!(err.contains("allowVolumeExpansion"), "{err}");
 }

@@ -31,6 +31,7 @@ mod scripts;
 mod security;
 mod seed;
 mod ssh;
+mod storage;
 mod terminal;
 mod unpack;
 mod versions;

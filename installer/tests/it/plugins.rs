@@ -28,7 +28,8 @@ pub(crate) fn lab_with_everything() -> Arc<InstallContext> {
     })
 }
 
-fn kinds(text: &str) -> Vec<String> {
+/// The `kind` of every document of a rendered manifest.
+pub(crate) fn kinds(text: &str) -> Vec<String> {
     yaml_docs(text)
         .iter()
         .map(|d| d["kind"].as_str().unwrap_or("").to_string())

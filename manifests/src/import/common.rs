@@ -298,6 +298,7 @@ fn base_cluster() -> ClusterFile {
             system: System::default(),
             extra: Extra::default(),
             addons: Vec::new(),
+            storage: crate::model::Storage::default(),
             backup: None,
         },
     }
@@ -314,7 +315,8 @@ pub(crate) fn add_to_role_group(
         0 => &mut groups.etcd,
         1 => &mut groups.master,
         2 => &mut groups.worker,
-        _ => &mut groups.registry,
+        3 => &mut groups.registry,
+        _ => &mut groups.nfs,
     };
     for n in names {
         if !target.contains(&n) {

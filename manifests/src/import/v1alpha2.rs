@@ -54,10 +54,19 @@ pub(crate) fn import(
     registry(&mut doc, &mut ctx)?;
     addons(&mut doc, &mut ctx);
     let _ = version;
-    doc.unmapped(
-        &p("spec.storage"),
-        "KubeXM installs no storage class (OpenEBS local PV) yet; install one as an addon",
-    );
+    if let Some(base_path) = doc.string(&p("spec.storage.openebs.basePath")) {
+        // KubeKey v3 deploys OpenEBS local PV, the default class, with --with-local-storage or
+        // KubeSphere; a basePath says it is wanted.
+        ctx.cluster.spec.storage.local_volume = Some(crate::model::LocalVolume {
+            enabled: true,
+            base_path,
+            default: true,
+        });
+        ctx.decide(
+            "spec.storage.localVolume",
+            "enabled, the default StorageClass `local`, with storage.openebs.basePath: KubeKey deploys it with --with-local-storage or KubeSphere (set enabled: false to leave it out)",
+        );
+    }
     doc.unmapped(
         &p("spec.dns"),
         "KubeXM's CoreDNS and NodeLocal DNSCache take no extra zones, hosts or rewrites; add them to the Corefile after install",

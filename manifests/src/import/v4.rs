@@ -61,10 +61,7 @@ pub(crate) fn import(
         &s.key("zone"),
         "the download zone is chosen when building the bundle: `kubexm-build bundle --zone cn`",
     );
-    cdoc.unmapped(
-        &s.key("storage_class"),
-        "KubeXM installs no storage class (local PV, NFS) yet; install one as an addon",
-    );
+    storage_class(&mut cdoc, &mut ctx);
     cdoc.unmapped(
         &s.key("image_manifests"),
         "extra images: list them under an addon's images to bundle and seed them",
@@ -213,14 +210,11 @@ fn groups(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
                 group_members(doc, &groups, &group, 0);
                 continue;
             }
-            "nfs" => {
-                doc.unmapped(&groups.key(&group), "KubeXM installs no NFS server");
-                continue;
-            }
+            "nfs" => 4,
             _ => {
                 doc.unmapped(
                     &groups.key(&group),
-                    "KubeXM's role groups are etcd, master, worker, registry and loadbalancer",
+                    "KubeXM's role groups are etcd, master, worker, registry, loadbalancer and nfs",
                 );
                 continue;
             }
@@ -810,6 +804,61 @@ fn image_registry(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
     Ok(())
 }
 
+/// `storage_class.local` → `spec.storage.localVolume`; `storage_class.nfs` → `spec.storage.nfs`
+/// (served by the host of the `nfs` group, `roleGroups.nfs`).
+fn storage_class(doc: &mut Doc, ctx: &mut Ctx<'_>) {
+    use crate::model::{LocalVolume, NfsStorage, DEFAULT_LOCAL_BASE_PATH, DEFAULT_NFS_PATH};
+    let sc = FieldPath::parse("spec.storage_class");
+    let versions = "KubeXM's manifests are written for one release each (catalog groups openebs-localpv, nfs-subdir-external-provisioner)";
+    doc.unmapped(&sc.key("localpv_provisioner_version"), versions);
+    doc.unmapped(&sc.key("nfs_provisioner_version"), versions);
+    let local = sc.key("local");
+    // KubeKey's defaults: local volumes on, the default class.
+    let local_on = doc.boolean(&local.key("enabled")).unwrap_or(true);
+    let mut local_default = doc.boolean(&local.key("default")).unwrap_or(true);
+    let local_path = doc.string(&local.key("path"));
+    let nfs = sc.key("nfs");
+    let nfs_on = doc.boolean(&nfs.key("enabled")).unwrap_or(false);
+    let nfs_default = doc.boolean(&nfs.key("default")).unwrap_or(false);
+    let nfs_path = doc.string(&nfs.key("path"));
+    doc.unmapped(
+        &nfs.key("server"),
+        "the NFS server is the host of the nfs group (roleGroups.nfs), at its internal address",
+    );
+    let has_nfs_host = !ctx.cluster.spec.role_groups.nfs.is_empty();
+    if nfs_on && has_nfs_host {
+        if local_on && local_default && nfs_default {
+            local_default = false;
+            ctx.decide(
+                "spec.storage.localVolume.default",
+                "false: storage_class.nfs.default is true too, and a cluster has one default class",
+            );
+        }
+        ctx.cluster.spec.storage.nfs = Some(NfsStorage {
+            path: nfs_path.unwrap_or_else(|| DEFAULT_NFS_PATH.to_owned()),
+            default: nfs_default,
+        });
+    } else if nfs_on {
+        doc.reject(
+            &nfs.key("enabled"),
+            &Value::Bool(true),
+            "KubeXM serves NFS from the host under roleGroups.nfs, and the inventory's nfs group names none; add one and set spec.storage.nfs",
+        );
+    } else if has_nfs_host {
+        ctx.decide(
+            "spec.roleGroups.nfs",
+            "kept: the nfs group's host serves NFS, and KubeXM installs the nfs-client StorageClass with it (storage_class.nfs.enabled is false)",
+        );
+    }
+    if local_on {
+        ctx.cluster.spec.storage.local_volume = Some(LocalVolume {
+            enabled: true,
+            base_path: local_path.unwrap_or_else(|| DEFAULT_LOCAL_BASE_PATH.to_owned()),
+            default: local_default,
+        });
+    }
+}
+
 fn dns_and_native(doc: &mut Doc, ctx: &mut Ctx<'_>) {
     let d = FieldPath::parse("spec.dns");
     if let Some(domain) = doc.string(&d.key("domain")).filter(|v| !is_template(v)) {
@@ -845,7 +894,10 @@ fn dns_and_native(doc: &mut Doc, ctx: &mut Ctx<'_>) {
     if let Some(tz) = doc.string(&n.key("timezone")) {
         ctx.cluster.spec.system.timezone = Some(tz);
     }
-    doc.unmapped(&n.key("nfs"), "KubeXM installs no NFS server");
+    doc.unmapped(
+        &n.key("nfs"),
+        "KubeXM's NFS server exports one directory, spec.storage.nfs.path (storage_class.nfs.path)",
+    );
     doc.unmapped(
         &n.key("set_hostname"),
         "KubeXM always sets each host's name to its spec.hosts name",

@@ -192,13 +192,21 @@ fn config_example_maps_to_a_valid_cluster() {
         "spec.kubernetes.autoRenewCerts",
         "spec.kubernetes.kubeProxyConfiguration",
         "spec.kubernetes.podPidsLimit",
-        "spec.storage",
         "spec.registry.namespaceRewrite",
         "spec.registry.containerdDataDir",
     ] {
         assert!(!unmapped(&imported, field).is_empty());
     }
     assert_eq!(spec.system.rpms, ["nfs-utils"]);
+    // storage.openebs.basePath: KubeKey's local PV, the default class.
+    let local = spec.storage.local_volume.as_ref().expect("localVolume");
+    assert!(local.enabled && local.default);
+    assert_eq!(local.base_path, "/var/openebs/local");
+    assert!(!imported
+        .report
+        .unmapped
+        .iter()
+        .any(|u| u.field.starts_with("spec.storage")));
     assert!(imported.report.mapped > 30, "{}", imported.report.mapped);
 
     // Secrets: the report never shows them; the file holds only the registry one inline.
@@ -339,7 +347,7 @@ fn v4_default_config_and_localhost_inventory() {
     for field in [
         "v4-config-v1.33.yaml: spec.kubernetes.helm_version",
         "v4-config-v1.33.yaml: spec.cni.calico_version",
-        "v4-config-v1.33.yaml: spec.storage_class",
+        "v4-config-v1.33.yaml: spec.storage_class.localpv_provisioner_version",
         "v4-config-v1.33.yaml: spec.dns.coredns",
         "v4-config-v1.33.yaml: spec.etcd.etcd_version",
     ] {
@@ -497,4 +505,66 @@ fn security_enhancement_and_audit_map_to_security_enhancement() {
         .unmapped
         .iter()
         .all(|u| !u.field.contains("security_enhancement")));
+}
+
+/// v4's `storage_class` and `nfs` group (issue 19): local volumes as KubeKey's defaults have
+/// them, and NFS from the nfs group's host with its path; two defaults become one.
+#[test]
+fn v4_storage_class_and_the_nfs_group() {
+    let config = fixture("v4-config-v1.33.yaml");
+    let inventory = fixture("v4-inventory-localhost.yaml");
+    // KubeKey's default config: local volumes on, the default class.
+    let imported = import_kubekey(
+        &[("c.yaml", config.as_str()), ("i.yaml", inventory.as_str())],
+        &opts(),
+        &builtin(),
+    )
+    .expect("imports");
+    let st = &imported.cluster.spec.storage;
+    let local = st.local_volume.as_ref().expect("localVolume");
+    assert!(local.enabled && local.default);
+    assert_eq!(local.base_path, "/var/openebs/local");
+    assert!(st.nfs.is_none() && imported.cluster.spec.role_groups.nfs.is_empty());
+
+    // NFS on, the default, from the nfs group's host.
+    let config = config.replace(
+        "      enabled: false  # Enable the NFS storage class.",
+        "      enabled: true\n      default: true\n      path: /data/nfs\n      server: 10.0.0.9",
+    );
+    let with_group = inventory.replace(
+        "#    nfs:\n#      hosts:\n#        - localhost",
+        "    nfs:\n      hosts:\n        - localhost",
+    );
+    assert_ne!(
+        with_group, inventory,
+        "the fixture has the nfs group commented out"
+    );
+    let imported = import_kubekey(
+        &[("c.yaml", config.as_str()), ("i.yaml", with_group.as_str())],
+        &opts(),
+        &builtin(),
+    )
+    .expect("imports");
+    let spec = &imported.cluster.spec;
+    assert_eq!(spec.role_groups.nfs, ["localhost"]);
+    let nfs = spec.storage.nfs.as_ref().expect("nfs");
+    assert_eq!((nfs.path.as_str(), nfs.default), ("/data/nfs", true));
+    assert!(
+        !spec.storage.local_volume.as_ref().expect("local").default,
+        "one default class"
+    );
+    assert!(unmapped(&imported, "c.yaml: spec.storage_class.nfs.server").contains("nfs group"));
+    reloads(&imported, "c.yaml + i.yaml");
+
+    // NFS on without an nfs host: not mapped, with what to do.
+    let imported = import_kubekey(
+        &[("c.yaml", config.as_str()), ("i.yaml", inventory.as_str())],
+        &opts(),
+        &builtin(),
+    )
+    .expect("imports");
+    assert!(imported.cluster.spec.storage.nfs.is_none());
+    assert!(
+        unmapped(&imported, "c.yaml: spec.storage_class.nfs.enabled").contains("roleGroups.nfs")
+    );
 }

@@ -180,6 +180,14 @@ snap!(plugins_kata_and_node_feature_discovery, "default", |f| {
     f.spec.kubernetes.kata.enabled = true;
     f.spec.kubernetes.node_feature_discovery.enabled = true;
 });
+snap!(storage_nfs_and_local_volume, "default", |f| {
+    f.spec.role_groups.nfs = vec!["r1".into()];
+    f.spec.storage.local_volume = Some(kubexm_manifests::model::LocalVolume {
+        enabled: true,
+        base_path: kubexm_manifests::model::DEFAULT_LOCAL_BASE_PATH.into(),
+        default: true,
+    });
+});
 snap!(plugin_version_pinned_by_user, "default", |f| f
     .spec
     .network
@@ -589,4 +597,33 @@ fn os_packages_follow_the_cluster() {
     assert!(!for_cluster(&off, Family::Deb)
         .iter()
         .any(|n| n.name == "fio"));
+    assert!(
+        !names.iter().any(|n| n.starts_with("nfs-")),
+        "no NFS without an nfs host"
+    );
+    // An nfs host: its server package, and the client on every Kubernetes node (bundled for
+    // every osReleases entry like the others).
+    let mut nfs = cluster.file.clone();
+    nfs.spec.role_groups.nfs = vec!["r1".into()];
+    let nfs = kubexm_manifests::validate::validate(nfs, &catalog).expect("valid");
+    let debs = for_cluster(&nfs, Family::Deb);
+    let server = debs
+        .iter()
+        .find(|n| n.name == "nfs-kernel-server")
+        .expect("server");
+    assert_eq!(server.roles, [Role::Nfs].into());
+    assert_eq!(server.reason, "NFS server");
+    let client = debs
+        .iter()
+        .find(|n| n.name == "nfs-common")
+        .expect("client");
+    assert_eq!(client.roles, [Role::Master, Role::Worker].into());
+    // On RPM both are nfs-utils: one package, on both.
+    let rpms = for_cluster(&nfs, Family::Rpm);
+    let utils: Vec<_> = rpms.iter().filter(|n| n.name == "nfs-utils").collect();
+    assert_eq!(utils.len(), 1);
+    assert_eq!(
+        utils[0].roles,
+        [Role::Master, Role::Worker, Role::Nfs].into()
+    );
 }

@@ -1059,3 +1059,151 @@ fn os_releases_can_be_added_or_replaced_by_a_catalog_and_are_checked() {
         assert!(e.contains(needle), "{needle}: {e}");
     }
 }
+
+/// `roleGroups.nfs` and `spec.storage` (issue 19): one NFS host, plain absolute paths, one
+/// default StorageClass; each problem names the field and what to do.
+#[test]
+fn storage() {
+    fn nfs(f: &mut ClusterFile, hosts: &[&str]) {
+        f.spec.role_groups.nfs = hosts.iter().map(|h| (*h).to_string()).collect();
+    }
+    // Valid: one nfs host (defaults), local volumes as the default, both with NFS the default.
+    assert!(problems_with(&builtin(), |f| nfs(f, &["r1"])).is_empty());
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.storage.local_volume = Some(LocalVolume {
+            enabled: true,
+            base_path: DEFAULT_LOCAL_BASE_PATH.into(),
+            default: true,
+        });
+    })
+    .is_empty());
+    assert!(problems_with(&builtin(), |f| {
+        nfs(f, &["w1"]);
+        f.spec.storage.nfs = Some(NfsStorage {
+            path: "/data/nfs".into(),
+            default: true,
+        });
+        f.spec.storage.local_volume = Some(LocalVolume {
+            enabled: true,
+            base_path: "/data/local".into(),
+            default: false,
+        });
+    })
+    .is_empty());
+    // Two nfs hosts: the field and what to do.
+    let problems = problems_with(&builtin(), |f| nfs(f, &["r1", "w1"]));
+    let p = problems
+        .iter()
+        .find(|p| p.path == "spec.roleGroups.nfs")
+        .expect("two nfs hosts refused");
+    assert!(p.message.contains("2 hosts are named (r1, w1)"), "{p}");
+    assert!(
+        p.hint
+            .contains("name exactly one host under roleGroups.nfs"),
+        "{p}"
+    );
+    // A range counts each host.
+    expect(|f| nfs(f, &["m[1:2]"]), "spec.roleGroups.nfs", "2 hosts");
+    // The nfs host must be a host of the inventory.
+    expect(
+        |f| nfs(f, &["nas"]),
+        "spec.roleGroups.nfs[0]",
+        "host `nas` is not in spec.hosts",
+    );
+    // spec.storage.nfs without an nfs host.
+    expect(
+        |f| f.spec.storage.nfs = Some(NfsStorage::default()),
+        "spec.storage.nfs",
+        "no host is named under roleGroups.nfs",
+    );
+    // Paths: absolute and plain (they go into /etc/exports and the manifests).
+    for bad in [
+        "share",
+        "/",
+        "/share kubernetes",
+        "/a/../etc",
+        "/x;reboot",
+        "/a\nb",
+    ] {
+        expect(
+            |f| {
+                nfs(f, &["r1"]);
+                f.spec.storage.nfs = Some(NfsStorage {
+                    path: bad.into(),
+                    default: false,
+                });
+            },
+            "spec.storage.nfs.path",
+            "is not an absolute path",
+        );
+        expect(
+            |f| {
+                f.spec.storage.local_volume = Some(LocalVolume {
+                    enabled: true,
+                    base_path: bad.into(),
+                    default: false,
+                });
+            },
+            "spec.storage.localVolume.basePath",
+            "is not an absolute path",
+        );
+    }
+    // One default class only.
+    let problems = problems_with(&builtin(), |f| {
+        nfs(f, &["r1"]);
+        f.spec.storage.nfs = Some(NfsStorage {
+            path: DEFAULT_NFS_PATH.into(),
+            default: true,
+        });
+        f.spec.storage.local_volume = Some(LocalVolume {
+            enabled: true,
+            base_path: DEFAULT_LOCAL_BASE_PATH.into(),
+            default: true,
+        });
+    });
+    let p = problems
+        .iter()
+        .find(|p| p.path == "spec.storage.localVolume.default")
+        .expect("two defaults refused");
+    assert!(
+        p.message.contains("spec.storage.nfs.default") && p.hint.contains("default: false"),
+        "{p}"
+    );
+    // A default asked of a class that is off.
+    expect(
+        |f| {
+            f.spec.storage.local_volume = Some(LocalVolume {
+                enabled: false,
+                base_path: DEFAULT_LOCAL_BASE_PATH.into(),
+                default: true,
+            });
+        },
+        "spec.storage.localVolume.default",
+        "localVolume.enabled is false",
+    );
+    // The YAML form and its defaults; a typo fails loudly.
+    let text = BASE.replace(
+        "  kubernetes:",
+        "  storage:\n    nfs: {}\n    localVolume: {enabled: true}\n  kubernetes:",
+    );
+    let text = text.replace(
+        "    registry: [r1]\n",
+        "    registry: [r1]\n    nfs: [r1]\n",
+    );
+    let c = load_cluster_str(&text, "t.yaml", &builtin()).expect("valid");
+    assert_eq!(c.roles.nfs, ["r1"]);
+    let st = &c.file.spec.storage;
+    assert_eq!(
+        st.nfs.as_ref().map(|n| n.path.as_str()),
+        Some("/share/kubernetes")
+    );
+    assert_eq!(
+        st.local_volume.as_ref().map(|l| l.base_path.as_str()),
+        Some("/var/openebs/local")
+    );
+    let typo = BASE.replace(
+        "  kubernetes:",
+        "  storage:\n    localVolume: {enabled: true, basepath: /x}\n  kubernetes:",
+    );
+    assert!(load_cluster_str(&typo, "t.yaml", &builtin()).is_err());
+}
