@@ -59,6 +59,29 @@ pub(crate) fn run(args: &AddNodeArgs, work_dir: &std::path::Path) -> Result<()> 
         );
         return Ok(());
     }
+    let want = kubexm_install::record::membership(&s.desired_full);
+    let new_masters: Vec<&String> = new
+        .iter()
+        .filter(|n| {
+            want.get(*n)
+                .is_some_and(|r| r.iter().any(|r| r == "master"))
+        })
+        .collect();
+    if !new_masters.is_empty() {
+        if let Some(why) =
+            kubexm_install::modules::rotate_kubeadm_ca::master_join_refused(&s.installed)?
+        {
+            return Err(crate::exit::UsageError(format!(
+                "add-node {}: {why}",
+                new_masters
+                    .iter()
+                    .map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .into());
+        }
+    }
     for n in new
         .iter()
         .filter(|n| s.record.installed.nodes.contains_key(*n))
@@ -66,7 +89,6 @@ pub(crate) fn run(args: &AddNodeArgs, work_dir: &std::path::Path) -> Result<()> 
         println!("note: {n} is in the cluster already: its phases are applied again (nothing should change)");
     }
     let mut nodes = s.record.installed.nodes.clone();
-    let want = kubexm_install::record::membership(&s.desired_full);
     for n in &new {
         if !nodes.contains_key(n) {
             nodes.insert(n.clone(), want.get(n).cloned().unwrap_or_default());

@@ -93,6 +93,19 @@ pub fn separate_signer(ctx: &InstallContext) -> Result<bool, StepError> {
     Ok(matches!(phase, Some(Phase::TrustBoth | Phase::Reissue)))
 }
 
+/// Why masters may not join now, if so: while [`separate_signer`] holds, the masters'
+/// controller-manager reads [`CA_SIGNER`], which `kubeadm join --control-plane` does not copy, so
+/// a new master's controller-manager could not start. Workers may join (`cluster-info` trusts the
+/// bundle).
+pub fn master_join_refused(ctx: &InstallContext) -> Result<Option<String>, StepError> {
+    if ctx.cluster.file.spec.kubernetes.kind != KubernetesType::Kubeadm || !separate_signer(ctx)? {
+        return Ok(None);
+    }
+    Ok(Some(
+        "a rotation of the cluster CA is under way (`ca.crt` holds two CAs and the controller-manager signs with ca-signer.crt, which a joining master does not get): finish it with `kubexm-install rotate-ca --ca kubernetes --yes` first, then add the master".to_string(),
+    ))
+}
+
 /// One phase of the cluster CA's rotation on the kubeadm path (see the module's documentation).
 pub struct RotateKubeadmCaModule(pub Rotate);
 

@@ -828,6 +828,40 @@ fn kubeadm_path_rotates_the_cluster_ca_on_every_node_and_points_the_signer_at_on
     insta::assert_snapshot!("rotate-kubernetes-outline-kubeadm", outlines);
 }
 
+/// A master may not join while the controller-manager signs with the signer file a joining
+/// master would not get (trust-both and reissue finished); before and after, it may.
+#[test]
+fn kubeadm_path_refuses_a_joining_master_while_ca_crt_holds_two_cas() {
+    use kubexm_install::modules::rotate_kubeadm_ca::master_join_refused;
+    let ca = RotatedCa::Kubernetes;
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = context_of(ca, work.path(), |t| t, None);
+    assert_eq!(master_join_refused(&installed).expect("check"), None);
+    let dir = installed.pki_dir.join("kubeadm");
+    kubexm_install::pki::Ca::load_or_create(&dir, "kubernetes", "kubernetes")
+        .expect("kubeadm's CA");
+    let files = Files::new(&dir, "kubernetes");
+    for (finished, refused) in [
+        (Phase::New, false),
+        (Phase::TrustBoth, true),
+        (Phase::Reissue, true),
+        (Phase::DropOld, false),
+    ] {
+        files
+            .save(&kubexm_install::rotation::State { finished, id: ID })
+            .expect("state");
+        let ctx = context_of(ca, work.path(), |t| t, None);
+        let why = master_join_refused(&ctx).expect("check");
+        assert_eq!(why.is_some(), refused, "after {finished}: {why:?}");
+        if let Some(why) = why {
+            assert!(why.contains("rotate-ca --ca kubernetes --yes"), "{why}");
+        }
+        // The kubexm path's masters get ca-signer.crt from KubeXM: never refused.
+        let kubexm_ctx = context_of(ca, work.path(), kubexm, None);
+        assert_eq!(master_join_refused(&kubexm_ctx).expect("check"), None);
+    }
+}
+
 /// The service-account wait's check, run with a stand-in kubectl (a script answering from
 /// files): it holds only when every token Secret and every existing kube-root-ca.crt ConfigMap
 /// hold the bundle, and never when there is no token Secret or kubectl fails.
