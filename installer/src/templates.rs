@@ -17,6 +17,8 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "chrony/managed-block.tera",
     "cni/calico-values.yaml.tera",
     "cni/cilium-values.yaml.tera",
+    "cni/hybridnet-values.yaml.tera",
+    "cni/kube-ovn-values.yaml.tera",
     "cni/multus.yaml.tera",
     "containerd/config-v2.toml.tera",
     "containerd/config-v3.toml.tera",

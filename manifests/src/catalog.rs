@@ -71,6 +71,12 @@ pub struct ComponentDoc {
     /// Pinned sums per version and arch.
     #[serde(default)]
     pub versions: BTreeMap<String, ArchSums>,
+    /// The file's own version where it differs from the version it is resolved at (a network
+    /// plugin's chart resolves at the plugin's version, but hybridnet numbers its chart apart
+    /// from its image: chart 0.6.8 deploys image v0.8.8). Fills `{version}`/`{version_nov}` in
+    /// the URL; the bundle path keeps the resolved version.
+    #[serde(default)]
+    pub file_versions: BTreeMap<String, String>,
 }
 
 /// What goes with one Kubernetes version.
@@ -134,6 +140,8 @@ pub struct Component {
     pub user_pinned: bool,
     /// Pinned sums.
     pub versions: BTreeMap<String, ArchSums>,
+    /// The file's own version per resolved version (see [`ComponentDoc::file_versions`]).
+    pub file_versions: BTreeMap<String, String>,
 }
 
 /// The merged catalog.
@@ -234,6 +242,7 @@ impl Catalog {
                     existing.user_pinned = u;
                 }
                 existing.zone_urls.extend(c.zone_urls);
+                existing.file_versions.extend(c.file_versions);
                 for (version, sums) in c.versions {
                     existing.versions.entry(version).or_default().extend(sums);
                 }
@@ -256,6 +265,7 @@ impl Catalog {
                     source: c.source,
                     user_pinned: c.user_pinned.unwrap_or(false),
                     versions: c.versions,
+                    file_versions: c.file_versions,
                 },
             );
         }

@@ -617,12 +617,12 @@ pub struct Network {
     /// Cilium options.
     #[serde(default)]
     pub cilium: PluginOptions,
-    /// Kube-OVN options.
+    /// Kube-OVN options (`mode`: the tunnel type, with `joinCidr`).
     #[serde(default)]
-    pub kube_ovn: PluginOptions,
-    /// Hybridnet options.
+    pub kube_ovn: KubeOvnOptions,
+    /// Hybridnet options (with `defaultNetworkType`).
     #[serde(default)]
-    pub hybridnet: PluginOptions,
+    pub hybridnet: HybridnetOptions,
     /// Multus options (with `delegate`).
     #[serde(default)]
     pub multus: MultusOptions,
@@ -637,8 +637,8 @@ impl Default for Network {
             calico: PluginOptions::default(),
             flannel: PluginOptions::default(),
             cilium: PluginOptions::default(),
-            kube_ovn: PluginOptions::default(),
-            hybridnet: PluginOptions::default(),
+            kube_ovn: KubeOvnOptions::default(),
+            hybridnet: HybridnetOptions::default(),
             multus: MultusOptions::default(),
         }
     }
@@ -685,8 +685,8 @@ impl Network {
             Plugin::Calico => &self.calico,
             Plugin::Flannel => &self.flannel,
             Plugin::Cilium => &self.cilium,
-            Plugin::KubeOvn => &self.kube_ovn,
-            Plugin::Hybridnet => &self.hybridnet,
+            Plugin::KubeOvn => &self.kube_ovn.common,
+            Plugin::Hybridnet => &self.hybridnet.common,
             Plugin::Multus => &self.multus.common,
         }
     }
@@ -716,6 +716,56 @@ pub struct PluginOptions {
     /// Free-form values handed to the plugin's manifest template.
     #[serde(default)]
     pub values: BTreeMap<String, String>,
+}
+
+/// `spec.network.kubeOvn`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeOvnOptions {
+    /// The CIDR of kube-ovn's `join` subnet, which connects the nodes to the pod network (one
+    /// CIDR, or IPv4,IPv6 on a dual-stack cluster); kube-ovn's own default (`100.64.0.0/16`,
+    /// `fd00:100:64::/112`) when unset. It must not overlap the pod or service CIDRs.
+    #[serde(default)]
+    pub join_cidr: Option<String>,
+    /// `version`, `mode` (the tunnel: `geneve`, `vxlan` or `stt`), `mtu` and `values`.
+    #[serde(flatten)]
+    pub common: PluginOptions,
+}
+
+/// The network a hybridnet pod gets when it asks for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+pub enum HybridnetNetworkType {
+    /// VXLAN between the nodes (the chart's `init` network over the pod CIDR).
+    #[default]
+    #[serde(rename = "overlay", alias = "Overlay")]
+    Overlay,
+    /// The nodes' own layer 2 (VLAN) or BGP network: an Underlay Network and Subnet must be
+    /// created with hybridnet's own resources before such pods can start.
+    #[serde(rename = "underlay", alias = "Underlay")]
+    Underlay,
+}
+
+impl HybridnetNetworkType {
+    /// The value hybridnet's chart takes (`Overlay`, `Underlay`).
+    pub fn chart_value(self) -> &'static str {
+        match self {
+            HybridnetNetworkType::Overlay => "Overlay",
+            HybridnetNetworkType::Underlay => "Underlay",
+        }
+    }
+}
+
+/// `spec.network.hybridnet`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HybridnetOptions {
+    /// The default network type of pods (`overlay` or `underlay`; KubeKey's `defaultNetworkType`);
+    /// `overlay` when unset.
+    #[serde(default)]
+    pub default_network_type: Option<HybridnetNetworkType>,
+    /// `version`, `mtu` and `values` (hybridnet has no `mode`: see `defaultNetworkType`).
+    #[serde(flatten)]
+    pub common: PluginOptions,
 }
 
 /// `spec.network.multus`.

@@ -565,7 +565,9 @@ pub fn network_file(plugin: Plugin) -> Option<&'static str> {
         Plugin::Flannel => Some("flannel-manifest"),
         Plugin::Calico => Some("calico-chart"),
         Plugin::Cilium => Some("cilium-chart"),
-        Plugin::KubeOvn | Plugin::Hybridnet | Plugin::Multus | Plugin::None => None,
+        Plugin::KubeOvn => Some("kube-ovn-chart"),
+        Plugin::Hybridnet => Some("hybridnet-chart"),
+        Plugin::Multus | Plugin::None => None,
     }
 }
 
@@ -688,9 +690,10 @@ impl Resolver<'_> {
     }
 
     fn entry(&self, c: &Component, version: &str, arch: Arch, sum: &str) -> BinaryEntry {
-        let upstream = expand_url(&c.url, version, arch);
+        let file_version = c.file_versions.get(version).map_or(version, String::as_str);
+        let upstream = expand_url(&c.url, file_version, arch);
         let url = match c.zone_urls.get(self.zone.name()) {
-            Some(t) => expand_url(t, version, arch),
+            Some(t) => expand_url(t, file_version, arch),
             None => self.zone.rewrite_url(&upstream),
         };
         let file = upstream

@@ -965,6 +965,174 @@ fn check_network(
             }
         }
     }
+    check_kube_ovn_and_hybridnet(f, version, catalog, &pods, &services, c);
+}
+
+/// The Kubernetes release a kube-ovn release's chart needs (its `Chart.yaml` `kubeVersion`:
+/// `>= 1.23.0-0` up to v1.13, `>= 1.29.0-0` from v1.14; KubeKey v4's `kubeovn_allowed_versions`
+/// start at v1.23 too).
+pub fn kube_ovn_floor(kube_ovn: &str) -> (u32, u32) {
+    let minor = kube_ovn
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    match minor {
+        Some(m) if m >= 14 => (1, 29),
+        _ => (1, 23),
+    }
+}
+
+/// hybridnet's floor: its chart's `kubeVersion: ">=1.16.0-0"`, and the seed's (KubeKey v3).
+pub const HYBRIDNET_FLOOR: (u32, u32) = (1, 16);
+
+/// kube-ovn and hybridnet (alone or as multus's delegate): version floors, kube-ovn's tunnel and
+/// join CIDR, and the options these plugins do not take.
+fn check_kube_ovn_and_hybridnet(
+    f: &ClusterFile,
+    version: Option<KubeVersion>,
+    catalog: &Catalog,
+    pods: &[IpNet],
+    services: &[IpNet],
+    c: &mut Checker,
+) {
+    let n = &f.spec.network;
+    let delegate = (n.plugin == Plugin::Multus)
+        .then_some(n.multus.delegate)
+        .flatten();
+    let field_of = |p: Plugin| {
+        if p == n.plugin {
+            "spec.network.plugin"
+        } else {
+            "spec.network.multus.delegate"
+        }
+    };
+    let used = |p: Plugin| n.plugin == p || delegate == Some(p);
+    let release = version.and_then(|v| catalog.release(v));
+    if let Some(v) = version {
+        if used(Plugin::KubeOvn) {
+            let chosen = n.kube_ovn.common.version.clone().or_else(|| {
+                release.and_then(|r| r.defaults.get(Plugin::KubeOvn.as_str()).cloned())
+            });
+            if let Some(ovn) = chosen {
+                let (major, minor) = kube_ovn_floor(&ovn);
+                if !v.at_least(major, minor) {
+                    c.add(
+                        field_of(Plugin::KubeOvn),
+                        format!("kube-ovn {ovn} needs Kubernetes v{major}.{minor} or later (its chart's kubeVersion), but spec.kubernetes.version is {v}"),
+                        if major == 1 && minor > 23 {
+                            "use Kubernetes v1.29 or later, or pin kube-ovn v1.13.15 (spec.network.kubeOvn.version; Kubernetes v1.23 or later), or another plugin"
+                        } else {
+                            "use Kubernetes v1.23 or later, or another network plugin (calico, flannel, cilium, hybridnet)"
+                        },
+                    );
+                }
+            }
+        }
+        if used(Plugin::Hybridnet) && !v.at_least(HYBRIDNET_FLOOR.0, HYBRIDNET_FLOOR.1) {
+            c.add(
+                field_of(Plugin::Hybridnet),
+                format!(
+                    "hybridnet needs Kubernetes v{}.{} or later (its chart's kubeVersion), but spec.kubernetes.version is {v}",
+                    HYBRIDNET_FLOOR.0, HYBRIDNET_FLOOR.1
+                ),
+                "use a newer Kubernetes version, or another network plugin",
+            );
+        }
+    }
+    if used(Plugin::KubeOvn) {
+        if let Some(mode) = &n.kube_ovn.common.mode {
+            if !["geneve", "vxlan", "stt"].contains(&mode.as_str()) {
+                c.add(
+                    "spec.network.kubeOvn.mode",
+                    format!("`{mode}` is not a kube-ovn tunnel type"),
+                    "use geneve (kube-ovn's default), vxlan or stt",
+                );
+            }
+        }
+        if let Some(join) = &n.kube_ovn.join_cidr {
+            let joins = parse_cidrs(c, "kubeOvn.joinCidr", join);
+            if !joins.is_empty() && joins.len() != pods.len() {
+                c.add(
+                    "spec.network.kubeOvn.joinCidr",
+                    format!("{} CIDR(s) for {} in podCidr", joins.len(), pods.len()),
+                    "give one CIDR per IP family of podCidr (IPv4,IPv6 on a dual-stack cluster)",
+                );
+            }
+            for j in &joins {
+                if !pods.is_empty()
+                    && pods
+                        .iter()
+                        .all(|p| p.addr().is_ipv4() != j.addr().is_ipv4())
+                {
+                    c.add(
+                        "spec.network.kubeOvn.joinCidr",
+                        format!("`{j}` is of an IP family podCidr does not have"),
+                        "give one CIDR per IP family of podCidr",
+                    );
+                }
+                for (field, nets) in [("podCidr", pods), ("serviceCidr", services)] {
+                    if let Some(o) = nets
+                        .iter()
+                        .find(|o| o.contains(&j.network()) || j.contains(&o.network()))
+                    {
+                        c.add(
+                            "spec.network.kubeOvn.joinCidr",
+                            format!("`{j}` overlaps {field} `{o}`"),
+                            "pick a join CIDR apart from the pod and service ranges (kube-ovn's default is 100.64.0.0/16)",
+                        );
+                    }
+                }
+                for (i, h) in f.spec.hosts.iter().enumerate() {
+                    if let Ok(ip) = h.internal().parse::<IpAddr>() {
+                        if j.contains(&ip) {
+                            c.add(
+                                "spec.network.kubeOvn.joinCidr",
+                                format!("`{j}` contains the address {ip} of host `{}` (spec.hosts[{i}])", h.name),
+                                "pick a join CIDR apart from the host network",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if n.kube_ovn.common.mtu.is_some() {
+            c.add(
+                "spec.network.kubeOvn.mtu",
+                "KubeXM does not set kube-ovn's MTU (its chart takes none; kube-ovn derives it from the tunnel interface)",
+                "remove mtu",
+            );
+        }
+    } else if n.kube_ovn.join_cidr.is_some() {
+        c.add(
+            "spec.network.kubeOvn.joinCidr",
+            "applies only to network.plugin kube-ovn (or multus over kube-ovn)",
+            "remove joinCidr, or use kube-ovn",
+        );
+    }
+    if used(Plugin::Hybridnet) {
+        if pods.len() == 2 {
+            c.add(
+                "spec.network.podCidr",
+                "hybridnet is installed here with one init subnet, of one IP family; dual-stack is not offered with hybridnet",
+                "give one pod and one service CIDR, or use calico, cilium, flannel or kube-ovn for dual-stack",
+            );
+        }
+        if n.hybridnet.common.mode.is_some() {
+            c.add(
+                "spec.network.hybridnet.mode",
+                "hybridnet has no encapsulation mode here",
+                "remove mode; set defaultNetworkType (overlay or underlay) to choose pods' default network",
+            );
+        }
+        if n.hybridnet.common.mtu.is_some() {
+            c.add(
+                "spec.network.hybridnet.mtu",
+                "KubeXM does not set hybridnet's MTU (its chart takes none)",
+                "remove mtu",
+            );
+        }
+    }
 }
 
 fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker) {
@@ -1556,4 +1724,23 @@ fn is_registry_host(s: &str) -> bool {
         || is_dns_subdomain(&host.to_ascii_lowercase())
         || host == "localhost";
     host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kube_ovn_floor;
+
+    #[test]
+    fn kube_ovn_floors_follow_its_charts() {
+        for (ovn, floor) in [
+            ("v1.12.21", (1, 23)),
+            ("v1.13.15", (1, 23)),
+            ("v1.14.10", (1, 29)),
+            ("v1.15.0", (1, 29)),
+            ("1.16.0", (1, 29)),
+            ("latest", (1, 23)),
+        ] {
+            assert_eq!(kube_ovn_floor(ovn), floor, "{ovn}");
+        }
+    }
 }

@@ -220,14 +220,14 @@ fn nodelocaldns_manifest() {
 }
 
 #[test]
-fn unsupported_plugins_are_skipped_with_a_reason() {
-    let ctx = lab_context(|t| t.replace("plugin: flannel", "plugin: kube-ovn"));
-    let reason = NetworkModule(ctx).skip().expect("skipped");
-    assert!(
-        reason.contains("kube-ovn") && reason.contains("not implemented"),
-        "{reason}"
-    );
-    assert!(NetworkModule(lab_context(|t| t)).skip().is_none());
+fn every_plugin_but_none_is_installed() {
+    for plugin in ["flannel", "calico", "cilium", "kube-ovn", "hybridnet"] {
+        let ctx = lab_context(|t| t.replace("plugin: flannel", &format!("plugin: {plugin}")));
+        assert!(NetworkModule(ctx).skip().is_none(), "{plugin}");
+    }
+    let none = lab_context(|t| t.replace("plugin: flannel", "plugin: none"));
+    let reason = NetworkModule(none).skip().expect("skipped");
+    assert!(reason.contains("bring your own CNI"), "{reason}");
 }
 
 /// A bundle directory holding `files` (name, bundle path, content) and the cluster's images.
@@ -586,4 +586,183 @@ fn addon_uploads(ctx: &Arc<InstallContext>) -> std::collections::BTreeMap<String
         }
     }
     uploads
+}
+
+/// Every step and op of `module` on the first master, one line each under `task` and `step`
+/// headers; with `checks`, each command's `unless` and `undo` too.
+pub(crate) fn plan_of(ctx: &Arc<InstallContext>, module: &dyn Module, checks: bool) -> String {
+    let first = ctx.first_master().expect("first").clone();
+    let mut out = Vec::new();
+    for task in module.tasks().expect("tasks") {
+        out.push(format!("task {} on {}", task.name, task.hosts.join(",")));
+        for step in &task.steps {
+            out.push(format!("  step {}", step.name()));
+            for op in step.ops(&first, &Facts::default()).expect("ops") {
+                let p = op.generic().plan();
+                out.push(format!("    {} {}", p.kind, p.detail));
+                let Op::Run(r) = &op else { continue };
+                for (what, check) in [("unless", &r.unless), ("undo", &r.undo)] {
+                    if let Some(c) = check.as_ref().filter(|_| checks) {
+                        out.push(format!("      {what}: {c}"));
+                    }
+                }
+            }
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+/// The network module's plan with every check and revert.
+fn module_plan(ctx: &Arc<InstallContext>) -> String {
+    plan_of(ctx, &NetworkModule(ctx.clone()), true)
+}
+
+/// The example cluster at v1.31.13 with `plugin` on the given installation path, loaded with the
+/// kubexm tests' stand-in catalog (the built-in one pins no kube-* server binaries).
+fn example_with(plugin: &str, path: &str) -> Arc<InstallContext> {
+    let text = std::fs::read_to_string(repo().join("manifests/examples/cluster.yaml"))
+        .expect("example")
+        .replace("plugin: calico", &format!("plugin: {plugin}"))
+        .replace("    calico:\n      mode: ipip\n", "")
+        .replace("version: v1.33.11", "version: v1.31.13")
+        .replace(
+            "  kubernetes:\n    type: kubeadm",
+            &format!("  kubernetes:\n    type: {path}"),
+        );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, text).expect("write yaml");
+    let catalog = repo().join("installer/tests/fixtures/kubexm/catalog-stand-in.yaml");
+    Arc::new(load_context(&file, Some(&catalog), None, dir.path()).expect("example loads"))
+}
+
+#[test]
+fn kube_ovn_chart_values() {
+    let ctx = example_context(|t| {
+        t.replace(
+            "plugin: calico",
+            "plugin: kube-ovn\n    kubeOvn: {mode: vxlan, joinCidr: 100.65.0.0/16}",
+        )
+        .replace("    calico:\n      mode: ipip\n", "")
+    });
+    let values = values_of(&ctx, "kube-ovn-values.yaml");
+    let v = &yaml_docs(&values)[0];
+    // kubeovn/kube-ovn at dockerhub.kubexm.local/kubexm/kubeovn/kube-ovn: the chart composes
+    // address/repository:tag.
+    assert_eq!(
+        v["global"]["registry"]["address"],
+        "dockerhub.kubexm.local/kubexm/kubeovn"
+    );
+    assert_eq!(
+        v["global"]["images"]["kubeovn"],
+        serde_json::json!({"repository": "kube-ovn", "tag": "v1.15.0", "vpcRepository": "vpc-nat-gateway"})
+    );
+    assert_eq!(v["networking"]["NET_STACK"], "ipv4");
+    assert_eq!(v["networking"]["TUNNEL_TYPE"], "vxlan");
+    assert_eq!(
+        v["ipv4"],
+        serde_json::json!({"POD_CIDR": "10.233.64.0/18", "POD_GATEWAY": "10.233.64.1", "SVC_CIDR": "10.233.0.0/18", "JOIN_CIDR": "100.65.0.0/16"})
+    );
+    assert_eq!(v["MASTER_NODES_LABEL"], "kube-ovn/role=master");
+    let masters: Vec<String> = ctx
+        .nodes
+        .iter()
+        .filter(|n| n.roles.contains(&kubexm_manifests::resolve::Role::Master))
+        .map(|n| n.internal_address.clone())
+        .collect();
+    assert_eq!(v["MASTER_NODES"], masters.join(","));
+    insta::assert_snapshot!("kube-ovn-values", values);
+
+    // Dual-stack: both families, kube-ovn's default join CIDRs.
+    let dual = example_context(|t| {
+        t.replace("plugin: calico", "plugin: kube-ovn")
+            .replace("    calico:\n      mode: ipip\n", "")
+            .replace(
+                "podCidr: 10.233.64.0/18",
+                "podCidr: 10.233.64.0/18,fd00:10:233::/56",
+            )
+            .replace(
+                "serviceCidr: 10.233.0.0/18",
+                "serviceCidr: 10.233.0.0/18,fd00:10:96::/112",
+            )
+    });
+    let v = &yaml_docs(&values_of(&dual, "kube-ovn-values.yaml"))[0];
+    assert_eq!(v["networking"]["NET_STACK"], "dual_stack");
+    assert_eq!(v["networking"]["TUNNEL_TYPE"], "geneve");
+    assert_eq!(
+        v["dual_stack"],
+        serde_json::json!({
+            "POD_CIDR": "10.233.64.0/18,fd00:10:233::/56",
+            "POD_GATEWAY": "10.233.64.1,fd00:10:233::1",
+            "SVC_CIDR": "10.233.0.0/18,fd00:10:96::/112",
+            "JOIN_CIDR": "100.64.0.0/16,fd00:100:64::/112"
+        })
+    );
+}
+
+#[test]
+fn hybridnet_chart_values() {
+    let ctx = example_context(|t| {
+        t.replace(
+            "plugin: calico",
+            "plugin: hybridnet\n    hybridnet: {defaultNetworkType: underlay}",
+        )
+        .replace("    calico:\n      mode: ipip\n", "")
+    });
+    let values = values_of(&ctx, "hybridnet-values.yaml");
+    let v = &yaml_docs(&values)[0];
+    assert_eq!(
+        v["images"],
+        serde_json::json!({"registryURL": "dockerhub.kubexm.local/kubexm", "hybridnet": {"image": "hybridnetdev/hybridnet", "tag": "v0.8.8"}})
+    );
+    assert_eq!(
+        v["init"],
+        serde_json::json!({"cidr": "10.233.64.0/18", "ipVersion": "4"})
+    );
+    assert_eq!(v["defaultNetworkType"], "Underlay");
+    assert_eq!(v["defaultIPFamily"], "IPv4");
+    insta::assert_snapshot!("hybridnet-values", values);
+    let overlay = example_context(|t| {
+        t.replace("plugin: calico", "plugin: hybridnet")
+            .replace("    calico:\n      mode: ipip\n", "")
+    });
+    let v = &yaml_docs(&values_of(&overlay, "hybridnet-values.yaml"))[0];
+    assert_eq!(v["defaultNetworkType"], "Overlay");
+}
+
+#[test]
+fn kube_ovn_and_hybridnet_plans_on_both_paths() {
+    for plugin in ["kube-ovn", "hybridnet"] {
+        let kubeadm = example_with(plugin, "kubeadm");
+        let kubexm = example_with(plugin, "kubexm");
+        assert!(NetworkModule(kubeadm.clone()).skip().is_none(), "{plugin}");
+        let plan = module_plan(&kubeadm);
+        // The module needs only admin.conf and kubectl on the first master: the same plan on
+        // both paths.
+        assert_eq!(plan, module_plan(&kubexm), "{plugin}");
+        let steps: Vec<&str> = plan
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("step "))
+            .collect();
+        let want: &[&str] = if plugin == "kube-ovn" {
+            &["helm-binary", "kube-ovn-masters", "kube-ovn", "nodes-ready"]
+        } else {
+            &["helm-binary", "hybridnet", "nodes-ready"]
+        };
+        assert_eq!(steps, want, "{plan}");
+        assert!(
+            plan.contains(&format!("upgrade --install {plugin} ")),
+            "{plan}"
+        );
+        insta::assert_snapshot!(format!("{plugin}-plan"), plan);
+    }
+    // The masters get the label kube-ovn's chart selects, checked first, removed on revert.
+    let plan = module_plan(&example_with("kube-ovn", "kubexm"));
+    for want in [
+        "label node master1 --overwrite kube-ovn/role=master",
+        "grep -qxF -- kube-ovn/role=master",
+        "undo: /usr/local/bin/kubectl --kubeconfig /etc/kubernetes/admin.conf label node master1 kube-ovn/role- ",
+    ] {
+        assert!(plan.contains(want), "{want} missing from\n{plan}");
+    }
 }

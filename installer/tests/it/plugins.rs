@@ -38,19 +38,7 @@ pub(crate) fn kinds(text: &str) -> Vec<String> {
 
 /// Every step and op of `module` on the first master, one line each.
 fn plan_text(ctx: &Arc<InstallContext>, module: &dyn Module) -> String {
-    let first = ctx.first_master().expect("first").clone();
-    let mut out = Vec::new();
-    for task in module.tasks().expect("tasks") {
-        out.push(format!("task {} on {}", task.name, task.hosts.join(",")));
-        for step in &task.steps {
-            out.push(format!("  step {}", step.name()));
-            for op in step.ops(&first, &Facts::default()).expect("ops") {
-                let p = op.generic().plan();
-                out.push(format!("    {} {}", p.kind, p.detail));
-            }
-        }
-    }
-    out.join("\n") + "\n"
+    crate::network::plan_of(ctx, module, false)
 }
 
 #[test]
@@ -157,18 +145,28 @@ fn cilium_values(ctx: &Arc<InstallContext>) -> String {
 }
 
 #[test]
-fn multus_over_a_delegate_not_implemented_is_skipped_naming_the_delegate() {
-    let ctx = lab_context(|t| {
-        t.replace(
-            "    plugin: flannel\n",
-            "    plugin: multus\n    multus: {delegate: kube-ovn}\n",
-        )
-    });
-    let reason = NetworkModule(ctx).skip().expect("skipped");
-    assert!(
-        reason.contains("multus's delegate kube-ovn") && reason.contains("not implemented"),
-        "{reason}"
-    );
+fn multus_over_kube_ovn_or_hybridnet_installs_the_delegate_s_chart_first() {
+    for (delegate, step) in [("kube-ovn", "kube-ovn"), ("hybridnet", "hybridnet")] {
+        let ctx = crate::kubeadm::example_context(|t| {
+            t.replace(
+                "plugin: calico",
+                &format!("plugin: multus\n    multus: {{delegate: {delegate}}}"),
+            )
+            .replace("    calico:\n      mode: ipip\n", "")
+        });
+        let module = NetworkModule(ctx.clone());
+        assert!(module.skip().is_none(), "{delegate}");
+        let plan = plan_text(&ctx, &module);
+        let steps: Vec<&str> = plan
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("step "))
+            .collect();
+        assert_eq!(steps.first(), Some(&"helm-binary"), "{plan}");
+        assert!(
+            steps.ends_with(&[step, "multus", "nodes-ready", "multus-ready"]),
+            "{plan}"
+        );
+    }
 }
 
 #[test]

@@ -13,8 +13,8 @@ use super::doc::{Doc, FieldPath};
 use super::{ImportError, ImportOptions, Imported};
 use crate::catalog::Catalog;
 use crate::model::{
-    Addon, AddonSource, AddonType, Chart, EtcdType, KubernetesType, MultusOptions, Plugin,
-    RegistryAuth, RegistryType, RewriteMode, RuntimeType,
+    Addon, AddonSource, AddonType, Chart, EtcdType, HybridnetNetworkType, KubernetesType,
+    MultusOptions, Plugin, RegistryAuth, RegistryType, RewriteMode, RuntimeType,
 };
 use crate::secret::Secret;
 use crate::version::KubeVersion;
@@ -560,14 +560,8 @@ fn network(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         &n.join("flannel.directRouting"),
         "KubeXM's flannel takes its backend mode only",
     );
-    doc.unmapped(
-        &n.key("kubeovn"),
-        "KubeXM's kube-ovn takes version, mode and MTU only; its tunnel, DPDK and gateway settings are kube-ovn's defaults",
-    );
-    doc.unmapped(
-        &n.key("hybridnet"),
-        "KubeXM's hybridnet takes version, mode and MTU only; define its networks and subnets with hybridnet's own resources after install",
-    );
+    kube_ovn(doc, ctx, &n.key("kubeovn"), plugin);
+    hybridnet(doc, ctx, &n.key("hybridnet"), plugin);
     if doc.boolean(&n.join("multusCNI.enabled")) == Some(true) {
         // The delegate keeps its options under its own key.
         let net = &mut ctx.cluster.spec.network;
@@ -578,6 +572,75 @@ fn network(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         };
     }
     Ok(())
+}
+
+/// KubeKey's `network.kubeovn`: the join CIDR and the tunnel type map (to `kubeOvn.joinCidr` and
+/// `kubeOvn.mode`); the rest is left to kube-ovn's chart defaults.
+fn kube_ovn(doc: &mut Doc, ctx: &mut Ctx<'_>, k: &FieldPath, plugin: Plugin) {
+    let opts = &mut ctx.cluster.spec.network.kube_ovn;
+    for key in doc.keys(k) {
+        let field = k.key(&key);
+        match key.as_str() {
+            "joinCIDR" | "tunnelType" if plugin != Plugin::KubeOvn => doc.unmapped(
+                &field,
+                "applies to the kube-ovn plugin only, which this cluster does not use",
+            ),
+            "joinCIDR" => opts.join_cidr = doc.string(&field),
+            "tunnelType" => match doc.string(&field) {
+                Some(t) if ["geneve", "vxlan", "stt"].contains(&t.as_str()) => {
+                    opts.common.mode = Some(t);
+                }
+                Some(t) => doc.reject(
+                    &field,
+                    &Value::String(t),
+                    "kube-ovn's tunnel is geneve, vxlan or stt; its default (geneve) applies",
+                ),
+                None => {}
+            },
+            _ => doc.unmapped(
+                &field,
+                "KubeXM's kube-ovn takes its version, tunnel type (mode) and join CIDR; its SSL, DPDK, gateway, VLAN and per-component settings are the chart's defaults",
+            ),
+        }
+    }
+}
+
+/// KubeKey's `network.hybridnet`: the default network type maps (to
+/// `hybridnet.defaultNetworkType`); the chart's init network always covers the pod CIDR.
+fn hybridnet(doc: &mut Doc, ctx: &mut Ctx<'_>, h: &FieldPath, plugin: Plugin) {
+    for key in doc.keys(h) {
+        let field = h.key(&key);
+        match key.as_str() {
+            "defaultNetworkType" if plugin != Plugin::Hybridnet => doc.unmapped(
+                &field,
+                "applies to the hybridnet plugin only, which this cluster does not use",
+            ),
+            "defaultNetworkType" => match doc.string(&field).map(|t| t.to_ascii_lowercase()) {
+                Some(t) if t == "overlay" => {
+                    ctx.cluster.spec.network.hybridnet.default_network_type =
+                        Some(HybridnetNetworkType::Overlay);
+                }
+                Some(t) if t == "underlay" => {
+                    ctx.cluster.spec.network.hybridnet.default_network_type =
+                        Some(HybridnetNetworkType::Underlay);
+                }
+                Some(t) => doc.reject(
+                    &field,
+                    &Value::String(t),
+                    "hybridnet's default network type is Overlay or Underlay; Overlay applies",
+                ),
+                None => {}
+            },
+            "networks" => doc.unmapped(
+                &field,
+                "KubeXM creates only the chart's init overlay network (over the pod CIDR); define these networks and subnets with hybridnet's own Network and Subnet resources after install",
+            ),
+            _ => doc.unmapped(
+                &field,
+                "KubeXM's hybridnet takes its version and default network type; its init, network policy and interface settings are the chart's defaults",
+            ),
+        }
+    }
 }
 
 fn registry(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {

@@ -668,6 +668,47 @@ fn cni(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
             "KubeXM's only multi-CNI is multus",
         ),
     }
+    // kube-ovn's and hybridnet's versions map when the catalog has them: kube-ovn's is its
+    // image group's; hybridnet's is its chart's (0.6.8), whose image group the catalog's
+    // `hybridnet-chart` fileVersions names (v0.8.8).
+    if plugin == Plugin::KubeOvn {
+        let field = n.key("kubeovn_version");
+        if let Some(v) = doc.string(&field).filter(|v| !is_template(v)) {
+            if ctx
+                .catalog
+                .addon_images
+                .get(Plugin::KubeOvn.as_str())
+                .is_some_and(|g| g.contains_key(&v))
+            {
+                ctx.cluster.spec.network.kube_ovn.common.version = Some(v);
+            } else {
+                doc.reject(
+                    &field,
+                    &Value::String(v),
+                    "the catalog has no kube-ovn image list for this version; the catalog's version for the Kubernetes version applies (add one with --catalog FILE and set spec.network.kubeOvn.version)",
+                );
+            }
+        }
+    }
+    if plugin == Plugin::Hybridnet {
+        let field = n.key("hybridnet_version");
+        if let Some(v) = doc.string(&field).filter(|v| !is_template(v)) {
+            let image = ctx.catalog.components.get("hybridnet-chart").and_then(|c| {
+                c.file_versions
+                    .iter()
+                    .find(|(_, chart)| chart.trim_start_matches('v') == v.trim_start_matches('v'))
+                    .map(|(image, _)| image.clone())
+            });
+            match image {
+                Some(image) => ctx.cluster.spec.network.hybridnet.common.version = Some(image),
+                None => doc.reject(
+                    &field,
+                    &Value::String(v),
+                    "the catalog knows no hybridnet chart of this version; the catalog's version for the Kubernetes version applies (add it with --catalog FILE: hybridnet-chart fileVersions)",
+                ),
+            }
+        }
+    }
     for field in [
         "calico_version",
         "cilium_version",
@@ -676,6 +717,11 @@ fn cni(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         "hybridnet_version",
         "spiderpool_version",
     ] {
+        if (field == "kubeovn_version" && plugin == Plugin::KubeOvn)
+            || (field == "hybridnet_version" && plugin == Plugin::Hybridnet)
+        {
+            continue;
+        }
         doc.unmapped(
             &n.key(field),
             "KubeXM takes the plugin version its catalog pairs with the Kubernetes version; set spec.network.<plugin>.version to pin one the catalog has",
@@ -685,19 +731,20 @@ fn cni(doc: &mut Doc, ctx: &mut Ctx<'_>) -> Result<(), ImportError> {
         &n.key("multus"),
         "KubeXM takes multus's image from its catalog",
     );
-    for plugin in [
-        "calico",
-        "cilium",
-        "flannel",
-        "kubeovn",
-        "hybridnet",
-        "spiderpool",
-    ] {
+    for plugin in ["calico", "cilium", "flannel", "spiderpool"] {
         doc.unmapped(
             &n.key(plugin),
             "KubeXM's plugins take version, mode and MTU only; the plugin's defaults apply",
         );
     }
+    doc.unmapped(
+        &n.key("kubeovn"),
+        "KubeXM writes kube-ovn's chart values itself (pod, service and join CIDRs, the masters, images from the private registry); set spec.network.kubeOvn.joinCidr and mode for the join CIDR and tunnel",
+    );
+    doc.unmapped(
+        &n.key("hybridnet"),
+        "KubeXM writes hybridnet's chart values itself (the init network over the pod CIDR, the image from the private registry); set spec.network.hybridnet.defaultNetworkType for the default network",
+    );
     Ok(())
 }
 

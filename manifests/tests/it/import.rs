@@ -507,6 +507,114 @@ fn security_enhancement_and_audit_map_to_security_enhancement() {
         .all(|u| !u.field.contains("security_enhancement")));
 }
 
+#[test]
+fn kube_ovn_join_cidr_and_tunnel_map_and_the_rest_is_reported() {
+    let text = fixture("v1alpha2-config-example.yaml").replace(
+        "    plugin: calico\n",
+        "    plugin: kubeovn\n    kubeovn:\n      joinCIDR: 100.65.0.0/16\n      tunnelType: vxlan\n      enableSSL: true\n",
+    );
+    assert!(text.contains("plugin: kubeovn"), "fixture changed");
+    let mut o = opts();
+    o.kubernetes_version = Some("v1.33.11".into());
+    let imported = import_kubekey(&[("config.yaml", &text)], &o, &builtin()).expect("imports");
+    let net = &imported.cluster.spec.network;
+    assert_eq!(net.plugin, Plugin::KubeOvn);
+    assert_eq!(net.kube_ovn.join_cidr.as_deref(), Some("100.65.0.0/16"));
+    assert_eq!(net.kube_ovn.common.mode.as_deref(), Some("vxlan"));
+    assert!(
+        unmapped(&imported, "spec.network.kubeovn.enableSSL").contains("chart's defaults"),
+        "{:#?}",
+        imported.report.unmapped
+    );
+    let written = reloads(&imported, "config.yaml");
+    assert!(written.contains("joinCidr: 100.65.0.0/16"), "{written}");
+
+    // Under another plugin, the kube-ovn settings are reported, not carried.
+    let other = fixture("v1alpha2-config-example.yaml").replace(
+        "    plugin: calico\n",
+        "    plugin: calico\n    kubeovn:\n      joinCIDR: 100.64.0.0/16\n",
+    );
+    let imported = import_kubekey(&[("config.yaml", &other)], &o, &builtin()).expect("imports");
+    assert!(imported.cluster.spec.network.kube_ovn.join_cidr.is_none());
+    assert!(unmapped(&imported, "spec.network.kubeovn.joinCIDR").contains("kube-ovn plugin only"));
+}
+
+#[test]
+fn hybridnet_default_network_type_maps_and_its_networks_are_reported() {
+    let text = fixture("v1alpha2-config-example.yaml")
+        .replace(
+            "    plugin: calico\n",
+            "    plugin: hybridnet\n    hybridnet:\n      defaultNetworkType: Underlay\n      networks:\n        - {name: net1, type: Underlay}\n",
+        )
+        .replace(
+            "kubePodsCIDR: 10.233.64.0/18,fd85:ee78:d8a6:8607::1:0000/112",
+            "kubePodsCIDR: 10.233.64.0/18",
+        )
+        .replace(
+            "kubeServiceCIDR: 10.233.0.0/18,fd85:ee78:d8a6:8607::1000/116",
+            "kubeServiceCIDR: 10.233.0.0/18",
+        );
+    assert!(text.contains("plugin: hybridnet"), "fixture changed");
+    let mut o = opts();
+    o.kubernetes_version = Some("v1.33.11".into());
+    let imported = import_kubekey(&[("config.yaml", &text)], &o, &builtin()).expect("imports");
+    let net = &imported.cluster.spec.network;
+    assert_eq!(net.plugin, Plugin::Hybridnet);
+    assert_eq!(
+        net.hybridnet.default_network_type,
+        Some(kubexm_manifests::model::HybridnetNetworkType::Underlay)
+    );
+    assert!(
+        unmapped(&imported, "spec.network.hybridnet.networks").contains("Network and Subnet"),
+        "{:#?}",
+        imported.report.unmapped
+    );
+    let written = reloads(&imported, "config.yaml");
+    assert!(
+        written.contains("defaultNetworkType: underlay"),
+        "{written}"
+    );
+}
+
+#[test]
+fn v4_kube_ovn_and_hybridnet_versions_map_to_the_catalog_s() {
+    for (plugin, line, want) in [
+        ("kubeovn", "kubeovn_version: v1.15.0", "v1.15.0"),
+        // hybridnet's chart 0.6.8 deploys the image group v0.8.8.
+        ("hybridnet", "hybridnet_version: 0.6.8", "v0.8.8"),
+    ] {
+        let text = fixture("v4-config-v1.33.yaml").replace(
+            "    type: calico\n",
+            &format!("    type: {plugin}\n    {line}\n"),
+        );
+        assert!(text.contains(line), "fixture changed");
+        let imported = run_texts(&[
+            ("config.yaml", &text),
+            ("inventory.yaml", &fixture("v4-inventory-localhost.yaml")),
+        ]);
+        let net = &imported.cluster.spec.network;
+        let got = if plugin == "kubeovn" {
+            &net.kube_ovn.common.version
+        } else {
+            &net.hybridnet.common.version
+        };
+        assert_eq!(got.as_deref(), Some(want), "{plugin}");
+        assert!(
+            imported
+                .report
+                .unmapped
+                .iter()
+                .all(|u| !u.field.ends_with("_version") || !u.field.contains(plugin)),
+            "{:#?}",
+            imported.report.unmapped
+        );
+    }
+}
+
+fn run_texts(inputs: &[(&str, &str)]) -> Imported {
+    import_kubekey(inputs, &opts(), &builtin()).expect("imports")
+}
+
 /// v4's `storage_class` and `nfs` group (issue 19): local volumes as KubeKey's defaults have
 /// them, and NFS from the nfs group's host with its path; two defaults become one.
 #[test]

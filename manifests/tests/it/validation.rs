@@ -945,6 +945,8 @@ fn versions_refuse_what_cannot_work() {
             "KubeXM does not install Kubernetes v1.15.12",
         );
     }
+    // (hybridnet's own floor, its chart's kubeVersion >=1.16, is checked too, but no version
+    // below v1.20 gets that far: the refusal above comes first.)
     // multus cannot delegate to none.
     expect(
         |f| {
@@ -1206,4 +1208,127 @@ fn storage() {
         "  storage:\n    localVolume: {enabled: true, basepath: /x}\n  kubernetes:",
     );
     assert!(load_cluster_str(&typo, "t.yaml", &builtin()).is_err());
+}
+
+#[test]
+fn kube_ovn_floors_tunnel_and_join_cidr() {
+    // The catalog's default kube-ovn for the base (v1.33) is valid as it is.
+    assert!(problems_with(&builtin(), |f| f.spec.network.plugin = Plugin::KubeOvn).is_empty());
+    assert!(problems_with(&builtin(), |f| f.spec.network.plugin = Plugin::Hybridnet).is_empty());
+    // kube-ovn v1.15's chart needs Kubernetes v1.29: pinned on v1.28 it is refused, naming the
+    // older kube-ovn that fits.
+    expect(
+        |f| {
+            f.spec.kubernetes.version = "v1.28.15".into();
+            f.spec.network.plugin = Plugin::KubeOvn;
+            f.spec.network.kube_ovn.common.version = Some("v1.15.0".into());
+        },
+        "spec.network.plugin",
+        "kube-ovn v1.15.0 needs Kubernetes v1.29 or later",
+    );
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.28.15".into();
+        f.spec.network.plugin = Plugin::KubeOvn;
+    })
+    .is_empty());
+    // Every kube-ovn needs v1.23: v1.13.15 pinned on v1.22 (as multus's delegate) is refused.
+    expect_in(
+        &with_old_release(),
+        |f| {
+            f.spec.kubernetes.version = "v1.22.17".into();
+            f.spec.network.plugin = Plugin::Multus;
+            f.spec.network.multus.delegate = Some(Plugin::KubeOvn);
+            f.spec.network.kube_ovn.common.version = Some("v1.13.15".into());
+            f.spec.network.multus.common.version = Some("v4.2.4".into());
+        },
+        "spec.network.multus.delegate",
+        "kube-ovn v1.13.15 needs Kubernetes v1.23 or later",
+    );
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::KubeOvn;
+            f.spec.network.kube_ovn.common.mode = Some("gre".into());
+        },
+        "spec.network.kubeOvn.mode",
+        "`gre` is not a kube-ovn tunnel type",
+    );
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::KubeOvn;
+            f.spec.network.kube_ovn.common.mtu = Some(1400);
+        },
+        "spec.network.kubeOvn.mtu",
+        "does not set kube-ovn's MTU",
+    );
+    for (join, needle) in [
+        ("10.233.64.0/24", "overlaps podCidr `10.233.64.0/18`"),
+        ("10.233.0.0/16", "overlaps serviceCidr `10.233.0.0/18`"),
+        ("10.0.0.0/24", "contains the address 10.0.0.11 of host `m1`"),
+        ("fd00:100:64::/112", "of an IP family podCidr does not have"),
+        (
+            "100.64.0.0/16,fd00:100:64::/112",
+            "2 CIDR(s) for 1 in podCidr",
+        ),
+        ("100.64.0.1/16", "has host bits set"),
+    ] {
+        expect(
+            |f| {
+                f.spec.network.plugin = Plugin::KubeOvn;
+                f.spec.network.kube_ovn.join_cidr = Some(join.into());
+            },
+            "spec.network.kubeOvn.joinCidr",
+            needle,
+        );
+    }
+    assert!(problems_with(&builtin(), |f| {
+        f.spec.network.plugin = Plugin::KubeOvn;
+        f.spec.network.kube_ovn.join_cidr = Some("100.65.0.0/16".into());
+    })
+    .is_empty());
+    expect(
+        |f| f.spec.network.kube_ovn.join_cidr = Some("100.65.0.0/16".into()),
+        "spec.network.kubeOvn.joinCidr",
+        "applies only to network.plugin kube-ovn",
+    );
+}
+
+#[test]
+fn hybridnet_takes_no_mode_mtu_or_dual_stack() {
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::Hybridnet;
+            f.spec.network.hybridnet.common.mode = Some("vxlan".into());
+        },
+        "spec.network.hybridnet.mode",
+        "no encapsulation mode",
+    );
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::Hybridnet;
+            f.spec.network.hybridnet.common.mtu = Some(1400);
+        },
+        "spec.network.hybridnet.mtu",
+        "does not set hybridnet's MTU",
+    );
+    expect(
+        |f| {
+            f.spec.network.plugin = Plugin::Hybridnet;
+            f.spec.network.pod_cidr = "10.233.64.0/18,fd00:10:233::/56".into();
+            f.spec.network.service_cidr = "10.233.0.0/18,fd00:10:96::/112".into();
+        },
+        "spec.network.podCidr",
+        "dual-stack is not offered with hybridnet",
+    );
+    // The default network type parses from KubeKey's spelling and KubeXM's.
+    for spelling in ["underlay", "Underlay"] {
+        let text = BASE.replace(
+            "  kubernetes: {version: v1.33.11}",
+            &format!("  kubernetes: {{version: v1.33.11}}\n  network:\n    plugin: hybridnet\n    hybridnet: {{defaultNetworkType: {spelling}}}"),
+        );
+        let c = load_cluster_str(&text, "cluster.yaml", &builtin()).expect("valid");
+        assert_eq!(
+            c.file.spec.network.hybridnet.default_network_type,
+            Some(HybridnetNetworkType::Underlay)
+        );
+    }
 }

@@ -22,7 +22,7 @@ use crate::runner::shell;
 pub const WORKER_LABEL: &str = "node-role.kubernetes.io/worker";
 
 /// `kubectl -o go-template` printing a node's labels as `key=value` lines.
-const LABELS: &str =
+pub(crate) const LABELS: &str =
     r#"go-template={{range $k, $v := .metadata.labels}}{{$k}}={{$v}}{{"\n"}}{{end}}"#;
 /// `kubectl -o go-template` printing a node's taints as `key:effect` lines.
 const TAINTS: &str = r#"go-template={{range .spec.taints}}{{.key}}:{{.effect}}{{"\n"}}{{end}}"#;

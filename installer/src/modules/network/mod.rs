@@ -2,7 +2,8 @@
 //! only `/etc/kubernetes/admin.conf` and `kubectl` on the masters).
 //!
 //! **Design**: the plugins' own upstream files are bundled (catalog components
-//! `flannel-manifest`, `calico-chart`, `cilium-chart`, resolved for `network.plugin`) and
+//! `flannel-manifest`, `calico-chart`, `cilium-chart`, `kube-ovn-chart`, `hybridnet-chart`,
+//! resolved for `network.plugin`) and
 //! KubeXM only sets what the cluster decides: the pod CIDR, the encapsulation mode and MTU, and
 //! every image's location (the private registry). Writing KubeXM's own CNI manifests instead
 //! was rejected: calico and cilium ship dozens of CRDs and RBAC rules that change every
@@ -18,6 +19,13 @@
 //!   from the private registry).
 //! * **cilium**: the cilium Helm chart with `templates/cni/cilium-values.yaml.tera` (cluster-pool
 //!   IPAM over the pod CIDR, the API endpoint, every image from the private registry).
+//! * **kube-ovn**: the masters labelled `kube-ovn/role=master`, then kube-ovn's Helm chart with
+//!   `templates/cni/kube-ovn-values.yaml.tera` (IP stack, pod CIDR and gateway, service and join
+//!   CIDRs, tunnel type, the masters' addresses, images from the private registry); see
+//!   [`kube_ovn`].
+//! * **hybridnet**: hybridnet's Helm chart with `templates/cni/hybridnet-values.yaml.tera` (the
+//!   init overlay subnet over the pod CIDR, the default network type, the image from the
+//!   private registry); see [`hybridnet`].
 //!
 //! * **multus** (`network.plugin: multus`, `network.multus.delegate`): the delegate installed
 //!   exactly as above, then multus's thin plugin from KubeXM's own manifest
@@ -26,8 +34,7 @@
 //!   multus's configuration.
 //!
 //! Then every master and worker must report Ready (and with multus, its DaemonSet must have
-//! rolled out). kube-ovn and hybridnet, alone or as multus's delegate, are skipped with a
-//! reason (not implemented yet).
+//! rolled out).
 //!
 //! **`network.plugin: none`** (bring your own CNI): the module is skipped, nothing of a CNI is
 //! installed or awaited, and the nodes stay `NotReady` (pods other than host-network ones stay
@@ -39,6 +46,8 @@
 mod calico;
 mod cilium;
 mod flannel;
+pub mod hybridnet;
+pub mod kube_ovn;
 pub mod multus;
 pub mod traces;
 
@@ -49,17 +58,19 @@ use std::time::Duration;
 use kubexm_manifests::model::Plugin;
 use kubexm_manifests::resolve::network_file;
 
-use super::apply::HelmBinary;
+use super::apply::{bundle_upload, HelmBinary, HelmRelease, MANIFESTS_DIR};
 use super::images::node_image;
 use super::kubeadm::init::kubectl;
 use crate::context::InstallContext;
-use crate::pipeline::ops::{Op, WaitFor};
+use crate::pipeline::ops::{Op, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;
 
 pub use calico::Calico;
 pub use cilium::Cilium;
 pub use flannel::{render_flannel, Flannel};
+pub use hybridnet::{render_hybridnet_values, Hybridnet};
+pub use kube_ovn::{render_kube_ovn_values, KubeOvn, KubeOvnMasters, MASTER_LABEL};
 pub use multus::{render_multus, Multus, MultusReady};
 
 /// The pod network module.
@@ -86,7 +97,7 @@ impl Module for NetworkModule {
                 format!("network.plugin {}", p.as_str())
             };
             format!(
-                "{what}: this build installs calico, flannel and cilium (alone or under multus); the {} module is not implemented yet",
+                "{what}: this build installs calico, flannel, cilium, kube-ovn and hybridnet (alone or under multus); the {} module is not implemented yet",
                 primary.as_str()
             )
         })
@@ -106,6 +117,13 @@ impl Module for NetworkModule {
             Plugin::Cilium => task
                 .step(HelmBinary { ctx: ctx.clone() })
                 .step(Cilium::new(ctx)?),
+            Plugin::KubeOvn => task
+                .step(HelmBinary { ctx: ctx.clone() })
+                .step(KubeOvnMasters::new(ctx))
+                .step(KubeOvn::new(ctx)?),
+            Plugin::Hybridnet => task
+                .step(HelmBinary { ctx: ctx.clone() })
+                .step(Hybridnet::new(ctx)?),
             other => {
                 return Err(StepError::Invalid(format!(
                     "network.plugin {} is not implemented",
@@ -152,6 +170,25 @@ pub(crate) fn plugin_file(
 ) -> Result<(std::path::PathBuf, kubexm_bundles::manifest::FileRecord), StepError> {
     let first = ctx.first_master()?;
     super::runtime::bundle_file(ctx, component, first)
+}
+
+/// The Helm release of a network plugin's bundled chart (`component`) with `values`.
+pub(crate) fn plugin_chart(
+    ctx: &InstallContext,
+    component: &str,
+    release: &str,
+    namespace: &str,
+    values: UploadFile,
+) -> Result<HelmRelease, StepError> {
+    let (path, rec) = plugin_file(ctx, component)?;
+    let chart_file = rec.path.rsplit('/').next().unwrap_or(component).to_string();
+    Ok(HelmRelease {
+        name: release.into(),
+        release: release.into(),
+        namespace: namespace.into(),
+        chart: bundle_upload(path, &rec, format!("{MANIFESTS_DIR}/{chart_file}")),
+        values,
+    })
 }
 
 /// Every `image:` of a YAML text rewritten to where nodes pull it; an image the bundle does not

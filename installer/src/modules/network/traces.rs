@@ -5,20 +5,34 @@
 //! (`/run/netns/cni-*`: their veth pairs go with them), the plugins' and kube-proxy's
 //! interfaces, IPVS services, the iptables rules and chains of kube-proxy, the CNI plugins
 //! (`CNI-*` of bridge/portmap masquerading) and NodeLocal DNSCache, and the pod logs.
+//!
+//! kube-ovn leaves Open vSwitch's and OVN's databases and sockets (`/etc/origin/*`,
+//! `/run/openvswitch`, `/run/ovn`, their logs), the `ovn0` port and the tunnel devices
+//! (`genev_sys_6081`, `vxlan_sys_4789`, `stt_sys_7471`) and its `OVN-*` chains; the kernel
+//! datapath (`ovs-system`, `br-int`) is removed where `ovs-dpctl` is installed, else it goes
+//! with the next reboot (nothing on the node uses it once kube-ovn is gone). hybridnet leaves
+//! its daemon's socket, the host ends of its pods' veths (`hybr*`), its VXLAN devices
+//! (`<interface>.vxlan4`/`.vxlan6`) and its `HYBRIDNET-*` chains (its felix's are `cali-*`).
 
 use crate::pipeline::ops::{Op, RunCommand};
 
 /// CNI plugin binaries the network plugins install into `/opt/cni/bin`.
-const CNI_PLUGIN_BINARIES: &str = "flannel calico calico-ipam cilium-cni install multus";
+const CNI_PLUGIN_BINARIES: &str =
+    "flannel calico calico-ipam cilium-cni install multus kube-ovn hybridnet";
 /// Interfaces Kubernetes networking creates on nodes.
-const INTERFACES: &str = "cni0 flannel.1 flannel-v6.1 vxlan.calico vxlan-v6.calico cilium_host cilium_net cilium_vxlan kube-ipvs0 nodelocaldns";
+const INTERFACES: &str = "cni0 flannel.1 flannel-v6.1 vxlan.calico vxlan-v6.calico cilium_host cilium_net cilium_vxlan kube-ipvs0 nodelocaldns ovn0 genev_sys_6081 vxlan_sys_4789 stt_sys_7471";
+/// Interfaces named by a plugin per pod or per host interface (`ip -o link` names matching
+/// this extended regex): hybridnet's veth host ends and VXLAN devices.
+const INTERFACE_PATTERN: &str = "^hybr[0-9a-f]+$|\\.vxlan[46]$";
 /// iptables rules and chains of kube-proxy, the CNI plugins and NodeLocal DNSCache.
-pub const IPTABLES_PATTERN: &str = "KUBE-|FLANNEL|cali-|CILIUM|CNI-|169\\.254\\.25\\.10";
+pub const IPTABLES_PATTERN: &str =
+    "KUBE-|FLANNEL|cali-|CILIUM|CNI-|OVN-|HYBRIDNET-|169\\.254\\.25\\.10";
 /// CNI state directories and the pod logs.
-/// (multus keeps its kubeconfig in `net.d/multus.d`.)
-const STATE: &str = "/var/lib/cni /run/flannel /var/run/calico /var/lib/calico /var/run/cilium /etc/cni/net.d/multus.d /var/log/pods /var/log/containers";
+/// (multus keeps its kubeconfig in `net.d/multus.d`; kube-ovn's Open vSwitch and OVN keep
+/// their databases under `/etc/origin`, sockets under `/run`; hybridnet's daemon its socket.)
+const STATE: &str = "/var/lib/cni /run/flannel /var/run/calico /var/lib/calico /var/run/cilium /etc/cni/net.d/multus.d /etc/origin/ovn /etc/origin/openvswitch /etc/origin/ovs_ipsec_keys /run/openvswitch /run/ovn /var/log/kube-ovn /var/log/ovn /var/log/openvswitch /opt/ovs-config /run/cni/hybridnet.sock /var/log/pods /var/log/containers";
 /// CNI configurations of the network plugins KubeXM installs.
-const CONFIGS: &str = "/etc/cni/net.d/*flannel* /etc/cni/net.d/*calico* /etc/cni/net.d/*cilium* /etc/cni/net.d/calico-kubeconfig /etc/cni/net.d/00-multus.conf /etc/cni/net.d/00-multus.conflist";
+const CONFIGS: &str = "/etc/cni/net.d/*flannel* /etc/cni/net.d/*calico* /etc/cni/net.d/*cilium* /etc/cni/net.d/calico-kubeconfig /etc/cni/net.d/00-multus.conf /etc/cni/net.d/00-multus.conflist /etc/cni/net.d/*kube-ovn* /etc/cni/net.d/*hybridnet*";
 
 /// The op removing every trace (see the module); a no-op when none is left.
 pub fn remove_pod_network_traces() -> Op {
@@ -31,13 +45,17 @@ pub fn remove_pod_network_traces() -> Op {
         .map(|b| format!("[ ! -e {b} ]"))
         .collect::<Vec<_>>()
         .join(" && ");
+    // Interface names (without `@peer`) matching INTERFACE_PATTERN.
+    let by_pattern = format!(
+        "ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | sed 's/@.*//' | grep -E '{INTERFACE_PATTERN}'"
+    );
     Op::Run(
         RunCommand::new(format!(
-            "rm -f -- {cni} {CONFIGS}\nrm -rf -- {STATE}\nrmdir /etc/cni/net.d /etc/cni 2>/dev/null || true\nfor n in /run/netns/cni-*; do [ -e \"$n\" ] || continue; ip netns delete \"${{n##*/}}\" 2>/dev/null || {{ umount -l \"$n\" 2>/dev/null; rm -f \"$n\"; }}; done\nfor i in {INTERFACES}; do ip link delete \"$i\" 2>/dev/null || true; done\nif command -v ipvsadm >/dev/null 2>&1; then ipvsadm --clear 2>/dev/null || true; fi\nfor t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}'; then $t-save | grep -vE '{IPTABLES_PATTERN}' | $t-restore; fi\ndone",
+            "rm -f -- {cni} {CONFIGS}\nrm -rf -- {STATE}\nrmdir /etc/cni/net.d /etc/cni /etc/origin /run/cni 2>/dev/null || true\nif command -v ovs-dpctl >/dev/null 2>&1; then ovs-dpctl del-dp ovs-system 2>/dev/null || true; fi\nfor i in $({by_pattern}); do ip link delete \"$i\" 2>/dev/null || true; done\nfor n in /run/netns/cni-*; do [ -e \"$n\" ] || continue; ip netns delete \"${{n##*/}}\" 2>/dev/null || {{ umount -l \"$n\" 2>/dev/null; rm -f \"$n\"; }}; done\nfor i in {INTERFACES}; do ip link delete \"$i\" 2>/dev/null || true; done\nif command -v ipvsadm >/dev/null 2>&1; then ipvsadm --clear 2>/dev/null || true; fi\nfor t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}'; then $t-save | grep -vE '{IPTABLES_PATTERN}' | $t-restore; fi\ndone",
             cni = cni.join(" ")
         ))
         .unless(format!(
-            "{cni_gone} && for f in {CONFIGS} {STATE} /run/netns/cni-*; do [ ! -e \"$f\" ] || exit 1; done && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done"
+            "{cni_gone} && for f in {CONFIGS} {STATE} /run/netns/cni-*; do [ ! -e \"$f\" ] || exit 1; done && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && ! {by_pattern} >/dev/null && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done"
         )),
     )
 }
@@ -78,5 +96,83 @@ mod tests {
         std::fs::remove_file(net.join("10-calico.conflist")).expect("rm");
         std::fs::create_dir_all(net.join("multus.d")).expect("mkdir");
         assert!(!gone(root.path()), "multus's directory is still there");
+        std::fs::remove_dir(net.join("multus.d")).expect("rmdir");
+        assert!(gone(root.path()), "nothing left again");
+    }
+
+    #[test]
+    fn kube_ovn_and_hybridnet_leftovers_are_each_seen() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        for (what, path, dir) in [
+            ("kube-ovn's CNI binary", "opt/cni/bin/kube-ovn", false),
+            ("hybridnet's CNI binary", "opt/cni/bin/hybridnet", false),
+            (
+                "kube-ovn's configuration",
+                "etc/cni/net.d/01-kube-ovn.conflist",
+                false,
+            ),
+            (
+                "hybridnet's configuration",
+                "etc/cni/net.d/06-hybridnet.conflist",
+                false,
+            ),
+            ("OVN's database", "etc/origin/ovn", true),
+            ("Open vSwitch's database", "etc/origin/openvswitch", true),
+            ("Open vSwitch's sockets", "run/openvswitch", true),
+            ("OVN's sockets", "run/ovn", true),
+            ("kube-ovn's logs", "var/log/kube-ovn", true),
+            ("hybridnet's socket", "run/cni/hybridnet.sock", false),
+        ] {
+            let p = r.join(path);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            if dir {
+                std::fs::create_dir_all(&p).expect("mkdir");
+            } else {
+                std::fs::write(&p, "").expect("write");
+            }
+            assert!(!gone(r), "{what} is still there");
+            if dir {
+                std::fs::remove_dir(&p).expect("rmdir");
+            } else {
+                std::fs::remove_file(&p).expect("rm");
+            }
+            assert!(gone(r), "{what} removed: nothing left");
+        }
+    }
+
+    #[test]
+    fn plugin_interfaces_and_chains_are_matched_by_their_patterns() {
+        let matches = |pattern: &str, name: &str| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf '%s\\n' \"$1\" | grep -qE '{pattern}'"))
+                .arg("sh")
+                .arg(name)
+                .status()
+                .expect("sh")
+                .success()
+        };
+        for name in ["hybr0a1b2c3d4e5", "eth0.vxlan4", "bond0.vxlan6"] {
+            assert!(matches(INTERFACE_PATTERN, name), "{name}");
+        }
+        for name in [
+            "eth0",
+            "vxlan.calico",
+            "cali12345",
+            "hybridnet",
+            "eth0.vxlan",
+        ] {
+            assert!(!matches(INTERFACE_PATTERN, name), "{name}");
+        }
+        for rule in [
+            "-A POSTROUTING -m comment --comment \"kube-ovn postrouting rules\" -j OVN-POSTROUTING",
+            ":HYBRIDNET-POSTROUTING - [0:0]",
+        ] {
+            assert!(matches(IPTABLES_PATTERN, rule), "{rule}");
+        }
+        for name in ["ovn0", "genev_sys_6081", "vxlan_sys_4789"] {
+            assert!(INTERFACES.split(' ').any(|i| i == name), "{name}");
+        }
     }
 }
