@@ -766,3 +766,141 @@ fn kube_ovn_and_hybridnet_plans_on_both_paths() {
         assert!(plan.contains(want), "{want} missing from\n{plan}");
     }
 }
+
+/// Every leaf path of `v` (`a.b.c`).
+fn leaf_paths(prefix: &str, v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaf_paths(&p, x, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
+
+/// The charts' own values (facts from kubeovn/kube-ovn `charts/kube-ovn/values.yaml` v1.15 and
+/// alibaba/hybridnet `charts/hybridnet/values.yaml`; neither chart ships a values schema): every
+/// value KubeXM sets is one the chart reads, with a value the chart's comments allow. The
+/// charts themselves cannot be rendered here (no helm, no chart download): rendered-only.
+#[test]
+fn every_chart_value_kubexm_sets_is_one_the_upstream_chart_reads() {
+    let kube_ovn_keys: Vec<String> = [
+        "global.registry.address",
+        "global.images.kubeovn.repository",
+        "global.images.kubeovn.tag",
+        // read by the v1.13 chart for the NAT gateway's image (v1.14+: natgateway below)
+        "global.images.kubeovn.vpcRepository",
+        "global.images.natgateway.repository",
+        "global.images.natgateway.tag",
+        "MASTER_NODES",
+        "MASTER_NODES_LABEL",
+        "networking.NET_STACK",
+        "networking.NETWORK_TYPE",
+        "networking.TUNNEL_TYPE",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain(["ipv4", "ipv6", "dual_stack"].into_iter().flat_map(|s| {
+        ["POD_CIDR", "POD_GATEWAY", "SVC_CIDR", "JOIN_CIDR"].map(|k| format!("{s}.{k}"))
+    }))
+    .collect();
+    let hybridnet_keys = [
+        "images.registryURL",
+        "images.hybridnet.image",
+        "images.hybridnet.tag",
+        "init.cidr",
+        "init.ipVersion",
+        "defaultNetworkType",
+        "defaultIPFamily",
+        "manager.replicas",
+        "webhook.replicas",
+        "typha.replicas",
+    ];
+    let edits: [(&str, fn(String) -> String); 4] = [
+        ("kube-ovn ipv4", |t| {
+            t.replace(
+                "plugin: calico",
+                "plugin: kube-ovn\n    kubeOvn: {mode: stt}",
+            )
+            .replace("    calico:\n      mode: ipip\n", "")
+        }),
+        ("kube-ovn dual-stack", |t| {
+            t.replace("plugin: calico", "plugin: kube-ovn")
+                .replace("    calico:\n      mode: ipip\n", "")
+                .replace(
+                    "podCidr: 10.233.64.0/18",
+                    "podCidr: 10.233.64.0/18,fd00:10:233::/56",
+                )
+                .replace(
+                    "serviceCidr: 10.233.0.0/18",
+                    "serviceCidr: 10.233.0.0/18,fd00:10:96::/112",
+                )
+        }),
+        ("hybridnet overlay", |t| {
+            t.replace("plugin: calico", "plugin: hybridnet")
+                .replace("    calico:\n      mode: ipip\n", "")
+        }),
+        ("hybridnet underlay", |t| {
+            t.replace(
+                "plugin: calico",
+                "plugin: hybridnet\n    hybridnet: {defaultNetworkType: underlay}",
+            )
+            .replace("    calico:\n      mode: ipip\n", "")
+        }),
+    ];
+    for (what, edit) in edits {
+        let ctx = example_context(edit);
+        let kube_ovn = what.starts_with("kube-ovn");
+        let file = if kube_ovn {
+            "kube-ovn-values.yaml"
+        } else {
+            "hybridnet-values.yaml"
+        };
+        let v = &yaml_docs(&values_of(&ctx, file))[0];
+        let mut paths = Vec::new();
+        leaf_paths("", v, &mut paths);
+        assert!(paths.len() >= 10, "{what}: {paths:?}");
+        for p in &paths {
+            let known = if kube_ovn {
+                kube_ovn_keys.iter().any(|k| k == p)
+            } else {
+                hybridnet_keys.contains(&p.as_str())
+            };
+            assert!(known, "{what}: `{p}` is not a value of the upstream chart");
+        }
+        let one_of = |path: &[&str], allowed: &[&str]| {
+            let x = path.iter().fold(v, |v, k| &v[*k]);
+            let s = x
+                .as_str()
+                .unwrap_or_else(|| panic!("{what}: {path:?} is {x}, not a string"));
+            assert!(
+                allowed.contains(&s),
+                "{what}: {path:?} is `{s}`, not one of {allowed:?}"
+            );
+        };
+        if kube_ovn {
+            one_of(
+                &["networking", "NET_STACK"],
+                &["ipv4", "ipv6", "dual_stack"],
+            );
+            one_of(&["networking", "NETWORK_TYPE"], &["geneve", "vlan"]);
+            one_of(&["networking", "TUNNEL_TYPE"], &["geneve", "vxlan", "stt"]);
+            let stack = v["networking"]["NET_STACK"].as_str().expect("stack");
+            assert!(
+                v[stack]["POD_CIDR"].is_string(),
+                "{what}: the {stack} section"
+            );
+        } else {
+            one_of(&["defaultNetworkType"], &["Overlay", "Underlay"]);
+            one_of(&["defaultIPFamily"], &["IPv4", "IPv6", "DualStack"]);
+            one_of(&["init", "ipVersion"], &["4", "6"]);
+            assert!(v["manager"]["replicas"].is_u64(), "{what}: replicas");
+        }
+    }
+}
