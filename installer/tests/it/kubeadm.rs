@@ -966,7 +966,7 @@ fn the_credentials_script_renews_tokens_and_certificates_only_when_needed() {
     for want in [
         "cp /etc/kubernetes/kubexm/kubeadm-init.log \"$cur\"",
         "get secret \"bootstrap-token-$id\" -o 'jsonpath={.data.expiration}'",
-        "if [ \"$left\" -lt 3600 ]; then",
+        "if [ \"$left\" -lt 3600 ] ||",
         "/usr/local/bin/kubeadm token create --print-join-command",
         "get secret kubeadm-certs -o name",
         "/usr/local/bin/kubeadm init phase upload-certs --upload-certs --config /etc/kubernetes/kubeadm-config.yaml",
@@ -992,6 +992,38 @@ fn the_credentials_script_renews_tokens_and_certificates_only_when_needed() {
         .expect("sh");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7r2k9x");
     assert!(cp.contains("sed -n 's/.*--token \\([a-z0-9]\\{6\\}\\)\\.[a-z0-9]\\{16\\}.*/\\1/p'"));
+    // Stored credentials that no longer pin the signing CA (a rotated cluster CA) are replaced.
+    assert!(
+        cp.contains("pin=$(openssl x509 -in /etc/kubernetes/pki/ca.crt -noout -pubkey")
+            && cp.contains("|| ! grep -q \"sha256:$pin\" \"$cur\"; then"),
+        "{cp}"
+    );
+}
+
+/// The pin the credentials script computes is kubeadm's: the sha256 of the CA's DER
+/// SubjectPublicKeyInfo, of the first certificate of a bundle.
+#[test]
+fn the_ca_pin_is_the_sha256_of_the_first_certificates_public_key_info() {
+    use kubexm_install::modules::kubeadm::init::ca_pin_command;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = kubexm_install::pki::Ca::load_or_create(dir.path(), "one", "one").expect("ca");
+    let second = kubexm_install::pki::Ca::load_or_create(dir.path(), "two", "two").expect("ca");
+    let bundle = dir.path().join("bundle.crt");
+    std::fs::write(
+        &bundle,
+        format!("{}{}", first.cert_pem(), second.cert_pem()),
+    )
+    .expect("write");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(ca_pin_command(&bundle.display().to_string()))
+        .output()
+        .expect("sh");
+    let pin = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (_, pem) = x509_parser::pem::parse_x509_pem(first.cert_pem().as_bytes()).expect("pem");
+    let cert = pem.parse_x509().expect("x509");
+    let want = kubexm_bundles::hash::sha256_hex(cert.tbs_certificate.subject_pki.raw);
+    assert_eq!(pin, want);
 }
 
 /// `kubexm-install plan` of the example cluster (3 masters, 2 workers) lists the kubeadm path

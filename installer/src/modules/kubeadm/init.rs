@@ -108,10 +108,23 @@ impl Step for FetchAdminKubeconfig {
     }
 }
 
+/// The cluster CA file on a master; its first certificate is the signing CA.
+pub const CA_CRT: &str = "/etc/kubernetes/pki/ca.crt";
+
+/// Shell printing the join pin of the first certificate in `crt`: the sha256 of its
+/// DER-encoded SubjectPublicKeyInfo, as `--discovery-token-ca-cert-hash sha256:<pin>`.
+pub fn ca_pin_command(crt: &str) -> String {
+    format!(
+        "openssl x509 -in {crt} -noout -pubkey | openssl pkey -pubin -outform der 2>/dev/null | sha256sum | cut -d' ' -f1"
+    )
+}
+
 /// Learns the join credentials on the first master, for the joins that follow: from
 /// [`CREDENTIALS`] (first a copy of the init output) while its bootstrap token has at least
 /// [`TOKEN_MARGIN`] left (the token's Secret says when it expires; an expired token's Secret is
-/// gone), else from a fresh `kubeadm token create --print-join-command`. When control-plane
+/// gone) and it pins the signing CA of [`CA_CRT`] (after a rotation of the cluster CA it pins
+/// the old one, which `kube-public/cluster-info` no longer holds), else from a fresh
+/// `kubeadm token create --print-join-command` (which pins every CA `admin.conf` trusts). When control-plane
 /// nodes are to join, the certificate key must belong to certificates still uploaded (kubeadm
 /// deletes them after two hours): otherwise `kubeadm init phase upload-certs --upload-certs`
 /// uploads them again with a new key.
@@ -125,8 +138,9 @@ impl LearnJoinCredentials {
     pub fn script(&self) -> String {
         let k = kubectl();
         let margin = TOKEN_MARGIN.as_secs();
+        let pin = format!("pin=$({})", ca_pin_command(CA_CRT));
         let mut s = format!(
-            "set -e\numask 077\ncur={CREDENTIALS}\nif [ ! -s \"$cur\" ] && [ -s {INIT_LOG} ]; then cp {INIT_LOG} \"$cur\"; fi\nid=$(sed -n 's/.*--token \\([a-z0-9]\\{{6\\}}\\)\\.[a-z0-9]\\{{16\\}}.*/\\1/p' \"$cur\" 2>/dev/null | tail -n 1)\nexp=''\nif [ -n \"$id\" ]; then exp=$({k} -n kube-system get secret \"bootstrap-token-$id\" -o 'jsonpath={{.data.expiration}}' 2>/dev/null | base64 -d 2>/dev/null || true); fi\nleft=$(( $(date -d \"${{exp:-1970-01-01T00:00:00Z}}\" +%s 2>/dev/null || echo 0) - $(date +%s) ))\nif [ \"$left\" -lt {margin} ]; then\n  {KUBEADM} token create --print-join-command >\"$cur.new\"\n  mv -f \"$cur.new\" \"$cur\"\nfi"
+            "set -e\numask 077\ncur={CREDENTIALS}\nif [ ! -s \"$cur\" ] && [ -s {INIT_LOG} ]; then cp {INIT_LOG} \"$cur\"; fi\nid=$(sed -n 's/.*--token \\([a-z0-9]\\{{6\\}}\\)\\.[a-z0-9]\\{{16\\}}.*/\\1/p' \"$cur\" 2>/dev/null | tail -n 1)\nexp=''\nif [ -n \"$id\" ]; then exp=$({k} -n kube-system get secret \"bootstrap-token-$id\" -o 'jsonpath={{.data.expiration}}' 2>/dev/null | base64 -d 2>/dev/null || true); fi\nleft=$(( $(date -d \"${{exp:-1970-01-01T00:00:00Z}}\" +%s 2>/dev/null || echo 0) - $(date +%s) ))\n{pin}\nif [ \"$left\" -lt {margin} ] || ! grep -q \"sha256:$pin\" \"$cur\"; then\n  {KUBEADM} token create --print-join-command >\"$cur.new\"\n  mv -f \"$cur.new\" \"$cur\"\nfi"
         );
         if self.control_planes {
             s.push_str(&format!(
