@@ -822,7 +822,8 @@ fn every_chart_value_kubexm_sets_is_one_the_upstream_chart_reads() {
         "webhook.replicas",
         "typha.replicas",
     ];
-    let edits: [(&str, fn(String) -> String); 4] = [
+    type Edit = fn(String) -> String;
+    let edits: [(&str, Edit); 4] = [
         ("kube-ovn ipv4", |t| {
             t.replace(
                 "plugin: calico",
