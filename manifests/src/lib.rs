@@ -28,6 +28,7 @@ pub mod osrelease;
 pub mod ranges;
 pub mod resolve;
 pub mod secret;
+pub mod upgrade_path;
 pub mod validate;
 pub mod version;
 pub mod yaml;
