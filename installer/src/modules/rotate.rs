@@ -1,6 +1,7 @@
 //! Modules of `kubexm-install rotate-ca` (see [`crate::pipelines::rotate`] and
 //! [`crate::rotation`] for the phases): one phase of a CA's dual-CA transition, for KubeXM's etcd
-//! CA or the front-proxy CA.
+//! CA or the front-proxy CA (the cluster CA's modules are [`super::rotate_kubernetes`], kubexm
+//! path, and [`super::rotate_kubeadm_ca`], kubeadm path), and what they share.
 //!
 //! The context's key directory sees the etcd CA as the phase leaves it
 //! ([`crate::pki::KeyDir::with_rotation`]), so the files are the ones an install would make at
