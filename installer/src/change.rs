@@ -151,16 +151,7 @@ pub fn diff(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> C
             }
         }
     }
-    let spec = |c: &ValidCluster| -> Value {
-        let mut v = serde_json::to_value(&c.file.spec).unwrap_or(Value::Null);
-        if let Value::Object(m) = &mut v {
-            m.remove("hosts");
-            m.remove("roleGroups");
-        }
-        v
-    };
-    let mut paths = Vec::new();
-    differences("spec", &spec(installed), &spec(desired), &mut paths);
+    let paths = spec_differences(installed, desired, MAX_PROBLEMS);
     for (path, was, now) in paths {
         change.problems.push(Problem {
             path,
@@ -174,9 +165,43 @@ pub fn diff(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> C
     change
 }
 
-/// Paths where `a` and `b` differ, with short renderings of both values.
-fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<(String, String, String)>) {
-    if a == b || out.len() >= MAX_PROBLEMS {
+/// The paths where the specs of `installed` and `desired` differ outside the nodes (at most
+/// `limit`), with short renderings of both values.
+pub(crate) fn spec_differences(
+    installed: &ValidCluster,
+    desired: &ValidCluster,
+    limit: usize,
+) -> Vec<(String, String, String)> {
+    let mut paths = Vec::new();
+    differences(
+        "spec",
+        &spec_without_nodes(installed),
+        &spec_without_nodes(desired),
+        &mut paths,
+        limit,
+    );
+    paths
+}
+
+/// `c`'s spec as JSON without `hosts` and `roleGroups` (the nodes, which day-2 commands change).
+fn spec_without_nodes(c: &ValidCluster) -> Value {
+    let mut v = serde_json::to_value(&c.file.spec).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.remove("hosts");
+        m.remove("roleGroups");
+    }
+    v
+}
+
+/// Paths where `a` and `b` differ (at most `limit`), with short renderings of both values.
+fn differences(
+    path: &str,
+    a: &Value,
+    b: &Value,
+    out: &mut Vec<(String, String, String)>,
+    limit: usize,
+) {
+    if a == b || out.len() >= limit {
         return;
     }
     match (a, b) {
@@ -191,6 +216,7 @@ fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<(String, String, 
                     x.get(k).unwrap_or(&null),
                     y.get(k).unwrap_or(&null),
                     out,
+                    limit,
                 );
             }
         }

@@ -13,6 +13,7 @@
 //! the checks made on it) and the `add_node`, `delete_node` and `etcd_member` pipelines.
 #![warn(missing_docs)]
 
+pub mod apply_change;
 pub mod backup;
 pub mod certs;
 pub mod change;

@@ -869,3 +869,107 @@ fn cli_day2_commands_are_discoverable_and_need_a_recorded_cluster() {
     assert!(err.contains("no record of cluster lab"), "{err}");
     assert!(err.contains("kubexm-install install"), "{err}");
 }
+
+/// `apply`'s view of an edited cluster.yaml (issue 17 groundwork): feature gates and component
+/// flags, kube-proxy's mode, NTP and the load balancer are grouped for applying; the pod CIDR,
+/// the version, the cluster domain, etcd and the runtime are refused with what to do.
+#[test]
+fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
+    use kubexm_install::apply_change::{classify, Group};
+    let l = lab();
+    let work = tempfile::tempdir().expect("tempdir");
+    let unchanged = classify(&l.full.cluster, &l.full.cluster, "`cluster.yaml`");
+    assert!(unchanged.applied.is_empty() && unchanged.refused.is_empty());
+    assert!(unchanged.to_string().contains("no change"));
+
+    let edited = load(
+        work.path(),
+        &lab5_text(|t| {
+            t.replace(
+                "    version: v1.33.11\n",
+                "    version: v1.33.11\n    proxyMode: ipvs\n    featureGates: {GracefulNodeShutdown: true}\n    apiserverArgs: {audit-log-maxage: \"7\"}\n    kubeletArgs: {max-open-files: \"500000\"}\n",
+            )
+            .replace("    ntpServers: [node1]", "    ntpServers: [node1, node2]")
+            .replace("    vip: 10.88.10.100", "    vip: 10.88.10.101")
+        }),
+        &lab_catalog(),
+    );
+    let change = classify(&l.full.cluster, &edited.cluster, "`cluster.yaml`");
+    let groups: Vec<(Group, &str)> = change
+        .applied
+        .iter()
+        .map(|a| (a.group, a.path.as_str()))
+        .collect();
+    assert_eq!(
+        groups,
+        vec![
+            (
+                Group::ControlPlane,
+                "spec.kubernetes.apiserverArgs.audit-log-maxage"
+            ),
+            (
+                Group::ControlPlane,
+                "spec.kubernetes.featureGates.GracefulNodeShutdown"
+            ),
+            (Group::Kubelet, "spec.kubernetes.kubeletArgs.max-open-files"),
+            (Group::KubeProxy, "spec.kubernetes.proxyMode"),
+            (Group::Nodes, "spec.system.ntpServers"),
+            (Group::LoadBalancer, "spec.loadBalancer.vip"),
+        ],
+        "{change}"
+    );
+    assert!(change.refused.is_empty(), "{change}");
+    assert!(!change.changes_network_plugin());
+    let text = change.to_string();
+    assert!(
+        text.contains("~ spec.kubernetes.proxyMode: unset -> `\"ipvs\"`")
+            || text.contains("~ spec.kubernetes.proxyMode: `\"iptables\"` -> `\"ipvs\"`"),
+        "{text}"
+    );
+
+    let refused = load(
+        work.path(),
+        &lab5_text(|t| {
+            t.replace(
+                "  network:\n    plugin: flannel",
+                "  network:\n    plugin: calico\n    podCidr: 10.200.0.0/16",
+            )
+            .replace(
+                "version: v1.33.11",
+                "version: v1.34.3\n    dnsDomain: corp.local",
+            )
+            .replace("    version: v3.4.23", "    version: v3.5.21")
+            .replace("    type: containerd", "    type: cri-o")
+        }),
+        &lab_catalog(),
+    );
+    let change = classify(&l.full.cluster, &refused.cluster, "`cluster.yaml`");
+    let paths: Vec<&str> = change.refused.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "spec.network.podCidr",
+        "spec.kubernetes.version",
+        "spec.kubernetes.dnsDomain",
+        "spec.etcd.version",
+        "spec.runtime.type",
+    ] {
+        assert!(paths.contains(&want), "{want} not refused: {change}");
+    }
+    let version = change
+        .refused
+        .iter()
+        .find(|p| p.path == "spec.kubernetes.version")
+        .expect("version");
+    assert!(version.hint.contains("kubexm-install upgrade"), "{version}");
+    let cidr = change
+        .refused
+        .iter()
+        .find(|p| p.path == "spec.network.podCidr")
+        .expect("cidr");
+    assert!(
+        cidr.message
+            .contains("`\"10.200.0.0/16\"` in `cluster.yaml`"),
+        "{cidr}"
+    );
+    // The plugin itself may change (with the CNI change's care).
+    assert!(change.changes_network_plugin(), "{change}");
+}

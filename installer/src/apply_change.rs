@@ -1,0 +1,240 @@
+//! What `apply` (issue 17) would do with an edited cluster.yaml: every difference from the
+//! installed cluster outside `spec.hosts` and `spec.roleGroups` (those are add-node's and
+//! delete-node's, [`crate::change`]), each either put in the group of changes that applies it or
+//! refused with why and what to do instead. Groundwork: no command runs these groups yet.
+
+use std::fmt;
+
+use kubexm_manifests::validate::{Problem, ValidCluster};
+
+use crate::change::spec_differences;
+
+/// At most this many differences are looked at (a cluster.yaml rewritten wholesale is not an
+/// edit; the rest are reported as one refusal).
+const MAX_DIFFERENCES: usize = 200;
+
+/// How a change is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// API server, controller-manager and scheduler flags, feature gates, the API server's
+    /// SANs: a rolling restart of the control plane, one master at a time.
+    ControlPlane,
+    /// The kubelet's flags and configuration: a rolling kubelet restart.
+    Kubelet,
+    /// kube-proxy's mode, flags and configuration.
+    KubeProxy,
+    /// What node preparation writes: NTP, time zone, extra hosts and resolvers, OS packages,
+    /// the registry's settings on the nodes.
+    Nodes,
+    /// The load balancer's settings.
+    LoadBalancer,
+    /// The pod network plugin or its options (a CNI change: the old plugin removed first).
+    Network,
+    /// Add-ons, plugins, storage, the backup schedule, the security enhancement.
+    Extras,
+}
+
+impl Group {
+    /// Its name in a plan.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Group::ControlPlane => "control plane (rolling restart of each master)",
+            Group::Kubelet => "kubelet (rolling restart of each node)",
+            Group::KubeProxy => "kube-proxy",
+            Group::Nodes => "node preparation",
+            Group::LoadBalancer => "load balancer",
+            Group::Network => "pod network (CNI change)",
+            Group::Extras => "add-ons, plugins, storage, backup, security",
+        }
+    }
+}
+
+/// One difference and how it is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Its group.
+    pub group: Group,
+    /// The field path (`spec.kubernetes.featureGates.Foo`).
+    pub path: String,
+    /// The installed value (short).
+    pub was: String,
+    /// The wanted value (short).
+    pub now: String,
+}
+
+/// The differences of an edited cluster.yaml, grouped, and those refused.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyChange {
+    /// What apply changes, by group then path.
+    pub applied: Vec<Applied>,
+    /// What it refuses.
+    pub refused: Vec<Problem>,
+}
+
+impl ApplyChange {
+    /// Whether the edited cluster.yaml changes anything that needs a CNI change.
+    pub fn changes_network_plugin(&self) -> bool {
+        self.applied.iter().any(|a| a.group == Group::Network)
+    }
+}
+
+impl fmt::Display for ApplyChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.applied.is_empty() && self.refused.is_empty() {
+            return writeln!(
+                f,
+                "  no change: cluster.yaml describes the installed cluster"
+            );
+        }
+        let mut group = None;
+        for a in &self.applied {
+            if group != Some(a.group) {
+                writeln!(f, "  {}:", a.group.as_str())?;
+                group = Some(a.group);
+            }
+            writeln!(f, "    ~ {}: {} -> {}", a.path, a.was, a.now)?;
+        }
+        for p in &self.refused {
+            writeln!(f, "  ! {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a path cannot change in place, and what to do; `None` when it can.
+fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
+    const FIXED: [(&str, &str, &str); 9] = [
+        (
+            "spec.network.podCidr",
+            "the pod CIDR is in every node's pod range and every pod's address",
+            "keep the installed value; a new pod CIDR needs a new cluster (backup, install, restore the workloads)",
+        ),
+        (
+            "spec.network.serviceCidr",
+            "the service CIDR holds every Service's cluster IP and the API server's certificate",
+            "keep the installed value; a new service CIDR needs a new cluster",
+        ),
+        (
+            "spec.kubernetes.dnsDomain",
+            "the cluster domain is in every Service's DNS name and every pod's resolver",
+            "keep the installed value",
+        ),
+        (
+            "spec.kubernetes.clusterName",
+            "the cluster name is in kubeadm's configuration and the kubeconfigs",
+            "keep the installed value",
+        ),
+        (
+            "spec.kubernetes.type",
+            "the bootstrap path (kubeadm or kubexm) decides how every component runs",
+            "keep the installed value; another path needs a new cluster",
+        ),
+        (
+            "spec.kubernetes.version",
+            "a version change is an upgrade",
+            "keep the installed version here and run `kubexm-install upgrade` with a bundle holding the new one",
+        ),
+        (
+            "spec.etcd",
+            "etcd's type, version and data directory do not change in place",
+            "keep the installed etcd settings (an etcd upgrade comes with `kubexm-install upgrade`)",
+        ),
+        (
+            "spec.runtime.type",
+            "the container runtime holds every pod of its node",
+            "keep the installed runtime; to move a node to another runtime, delete-node it and add-node it with the new one",
+        ),
+        (
+            "spec.registry.type",
+            "the private registry's kind (registry or Harbor) holds every image the nodes pull",
+            "keep the installed registry type",
+        ),
+    ];
+    FIXED
+        .iter()
+        .find(|(p, _, _)| path == *p || path.starts_with(&format!("{p}.")))
+        .map(|(_, why, what)| (*why, *what))
+}
+
+/// The group applying `path`, or `None` for a path apply does not know.
+fn group_of(path: &str) -> Option<Group> {
+    const GROUPS: [(&str, Group); 25] = [
+        ("spec.kubernetes.featureGates", Group::ControlPlane),
+        ("spec.kubernetes.apiserverArgs", Group::ControlPlane),
+        ("spec.kubernetes.controllerManagerArgs", Group::ControlPlane),
+        ("spec.kubernetes.schedulerArgs", Group::ControlPlane),
+        (
+            "spec.kubernetes.apiserverCertExtraSans",
+            Group::ControlPlane,
+        ),
+        ("spec.kubernetes.kubeletArgs", Group::Kubelet),
+        ("spec.kubernetes.kubelet", Group::Kubelet),
+        ("spec.kubernetes.maxPods", Group::Kubelet),
+        ("spec.kubernetes.proxyMode", Group::KubeProxy),
+        ("spec.kubernetes.kubeProxyArgs", Group::KubeProxy),
+        ("spec.kubernetes.kubeProxy", Group::KubeProxy),
+        ("spec.kubernetes.kata", Group::Extras),
+        ("spec.kubernetes.nodeFeatureDiscovery", Group::Extras),
+        ("spec.kubernetes.securityEnhancement", Group::Extras),
+        ("spec.system.ntpServers", Group::Nodes),
+        ("spec.system.timezone", Group::Nodes),
+        ("spec.system.rpms", Group::Nodes),
+        ("spec.system.debs", Group::Nodes),
+        ("spec.extra", Group::Nodes),
+        ("spec.registry", Group::Nodes),
+        ("spec.loadBalancer", Group::LoadBalancer),
+        ("spec.network", Group::Network),
+        ("spec.addons", Group::Extras),
+        ("spec.storage", Group::Extras),
+        ("spec.backup", Group::Extras),
+    ];
+    GROUPS
+        .iter()
+        .find(|(p, _)| path == *p || path.starts_with(&format!("{p}.")))
+        .map(|(_, g)| *g)
+}
+
+/// The differences between `installed` and `desired` (read from `origin`) outside the nodes,
+/// grouped or refused (see the module's documentation).
+pub fn classify(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> ApplyChange {
+    let paths = spec_differences(installed, desired, MAX_DIFFERENCES);
+    let mut change = ApplyChange::default();
+    if paths.len() >= MAX_DIFFERENCES {
+        change.refused.push(Problem {
+            path: "spec".into(),
+            message: format!(
+                "{origin} differs from the installed cluster in {MAX_DIFFERENCES} or more places"
+            ),
+            hint: "start from the cluster.yaml last applied (the work directory's clusters/<cluster>/cluster.yaml) and edit what should change".into(),
+        });
+        return change;
+    }
+    for (path, was, now) in paths {
+        if let Some((why, what)) = refusal(&path) {
+            change.refused.push(Problem {
+                message: format!("is {now} in {origin} but {was} in the installed cluster: {why}"),
+                hint: what.into(),
+                path,
+            });
+        } else if let Some(group) = group_of(&path) {
+            change.applied.push(Applied {
+                group,
+                path,
+                was,
+                now,
+            });
+        } else {
+            change.refused.push(Problem {
+                message: format!(
+                    "is {now} in {origin} but {was} in the installed cluster, and apply does not change it"
+                ),
+                hint: "keep the installed value".into(),
+                path,
+            });
+        }
+    }
+    change
+        .applied
+        .sort_by(|a, b| (a.group, &a.path).cmp(&(b.group, &b.path)));
+    change
+}
