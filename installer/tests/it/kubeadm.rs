@@ -994,8 +994,8 @@ fn the_credentials_script_renews_tokens_and_certificates_only_when_needed() {
     assert!(cp.contains("sed -n 's/.*--token \\([a-z0-9]\\{6\\}\\)\\.[a-z0-9]\\{16\\}.*/\\1/p'"));
     // Stored credentials that no longer pin the signing CA (a rotated cluster CA) are replaced.
     assert!(
-        cp.contains("pin=$(openssl x509 -in /etc/kubernetes/pki/ca.crt -noout -pubkey")
-            && cp.contains("|| ! grep -q \"sha256:$pin\" \"$cur\"; then"),
+        cp.contains("if pub=$(openssl x509 -in /etc/kubernetes/pki/ca.crt -noout -pubkey")
+            && cp.contains("|| { [ -n \"$pin\" ] && ! grep -q \"sha256:$pin\" \"$cur\"; }; then"),
         "{cp}"
     );
 }
@@ -1014,12 +1014,22 @@ fn the_ca_pin_is_the_sha256_of_the_first_certificates_public_key_info() {
         format!("{}{}", first.cert_pem(), second.cert_pem()),
     )
     .expect("write");
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(ca_pin_command(&bundle.display().to_string()))
-        .output()
-        .expect("sh");
-    let pin = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let pin_of = |crt: &std::path::Path| {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{}\nprintf %s \"$pin\"",
+                ca_pin_command(&crt.display().to_string())
+            ))
+            .output()
+            .expect("sh");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let pin = pin_of(&bundle);
+    // No certificate (a stand-in's node, an unreadable file): no pin, nothing checked.
+    assert_eq!(pin_of(&dir.path().join("absent.crt")), "");
+    std::fs::write(dir.path().join("junk.crt"), "not a certificate").expect("write");
+    assert_eq!(pin_of(&dir.path().join("junk.crt")), "");
     let (_, pem) = x509_parser::pem::parse_x509_pem(first.cert_pem().as_bytes()).expect("pem");
     let cert = pem.parse_x509().expect("x509");
     let want = kubexm_bundles::hash::sha256_hex(cert.tbs_certificate.subject_pki.raw);

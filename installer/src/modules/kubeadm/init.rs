@@ -111,11 +111,13 @@ impl Step for FetchAdminKubeconfig {
 /// The cluster CA file on a master; its first certificate is the signing CA.
 pub const CA_CRT: &str = "/etc/kubernetes/pki/ca.crt";
 
-/// Shell printing the join pin of the first certificate in `crt`: the sha256 of its
-/// DER-encoded SubjectPublicKeyInfo, as `--discovery-token-ca-cert-hash sha256:<pin>`.
+/// Shell setting `pin` to the join pin of the first certificate in `crt` (the sha256 of its
+/// DER-encoded SubjectPublicKeyInfo, as in `--discovery-token-ca-cert-hash sha256:<pin>`), or
+/// to nothing when the file holds no certificate openssl reads (then nothing is checked
+/// against it: the hash of empty input must never stand for a CA).
 pub fn ca_pin_command(crt: &str) -> String {
     format!(
-        "openssl x509 -in {crt} -noout -pubkey | openssl pkey -pubin -outform der 2>/dev/null | sha256sum | cut -d' ' -f1"
+        "pin=''\nif pub=$(openssl x509 -in {crt} -noout -pubkey 2>/dev/null) && [ -n \"$pub\" ] && der=$(printf '%s\\n' \"$pub\" | openssl pkey -pubin -outform der 2>/dev/null | base64 -w0) && [ -n \"$der\" ]; then pin=$(printf %s \"$der\" | base64 -d | sha256sum | cut -d' ' -f1); fi"
     )
 }
 
@@ -138,9 +140,9 @@ impl LearnJoinCredentials {
     pub fn script(&self) -> String {
         let k = kubectl();
         let margin = TOKEN_MARGIN.as_secs();
-        let pin = format!("pin=$({})", ca_pin_command(CA_CRT));
+        let pin = ca_pin_command(CA_CRT);
         let mut s = format!(
-            "set -e\numask 077\ncur={CREDENTIALS}\nif [ ! -s \"$cur\" ] && [ -s {INIT_LOG} ]; then cp {INIT_LOG} \"$cur\"; fi\nid=$(sed -n 's/.*--token \\([a-z0-9]\\{{6\\}}\\)\\.[a-z0-9]\\{{16\\}}.*/\\1/p' \"$cur\" 2>/dev/null | tail -n 1)\nexp=''\nif [ -n \"$id\" ]; then exp=$({k} -n kube-system get secret \"bootstrap-token-$id\" -o 'jsonpath={{.data.expiration}}' 2>/dev/null | base64 -d 2>/dev/null || true); fi\nleft=$(( $(date -d \"${{exp:-1970-01-01T00:00:00Z}}\" +%s 2>/dev/null || echo 0) - $(date +%s) ))\n{pin}\nif [ \"$left\" -lt {margin} ] || ! grep -q \"sha256:$pin\" \"$cur\"; then\n  {KUBEADM} token create --print-join-command >\"$cur.new\"\n  mv -f \"$cur.new\" \"$cur\"\nfi"
+            "set -e\numask 077\ncur={CREDENTIALS}\nif [ ! -s \"$cur\" ] && [ -s {INIT_LOG} ]; then cp {INIT_LOG} \"$cur\"; fi\nid=$(sed -n 's/.*--token \\([a-z0-9]\\{{6\\}}\\)\\.[a-z0-9]\\{{16\\}}.*/\\1/p' \"$cur\" 2>/dev/null | tail -n 1)\nexp=''\nif [ -n \"$id\" ]; then exp=$({k} -n kube-system get secret \"bootstrap-token-$id\" -o 'jsonpath={{.data.expiration}}' 2>/dev/null | base64 -d 2>/dev/null || true); fi\nleft=$(( $(date -d \"${{exp:-1970-01-01T00:00:00Z}}\" +%s 2>/dev/null || echo 0) - $(date +%s) ))\n{pin}\nif [ \"$left\" -lt {margin} ] || {{ [ -n \"$pin\" ] && ! grep -q \"sha256:$pin\" \"$cur\"; }}; then\n  {KUBEADM} token create --print-join-command >\"$cur.new\"\n  mv -f \"$cur.new\" \"$cur\"\nfi"
         );
         if self.control_planes {
             s.push_str(&format!(
