@@ -313,14 +313,14 @@ fn front_proxy_phases(edit: impl Fn(String) -> String + Copy, kubeadm: bool, sna
         "{o}"
     );
     outlines.push_str(&format!("## new\n{o}"));
-    new.key_dir()
-        .join(if kubeadm { "kubeadm" } else { "kubernetes" })
-        .ca("front-proxy", "front-proxy-ca")
-        .expect("new CA");
-    let next = read(&files.next_crt);
-    assert_ne!(next, old);
+    let (next, both) = make_next_ca(
+        &new,
+        if kubeadm { "kubeadm" } else { "kubernetes" },
+        ("front-proxy", "front-proxy-ca"),
+        &files,
+        &old,
+    );
     let next_key = read(&files.next_key);
-    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
 
     for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
         let ctx = context_of(ca, work.path(), edit, Some(phase));
@@ -447,6 +447,22 @@ fn kubeadm_path_fetches_kubeadms_front_proxy_ca_then_rotates_it_signing_ca_first
     front_proxy_phases(|t| t, true, "rotate-front-proxy-outline-kubeadm");
 }
 
+/// The new CA made as phase `new` makes it (in `sub` of `ctx`'s key directory), then its
+/// certificate and the old + new trust bundle.
+fn make_next_ca(
+    ctx: &Arc<InstallContext>,
+    sub: &str,
+    (name, cn): (&str, &str),
+    files: &Files,
+    old: &str,
+) -> (String, String) {
+    ctx.key_dir().join(sub).ca(name, cn).expect("new CA");
+    let next = read(&files.next_crt);
+    assert_ne!(next, old);
+    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
+    (next, both)
+}
+
 /// The lab cluster on the kubexm path with a worker-only node4.
 fn kubexm_with_worker(t: String) -> String {
     with_worker(kubexm(t))
@@ -522,13 +538,13 @@ fn kubexm_path_rotates_the_cluster_ca_on_every_node_then_service_accounts_and_ku
         );
     }
     outlines.push_str(&format!("## new\n{o}"));
-    new.key_dir()
-        .join("kubernetes")
-        .ca("kubernetes", "kubernetes")
-        .expect("new CA");
-    let next = read(&files.next_crt);
-    assert_ne!(next, old);
-    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
+    let (next, both) = make_next_ca(
+        &new,
+        "kubernetes",
+        ("kubernetes", "kubernetes"),
+        &files,
+        &old,
+    );
 
     for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
         let ctx = context_of(ca, work.path(), edit, Some(phase));
@@ -711,14 +727,8 @@ fn kubeadm_path_rotates_the_cluster_ca_on_every_node_and_points_the_signer_at_on
         "phase new changes nothing on the nodes"
     );
     outlines.push_str(&format!("## new\n{o}"));
-    new.key_dir()
-        .join("kubeadm")
-        .ca("kubernetes", "kubernetes")
-        .expect("new CA");
-    let next = read(&files.next_crt);
+    let (next, both) = make_next_ca(&new, "kubeadm", ("kubernetes", "kubernetes"), &files, &old);
     let next_key = read(&files.next_key);
-    assert_ne!(next, old);
-    let both = format!("{}\n{}\n", old.trim_end(), next.trim_end());
 
     for phase in [Phase::TrustBoth, Phase::Reissue, Phase::DropOld] {
         let ctx = context_of(ca, work.path(), edit, Some(phase));
