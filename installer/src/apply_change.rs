@@ -1,7 +1,8 @@
 //! What `apply` (issue 17) would do with an edited cluster.yaml: every difference from the
 //! installed cluster outside `spec.hosts` and `spec.roleGroups` (those are add-node's and
 //! delete-node's, [`crate::change`]), each either put in the group of changes that applies it or
-//! refused with why and what to do instead. Groundwork: no command runs these groups yet.
+//! refused with why and what to do instead. `kubexm-install apply` prints it and runs
+//! [`crate::pipelines::apply`] when nothing is refused.
 
 use std::fmt;
 
@@ -19,7 +20,8 @@ pub enum Group {
     /// API server, controller-manager and scheduler flags, feature gates, the API server's
     /// SANs: a rolling restart of the control plane, one master at a time.
     ControlPlane,
-    /// The kubelet's flags and configuration: a rolling kubelet restart.
+    /// The kubelet's flags and configuration: each node's kubelet restarted (kubeadm path: one
+    /// node at a time).
     Kubelet,
     /// kube-proxy's mode, flags and configuration.
     KubeProxy,
@@ -28,7 +30,7 @@ pub enum Group {
     Nodes,
     /// The load balancer's settings.
     LoadBalancer,
-    /// The pod network plugin or its options (a CNI change: the old plugin removed first).
+    /// The pod network plugin's options (the plugin itself does not change in place).
     Network,
     /// Add-ons, plugins, storage, the backup schedule, the security enhancement.
     Extras,
@@ -39,11 +41,11 @@ impl Group {
     pub fn as_str(self) -> &'static str {
         match self {
             Group::ControlPlane => "control plane (rolling restart of each master)",
-            Group::Kubelet => "kubelet (rolling restart of each node)",
+            Group::Kubelet => "kubelet (restarted on each node; its pods keep running)",
             Group::KubeProxy => "kube-proxy",
             Group::Nodes => "node preparation",
             Group::LoadBalancer => "load balancer",
-            Group::Network => "pod network (CNI change)",
+            Group::Network => "pod network options",
             Group::Extras => "add-ons, plugins, storage, backup, security",
         }
     }
@@ -71,13 +73,6 @@ pub struct ApplyChange {
     pub refused: Vec<Problem>,
 }
 
-impl ApplyChange {
-    /// Whether the edited cluster.yaml changes anything that needs a CNI change.
-    pub fn changes_network_plugin(&self) -> bool {
-        self.applied.iter().any(|a| a.group == Group::Network)
-    }
-}
-
 impl fmt::Display for ApplyChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.applied.is_empty() && self.refused.is_empty() {
@@ -103,7 +98,7 @@ impl fmt::Display for ApplyChange {
 
 /// Why a path cannot change in place, and what to do; `None` when it can.
 fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
-    const FIXED: [(&str, &str, &str); 9] = [
+    const FIXED: [(&str, &str, &str); 10] = [
         (
             "spec.network.podCidr",
             "the pod CIDR is in every node's pod range and every pod's address",
@@ -113,6 +108,11 @@ fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
             "spec.network.serviceCidr",
             "the service CIDR holds every Service's cluster IP and the API server's certificate",
             "keep the installed value; a new service CIDR needs a new cluster",
+        ),
+        (
+            "spec.network.plugin",
+            "another pod network plugin replaces every pod's network; apply changes only the installed plugin's options",
+            "keep the installed plugin; moving to another one needs a new cluster (backup, install, restore the workloads)",
         ),
         (
             "spec.kubernetes.dnsDomain",
@@ -132,12 +132,12 @@ fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
         (
             "spec.kubernetes.version",
             "a version change is an upgrade",
-            "keep the installed version here and run `kubexm-install upgrade` with a bundle holding the new one",
+            "keep the installed version: a version change is an upgrade (one minor at a time, with a bundle holding each version), which apply does not do",
         ),
         (
             "spec.etcd",
             "etcd's type, version and data directory do not change in place",
-            "keep the installed etcd settings (an etcd upgrade comes with `kubexm-install upgrade`)",
+            "keep the installed etcd settings",
         ),
         (
             "spec.runtime.type",

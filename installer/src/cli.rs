@@ -156,6 +156,13 @@ pub(crate) enum Command {
     /// object, then what the install put on it.
     #[command(after_help = DELETE_NODE_EXAMPLES)]
     DeleteNode(DeleteNodeArgs),
+    /// Apply an edited cluster.yaml's settings to the installed cluster: feature gates and
+    /// component flags (one master at a time), the kubelet's and kube-proxy's settings, node
+    /// preparation, the load balancer, the pod network's options, add-ons. Shows the change
+    /// first; refuses what cannot change in place (CIDRs, cluster domain, kubernetes.type, the
+    /// version, etcd, the runtime, nodes) before connecting anywhere.
+    #[command(after_help = APPLY_EXAMPLES)]
+    Apply(ApplyArgs),
     /// Change KubeXM's etcd (`etcd.type: kubexm`) one member at a time: add or remove a member
     /// on a node of the cluster; the API servers follow, one master at a time.
     #[command(subcommand, after_help = ETCD_EXAMPLES)]
@@ -505,6 +512,17 @@ The installed cluster (the cluster.yaml and bundle last applied, its nodes and h
 in WORK_DIR/clusters/<cluster>/; the bundle is the one it was installed with (kept unpacked in
 WORK_DIR/bundles/), or --bundle FILE with the same content.";
 
+const APPLY_EXAMPLES: &str = "Examples:
+  # after editing spec.kubernetes.featureGates or proxyMode in cluster.yaml:
+  kubexm-install apply -f cluster.yaml --dry-run   # the change, grouped, and the full plan
+  kubexm-install apply -f cluster.yaml
+  kubexm-install apply -f cluster.yaml --resume    # after a failure: skip what finished
+
+Refused (exit 2, nothing changed), each with what to do instead: the pod and service CIDRs, the
+cluster domain and name, kubernetes.type, the version (an upgrade), etcd, the runtime, the
+registry type, the pod network plugin, and added, removed or re-roled nodes (add-node,
+delete-node). On success the edited cluster.yaml is recorded as the installed one.";
+
 const DELETE_NODE_EXAMPLES: &str = "Examples:
   kubexm-install delete-node --node node4 --dry-run
   kubexm-install delete-node --node node4
@@ -552,6 +570,12 @@ pub(crate) struct AddNodeArgs {
     /// not). A node already in the cluster is applied again (nothing should change).
     #[arg(long = "node", value_name = "NAME")]
     pub(crate) nodes: Vec<String>,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ApplyArgs {
     #[command(flatten)]
     pub(crate) common: Day2Args,
 }

@@ -2,6 +2,7 @@
 //! running a pipeline over SSH with a one-line summary.
 
 pub(crate) mod add_node;
+pub(crate) mod apply;
 pub(crate) mod backup;
 pub(crate) mod certs;
 pub(crate) mod check;

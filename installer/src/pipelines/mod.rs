@@ -43,6 +43,7 @@
 //! [`InstallContext::scope`]: crate::context::InstallContext::scope
 
 pub mod add_node;
+pub mod apply;
 pub mod create;
 pub mod delete;
 pub mod delete_node;

@@ -919,7 +919,6 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
         "{change}"
     );
     assert!(change.refused.is_empty(), "{change}");
-    assert!(!change.changes_network_plugin());
     let text = change.to_string();
     assert!(
         text.contains("~ spec.kubernetes.proxyMode: unset -> `\"ipvs\"`")
@@ -947,6 +946,7 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
     let paths: Vec<&str> = change.refused.iter().map(|p| p.path.as_str()).collect();
     for want in [
         "spec.network.podCidr",
+        "spec.network.plugin",
         "spec.kubernetes.version",
         "spec.kubernetes.dnsDomain",
         "spec.etcd.version",
@@ -959,7 +959,7 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
         .iter()
         .find(|p| p.path == "spec.kubernetes.version")
         .expect("version");
-    assert!(version.hint.contains("kubexm-install upgrade"), "{version}");
+    assert!(version.hint.contains("an upgrade"), "{version}");
     let cidr = change
         .refused
         .iter()
@@ -970,6 +970,103 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
             .contains("`\"10.200.0.0/16\"` in `cluster.yaml`"),
         "{cidr}"
     );
-    // The plugin itself may change (with the CNI change's care).
-    assert!(change.changes_network_plugin(), "{change}");
+    assert!(
+        !change
+            .applied
+            .iter()
+            .any(|a| a.path == "spec.network.plugin"),
+        "{change}"
+    );
+}
+
+/// `apply` of feature gates and kube-proxy's mode on both paths: the change as shown, and the
+/// plan's shape. kubeadm: the control plane one master at a time, then every kubelet one node at
+/// a time (masters first; the first master alone uploads the kubelet ConfigMap), then
+/// kube-proxy's ConfigMap and DaemonSet from the first master. kubexm: each master's units one
+/// master at a time, each answering before the next.
+#[test]
+fn apply_plans_on_both_paths() {
+    use kubexm_install::apply_change::classify;
+    use kubexm_install::pipelines::apply::apply_pipeline;
+    let edit = |t: &str, version: &str| {
+        t.replace(
+            &format!("    version: {version}\n"),
+            &format!("    version: {version}\n    proxyMode: ipvs\n    featureGates: {{EphemeralContainers: true}}\n"),
+        )
+    };
+
+    // kubeadm path (the lab's cluster).
+    let l = lab();
+    let work = tempfile::tempdir().expect("tempdir");
+    let edited = load(
+        work.path(),
+        &lab5_text(|t| edit(&t, "v1.33.11")),
+        &lab_catalog(),
+    );
+    let change = classify(&l.full.cluster, &edited.cluster, "`cluster.yaml`");
+    assert!(change.refused.is_empty(), "{change}");
+    let p = build(&apply_pipeline(&edited), &edited);
+    assert_eq!(p.pipeline, "apply");
+    assert_eq!(
+        hosts(&p, "kubeadm", "kubelet-settings"),
+        ["node1", "node2", "node3", "node5", "node4"]
+    );
+    assert_eq!(hosts(&p, "kubeadm", "kube-proxy-settings"), ["node1"]);
+    let text = p.to_text();
+    assert!(
+        text.contains(
+            "init phase kubelet-start --config /etc/kubernetes/kubexm/kubeadm-reconfigure.yaml"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "init phase addon kube-proxy --config /etc/kubernetes/kubexm/kubeadm-reconfigure.yaml"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("init phase upload-config kubelet").count(),
+        1,
+        "only the first master uploads the kubelet ConfigMap"
+    );
+    insta::assert_snapshot!("apply-kubeadm", format!("{change}\n{}", outline(&p)));
+
+    // kubexm path.
+    let work = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(kubexm_fixture("cluster.yaml")).expect("fixture");
+    let version = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("version: v1."))
+        .map(|v| format!("v1.{v}"))
+        .expect("a Kubernetes version in the fixture");
+    let installed = load(work.path(), &text, &kubexm_fixture("catalog-stand-in.yaml"));
+    let edited = load(
+        work.path(),
+        &edit(&text, &version),
+        &kubexm_fixture("catalog-stand-in.yaml"),
+    );
+    let change = classify(&installed.cluster, &edited.cluster, "`cluster.yaml`");
+    assert!(change.refused.is_empty(), "{change}");
+    let p = build(&apply_pipeline(&edited), &edited);
+    let cp = phase(&p, "kubexm-control-plane");
+    let task = cp
+        .tasks
+        .iter()
+        .find(|t| t.name == "install-control-plane")
+        .expect("install-control-plane");
+    assert!(!task.parallel, "one master at a time");
+    assert_eq!(
+        task.steps.last().map(|s| s.name.as_str()),
+        Some("wait-control-plane"),
+        "each master answers before the next changes"
+    );
+    let k = kubexm_install::modules::kubexm::KubexmCluster::new(&edited).expect("cluster");
+    let master = edited.node("master1").expect("master1");
+    assert_eq!(
+        kubexm_install::modules::kubexm::control_plane::apiserver_flags(&k, master)
+            .get("feature-gates"),
+        Some("EphemeralContainers=true")
+    );
+    insta::assert_snapshot!("apply-kubexm", format!("{change}\n{}", outline(&p)));
 }

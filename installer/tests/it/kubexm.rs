@@ -1084,7 +1084,9 @@ fn plan_of_a_three_master_two_worker_kubexm_cluster() {
     assert!(at("kubexm-nodes") < at("coredns"));
     for want in [
         "task kubernetes-certificates on master1,master2,master3,worker1,worker2 (parallel)",
-        "task install-control-plane on master1,master2,master3 (parallel)",
+        "task control-plane-binaries on master1,master2,master3 (parallel)",
+        // One master at a time, each answering /readyz before the next changes.
+        "task install-control-plane on master1,master2,master3 (one at a time)",
         "task install-node-services on master1,master2,master3,worker1,worker2 (parallel)",
         "-> /etc/kubernetes/pki/ca.key (600)",
         "files/kube-apiserver/v1.31.13/amd64/kube-apiserver -> /var/lib/kubexm/artifacts/kube-apiserver/v1.31.13/kube-apiserver (755)",

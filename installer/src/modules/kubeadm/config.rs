@@ -435,6 +435,9 @@ impl KubeadmSettings {
             "maxPods": self.max_pods,
             "criSocket": self.cri_socket,
             "containerRuntimeEndpoint": self.kubelet_runtime_endpoint,
+            "featureGates": self.feature_gates,
+            "args": self.user_kubelet_args,
+            "securityEnhancement": self.security_enhancement,
         });
         if let Some(fail) = self.fail_cgroup_v1 {
             kubelet["failCgroupV1"] = fail.into();
@@ -446,6 +449,12 @@ impl KubeadmSettings {
                 "controllerManager": self.controller_manager_args,
                 "scheduler": self.scheduler_args,
             }))?,
+            kubelet: json(kubelet)?,
+            kube_proxy: json(serde_json::json!({
+                "mode": self.proxy_mode,
+                "conntrackMaxPerCore": self.conntrack_max_per_core,
+                "featureGates": self.feature_gates,
+            }))?,
             cluster: json(serde_json::json!({
                 "kubernetesVersion": self.version,
                 "clusterName": self.cluster_name,
@@ -456,12 +465,6 @@ impl KubeadmSettings {
                 "podSubnet": self.pod_subnet,
                 "serviceSubnet": self.service_subnet,
                 "dnsDomain": self.dns_domain,
-                "featureGates": self.feature_gates,
-                "kubelet": kubelet,
-                "kubeProxy": {
-                    "mode": self.proxy_mode,
-                    "conntrackMaxPerCore": self.conntrack_max_per_core,
-                },
             }))?,
         })
     }

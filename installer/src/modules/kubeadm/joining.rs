@@ -63,13 +63,10 @@ impl Step for JoinNode {
                 .render_join(&n, &creds)?
                 .unless(format!("[ -s {KUBELET_CONF} ]")),
         ));
-        // What a control-plane join applies is recorded for later re-runs to compare.
-        let record = if self.control_plane {
-            ops.extend(self.settings.drift_files()?.upload_wanted());
-            format!("\n{}", super::reconfigure::record_applied())
-        } else {
-            String::new()
-        };
+        // What a join applies is recorded for later re-runs and `apply` to compare (workers:
+        // the kubelet's settings; masters: the control plane's too).
+        ops.extend(self.settings.drift_files()?.upload_wanted());
+        let record = format!("\n{}", super::reconfigure::record_applied());
         let patches = self.settings.patches_flag(&n);
         ops.push(Op::Run(
             RunCommand::new(format!(

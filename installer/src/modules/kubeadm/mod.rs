@@ -44,6 +44,7 @@ pub mod init;
 pub mod join;
 pub mod joining;
 pub mod labels;
+pub mod node_settings;
 pub mod reconfigure;
 pub mod serving_csr;
 pub mod settle;
@@ -65,6 +66,7 @@ use config::KubeadmSettings;
 use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_CONF};
 use joining::JoinNode;
 use labels::NodeRoles;
+use node_settings::{KubeProxySettings, KubeletSettings};
 use reconfigure::Reconfigure;
 use settle::{ControlPlaneSettled, RestartKubeProxy};
 
@@ -203,17 +205,6 @@ impl Module for KubeadmModule {
             }
             tasks.push(t);
         }
-        if local_proxy.is_some() {
-            // Every node's kube-proxy through 127.0.0.1:6443: its own API server on a master,
-            // the local proxy on a worker.
-            tasks.push(
-                Task::new("kube-proxy-via-local-proxy", [first.clone()]).step(
-                    KubeProxyViaLocalProxy {
-                        endpoint: ctx.control_plane_endpoint()?.url(),
-                    },
-                ),
-            );
-        }
         tasks.push(
             Task::new("kubeadm-reconfigure", masters.clone())
                 .serial()
@@ -222,6 +213,39 @@ impl Module for KubeadmModule {
                     first: first.clone(),
                 }),
         );
+        // Masters first (the first master uploads the kubelet ConfigMap), one node at a time.
+        let mut masters_first = masters.clone();
+        masters_first.extend(
+            kubernetes_nodes(ctx)
+                .into_iter()
+                .filter(|n| !masters.contains(n)),
+        );
+        tasks.push(
+            Task::new("kubelet-settings", masters_first)
+                .serial()
+                .step(KubeletSettings {
+                    settings: settings.clone(),
+                    first: first.clone(),
+                    masters: masters.clone(),
+                }),
+        );
+        tasks.push(
+            Task::new("kube-proxy-settings", [first.clone()]).step(KubeProxySettings {
+                settings: settings.clone(),
+            }),
+        );
+        if local_proxy.is_some() {
+            // Every node's kube-proxy through 127.0.0.1:6443: its own API server on a master,
+            // the local proxy on a worker (after kube-proxy's settings: kubeadm writes the
+            // endpoint back into its ConfigMap).
+            tasks.push(
+                Task::new("kube-proxy-via-local-proxy", [first.clone()]).step(
+                    KubeProxyViaLocalProxy {
+                        endpoint: ctx.control_plane_endpoint()?.url(),
+                    },
+                ),
+            );
+        }
         tasks.push(Task::new("node-roles", [first.clone()]).step(NodeRoles::new(ctx)));
         // Kubelet serving certificates from the cluster CA (metrics-server checks them):
         // every kubelet asks with `serverTLSBootstrap`, KubeXM approves only its nodes' own.

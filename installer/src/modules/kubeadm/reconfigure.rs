@@ -3,7 +3,7 @@
 //! the rest is reported plainly, never skipped silently (`kubeadm init` and `join` themselves
 //! are skipped once a node has joined).
 //!
-//! KubeXM keeps three small canonical files per master (root only, in
+//! KubeXM keeps five small canonical files per node (root only, in
 //! `/etc/kubernetes/kubexm/{wanted,applied}/`), written from the same settings as the kubeadm
 //! configuration ([`DriftFiles`]):
 //!
@@ -11,7 +11,9 @@
 //! |---|---|---|
 //! | `cert-sans` | the API server certificate's SANs | the certificate re-issued on every master (`kubeadm init phase certs apiserver`, the old pair kept in `replaced/`), the API server restarted |
 //! | `control-plane` | API server / controller-manager / scheduler flags and feature gates | `kubeadm init phase control-plane all` on every master (the kubelet restarts the changed static pods) |
-//! | `cluster` | everything else: networking, etcd, images, the kubelet's and kube-proxy's configuration | nothing: a warning names the changed settings and says that KubeXM's `apply` pipeline is needed |
+//! | `kubelet` | the kubelet's configuration and flags, feature gates | `kubeadm init phase kubelet-start` on every node in turn, the kubelet's health waited for (the first master also uploads the cluster's kubelet ConfigMap for later joins): [`super::node_settings`] |
+//! | `kube-proxy` | kube-proxy's mode and configuration, feature gates | `kubeadm init phase addon kube-proxy` on the first master (ConfigMap and DaemonSet), then a rolling restart of the DaemonSet: [`super::node_settings`] |
+//! | `cluster` | everything else: the version, networking, etcd, images | nothing: a warning names the changed settings (`kubexm-install apply` refuses them, `upgrade` changes the version) |
 //!
 //! `applied/` is written when `kubeadm init`/`join` succeed on the node, and after a
 //! reconfiguration; a cluster set up by an older KubeXM gets it on the first re-run (the current
@@ -46,16 +48,22 @@ pub struct DriftFiles {
     pub cert_sans: String,
     /// The control-plane components' flags and feature gates.
     pub control_plane: String,
+    /// The kubelet's configuration and flags.
+    pub kubelet: String,
+    /// kube-proxy's configuration.
+    pub kube_proxy: String,
     /// Every other cluster-wide setting.
     pub cluster: String,
 }
 
 impl DriftFiles {
     /// The files as (name, content).
-    pub fn files(&self) -> [(&'static str, &str); 3] {
+    pub fn files(&self) -> [(&'static str, &str); 5] {
         [
             ("cert-sans", &self.cert_sans),
             ("control-plane", &self.control_plane),
+            ("kubelet", &self.kubelet),
+            ("kube-proxy", &self.kube_proxy),
             ("cluster", &self.cluster),
         ]
     }
@@ -181,7 +189,7 @@ impl Step for Reconfigure {
             format!(
                 "[ -d {APPLIED_DIR} ] || exit 0\n\
 if ! cmp -s {WANTED_DIR}/cluster {APPLIED_DIR}/cluster; then\n\
-  echo \"WARNING: cluster.yaml changed settings of the running cluster that kubeadm cannot apply in place (networking, etcd, images, kubelet or kube-proxy configuration): they are NOT applied by this run; KubeXM's apply pipeline is needed. Changed (- applied, + wanted):\"\n\
+  echo \"WARNING: cluster.yaml changed settings of the running cluster that cannot change in place (the version, networking, etcd, images): they are NOT applied (\\`kubexm-install apply --dry-run\\` says why for each). Changed (- applied, + wanted):\"\n\
   diff {APPLIED_DIR}/cluster {WANTED_DIR}/cluster | grep '^[<>]' | sed 's/^</WARNING:   -/; s/^>/WARNING:   +/' | head -n 40\n\
 fi"
             ),

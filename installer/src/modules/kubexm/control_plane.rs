@@ -46,21 +46,24 @@ impl Module for KubexmControlPlaneModule {
         let masters = self.0.with_role(Role::Master);
         let first = self.0.first_master()?.name.clone();
         Ok(vec![
-            Task::new("install-control-plane", masters.clone())
-                .step(Binaries {
-                    ctx: self.0.clone(),
-                    layout: k.layout.clone(),
-                    components: vec![
-                        "kube-apiserver",
-                        "kube-controller-manager",
-                        "kube-scheduler",
-                        "kubectl",
-                    ],
-                })
+            Task::new("control-plane-binaries", masters.clone()).step(Binaries {
+                ctx: self.0.clone(),
+                layout: k.layout.clone(),
+                components: vec![
+                    "kube-apiserver",
+                    "kube-controller-manager",
+                    "kube-scheduler",
+                    "kubectl",
+                ],
+            }),
+            // One master at a time, each answering again before the next changes: a changed
+            // flag (`kubexm-install apply`) never restarts every API server at once.
+            Task::new("install-control-plane", masters)
+                .serial()
                 .step(ApiServer { k: k.clone() })
                 .step(ControllerManager { k: k.clone() })
-                .step(Scheduler { k: k.clone() }),
-            Task::new("wait-control-plane", masters).step(WaitControlPlane { k: k.clone() }),
+                .step(Scheduler { k: k.clone() })
+                .step(WaitControlPlane { k: k.clone() }),
             Task::new("cluster-rbac", [first.clone()]).step(ClusterRbac { k: k.clone() }),
             // The same admin kubeconfig on the control host as the kubeadm path gives.
             Task::new("fetch-admin-kubeconfig", [first]).step(

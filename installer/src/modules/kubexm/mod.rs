@@ -9,9 +9,10 @@
 //!    files, every master and worker its own kubelet certificate and the kubelet/kube-proxy
 //!    kubeconfigs. Running Kubernetes services are restarted when a file changed.
 //! 2. `kubexm-control-plane` ([`control_plane`]): kube-apiserver, kube-controller-manager,
-//!    kube-scheduler and kubectl from the bundle on the masters, their units and configuration;
-//!    then every master's API server must answer `/readyz`; then the cluster RBAC KubeXM needs
-//!    is applied from the first master.
+//!    kube-scheduler and kubectl from the bundle on the masters; then their units and
+//!    configuration one master at a time, each master's API server answering `/readyz` (and its
+//!    controller-manager and scheduler `/healthz`) before the next master changes; then the
+//!    cluster RBAC KubeXM needs is applied from the first master.
 //! 3. `kubexm-nodes` ([`node`]): kubelet and kube-proxy on every master and worker; then the
 //!    first master waits until every node has registered and labels them.
 //! 4. `coredns` ([`coredns`]): the CoreDNS manifest applied from the first master.
