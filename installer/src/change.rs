@@ -85,6 +85,25 @@ const MAX_PROBLEMS: usize = 20;
 /// Compares `installed` (restricted to the nodes in the cluster, see
 /// [`crate::record::restrict`]) with `desired` (the user's file, read from `origin`).
 pub fn diff(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> Change {
+    let mut change = diff_nodes(installed, desired, origin);
+    let paths = spec_differences(installed, desired, MAX_PROBLEMS);
+    for (path, was, now) in paths {
+        change.problems.push(Problem {
+            path,
+            message: format!("is {now} in {origin} but {was} in the installed cluster"),
+            hint: "add-node, delete-node and etcd change only spec.hosts and spec.roleGroups: put the installed value back (the cluster.yaml last applied is kept in the work directory's clusters/<cluster>/cluster.yaml)".into(),
+        });
+        if change.problems.len() >= MAX_PROBLEMS {
+            break;
+        }
+    }
+    change
+}
+
+/// [`diff`] of the nodes alone: the hosts added, removed and re-roled, and the problems with
+/// the cluster's name and the hosts' fields; the rest of the spec is not compared (`apply`
+/// judges it, [`crate::apply_change`]).
+pub fn diff_nodes(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> Change {
     let mut change = Change::default();
     let have = membership(installed);
     let want = membership(desired);
@@ -149,17 +168,6 @@ pub fn diff(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> C
                     hint: "a node keeps its addresses and architecture: delete it with `kubexm-install delete-node` and add the machine under a new name".into(),
                 });
             }
-        }
-    }
-    let paths = spec_differences(installed, desired, MAX_PROBLEMS);
-    for (path, was, now) in paths {
-        change.problems.push(Problem {
-            path,
-            message: format!("is {now} in {origin} but {was} in the installed cluster"),
-            hint: "add-node, delete-node and etcd change only spec.hosts and spec.roleGroups: put the installed value back (the cluster.yaml last applied is kept in the work directory's clusters/<cluster>/cluster.yaml)".into(),
-        });
-        if change.problems.len() >= MAX_PROBLEMS {
-            break;
         }
     }
     change

@@ -43,6 +43,11 @@ pub(crate) struct UsageError(pub(crate) String);
 #[error("{0}")]
 pub(crate) struct PartialError(pub(crate) String);
 
+/// Nodes a day-2 command needs could not be reached over SSH.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UnreachableError(pub(crate) String);
+
 impl ExitStatus {
     /// The class of `err`: the first typed error of its chain that has one.
     pub(crate) fn of(err: &anyhow::Error) -> Self {
@@ -57,6 +62,9 @@ impl ExitStatus {
         }
         if e.is::<PartialError>() {
             return Some(Self::Partial);
+        }
+        if e.is::<UnreachableError>() {
+            return Some(Self::CannotConnect);
         }
         if e.is::<kubexm_manifests::load::LoadError>()
             || e.is::<kubexm_manifests::catalog::CatalogError>()

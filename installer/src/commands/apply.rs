@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use kubexm_install::apply_change::classify;
-use kubexm_install::change::diff;
+use kubexm_install::change::diff_nodes;
 use kubexm_install::pipelines::apply::apply_pipeline;
 
 use super::day2::{connect, execute, require_every_node, Operate, Session};
@@ -15,7 +15,7 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path) -> Result<()> {
     let c = &args.common;
     let s = Session::open(c, work_dir)?;
     println!("{}", s.header());
-    let membership = diff(&s.installed.cluster, &s.desired_full, &s.desired_origin);
+    let membership = diff_nodes(&s.installed.cluster, &s.desired_full, &s.desired_origin);
     let mut refused: Vec<String> = membership.problems.iter().map(|p| p.to_string()).collect();
     for a in &membership.added {
         refused.push(format!(
@@ -53,7 +53,11 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path) -> Result<()> {
     let desired = s.desired(&s.record.installed.nodes)?;
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &desired, &opts)?;
-    require_every_node(&conn, "apply", "every node's settings may change")?;
+    require_every_node(
+        &conn,
+        "apply",
+        "every node (any node's settings may change)",
+    )?;
     let pipeline = apply_pipeline(&desired);
     let op = Operate {
         operation: "apply",

@@ -356,7 +356,7 @@ pub(crate) fn require_every_node(conn: &Connected, verb: &str, needs: &str) -> R
     if conn.facts.unreachable.is_empty() {
         return Ok(());
     }
-    bail!(
+    Err(crate::exit::UnreachableError(format!(
         "cannot reach {}: {verb} needs {needs}; fix SSH and run again",
         conn.facts
             .unreachable
@@ -364,7 +364,8 @@ pub(crate) fn require_every_node(conn: &Connected, verb: &str, needs: &str) -> R
             .cloned()
             .collect::<Vec<_>>()
             .join(", ")
-    )
+    ))
+    .into())
 }
 
 /// Prints the change and the facts; stops with every problem the checks found.

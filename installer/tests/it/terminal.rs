@@ -422,3 +422,118 @@ fn status_of_a_deleted_cluster_says_it_was_deleted() {
     assert_eq!(v["deletedAt"], "2026-11-24T01:00:00.000Z");
     assert_eq!(v["lastOperation"]["operation"], "delete");
 }
+
+/// `apply` judges the edited cluster.yaml before connecting anywhere: a pod CIDR change and a
+/// new host are refused with exit 2, each named with what to do, and nothing is recorded; the
+/// installed cluster.yaml again is "nothing to apply"; a feature gate is shown in its group and
+/// then needs the nodes (unreachable here: exit 5).
+#[test]
+fn apply_refuses_before_connecting_and_shows_the_change() {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let cluster = unreachable_cluster(dir.path());
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
+    let ctx = kubexm_install::context::load_context(
+        &cluster,
+        Some(&lab.join("mirror/catalog-lab.yaml")),
+        None,
+        &work,
+    )
+    .expect("context");
+    let yaml = std::fs::read_to_string(&cluster).expect("read");
+    let op = Operation {
+        operation: "install".into(),
+        nodes: ctx.all(),
+        started_at: "2026-11-23T22:00:00.000Z".into(),
+        finished_at: "2026-11-23T22:05:00.000Z".into(),
+        seconds: 300.0,
+        result: Outcome::Succeeded,
+        error: None,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
+        bundle_digest: None,
+    };
+    let records = Records::new(&work);
+    records
+        .finish(
+            "lab",
+            op,
+            Some(Applied {
+                cluster_yaml: &yaml,
+                base_dir: dir.path(),
+                bundle_digest: None,
+                nodes: record::membership(&ctx.cluster),
+                present: true,
+            }),
+        )
+        .expect("record");
+    let recorded = std::fs::read(work.join("clusters/lab/cluster.yaml")).expect("recorded");
+    let history = || {
+        std::fs::read_to_string(work.join("clusters/lab/installed.json"))
+            .expect("record")
+            .len()
+    };
+    let before = history();
+    let edited = |name: &str, edit: &dyn Fn(String) -> String| {
+        let path = dir.path().join(name);
+        let text = edit(yaml.clone());
+        assert_ne!(text, yaml, "{name} not edited");
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+
+    let cidr = edited("cidr.yaml", &|t| {
+        t.replace("  network:\n", "  network:\n    podCidr: 10.199.0.0/16\n")
+    });
+    let out = run(&["apply", "-f", cidr.to_str().expect("utf-8")], &work);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("spec.network.podCidr"), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert!(err.contains("needs a new cluster"), "{err}");
+
+    let host = edited("host.yaml", &|t| {
+        t.replace(
+            "  roleGroups:\n",
+            "    - {name: node9, address: 127.0.0.19, port: 1, user: root}\n  roleGroups:\n",
+        )
+        .replace(
+            "    worker: [\"node[1:3]\"]",
+            "    worker: [\"node[1:3]\", node9]",
+        )
+    });
+    let out = run(&["apply", "-f", host.to_str().expect("utf-8")], &work);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("add-node --node node9"), "{err}");
+
+    let out = run(&["apply", "-f", cluster.to_str().expect("utf-8")], &work);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("nothing to apply"));
+
+    let gate = edited("gate.yaml", &|t| {
+        t.replace(
+            "  kubernetes:\n",
+            "  kubernetes:\n    featureGates: {EphemeralContainers: true}\n",
+        )
+    });
+    let out = run(
+        &["apply", "-f", gate.to_str().expect("utf-8"), "--dry-run"],
+        &work,
+    );
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("control plane")
+            && said.contains("~ spec.kubernetes.featureGates.EphemeralContainers: unset -> `true`"),
+        "{said}"
+    );
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+
+    assert_eq!(
+        std::fs::read(work.join("clusters/lab/cluster.yaml")).expect("recorded"),
+        recorded,
+        "a refused or unreachable apply records nothing"
+    );
+    assert_eq!(history(), before);
+}
