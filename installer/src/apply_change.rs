@@ -3,6 +3,11 @@
 //! delete-node's, [`crate::change`]), each either put in the group of changes that applies it or
 //! refused with why and what to do instead. `kubexm-install apply` prints it and runs
 //! [`crate::pipelines::apply`] when nothing is refused.
+//!
+//! Refused too: moving the control-plane endpoint (the load balancer's mode, VIP, port, domain,
+//! external address, internal type), and turning off what apply installs but does not take out of
+//! a running cluster (an add-on, storage, Kata, Node Feature Discovery, the security
+//! enhancement, the backup schedule).
 
 use std::fmt;
 
@@ -98,7 +103,7 @@ impl fmt::Display for ApplyChange {
 
 /// Why a path cannot change in place, and what to do; `None` when it can.
 fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
-    const FIXED: [(&str, &str, &str); 10] = [
+    const FIXED: [(&str, &str, &str); 16] = [
         (
             "spec.network.podCidr",
             "the pod CIDR is in every node's pod range and every pod's address",
@@ -108,6 +113,36 @@ fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
             "spec.network.serviceCidr",
             "the service CIDR holds every Service's cluster IP and the API server's certificate",
             "keep the installed value; a new service CIDR needs a new cluster",
+        ),
+        (
+            "spec.loadBalancer.mode",
+            "the control-plane endpoint's kind decides what every node and kubeconfig talks to",
+            "keep the installed load balancer mode",
+        ),
+        (
+            "spec.loadBalancer.vip",
+            "the control-plane endpoint is in every kubeconfig and the API server certificates",
+            "keep the installed VIP",
+        ),
+        (
+            "spec.loadBalancer.port",
+            "the control-plane endpoint is in every kubeconfig",
+            "keep the installed port",
+        ),
+        (
+            "spec.loadBalancer.domain",
+            "the control-plane endpoint is in every kubeconfig and the API server certificates",
+            "keep the installed domain",
+        ),
+        (
+            "spec.loadBalancer.external",
+            "the external load balancer is the control-plane endpoint every kubeconfig names",
+            "keep the installed external load balancer",
+        ),
+        (
+            "spec.loadBalancer.internal.type",
+            "apply would set up the new local proxy beside the old one, which keeps its port",
+            "keep the installed internal load balancer type",
         ),
         (
             "spec.network.plugin",
@@ -194,6 +229,70 @@ fn group_of(path: &str) -> Option<Group> {
         .map(|(_, g)| *g)
 }
 
+/// What `desired` turns off that `installed` has: apply installs and changes these parts but
+/// does not take them out of a running cluster, so turning one off is refused (path, what, how
+/// to remove it by hand).
+fn removals(installed: &ValidCluster, desired: &ValidCluster) -> Vec<(String, String, String)> {
+    let (i, d) = (&installed.file.spec, &desired.file.spec);
+    let mut out = Vec::new();
+    let mut off = |path: &str, what: String, how: &str| {
+        out.push((path.to_string(), what, how.to_string()));
+    };
+    for a in &i.addons {
+        if !d.addons.iter().any(|b| b.name == a.name) {
+            off(
+                "spec.addons",
+                format!("add-on {} is removed", a.name),
+                "keep it in cluster.yaml; to remove it, delete its objects with kubectl (its manifest or chart is on the first master under /etc/kubernetes/addons), then take it out",
+            );
+        }
+    }
+    if i.storage.nfs.is_some() && d.storage.nfs.is_none() {
+        off(
+            "spec.storage.nfs",
+            "NFS storage is turned off".into(),
+            "keep it; its provisioner, StorageClass and the nfs host's export stay until deleted by hand",
+        );
+    }
+    if i.storage.local_enabled() && !d.storage.local_enabled() {
+        off(
+            "spec.storage.localVolume",
+            "local volumes are turned off".into(),
+            "keep them; the local PV provisioner and its StorageClass stay until deleted by hand",
+        );
+    }
+    let k = (&i.kubernetes, &d.kubernetes);
+    if k.0.kata.enabled && !k.1.kata.enabled {
+        off(
+            "spec.kubernetes.kata",
+            "Kata Containers is turned off".into(),
+            "keep it on; kata-deploy, its RuntimeClass and the runtime handler stay until deleted",
+        );
+    }
+    if k.0.node_feature_discovery.enabled && !k.1.node_feature_discovery.enabled {
+        off(
+            "spec.kubernetes.nodeFeatureDiscovery",
+            "Node Feature Discovery is turned off".into(),
+            "keep it on; its master, workers and the node labels stay until deleted",
+        );
+    }
+    if k.0.security_enhancement && !k.1.security_enhancement {
+        off(
+            "spec.kubernetes.securityEnhancement",
+            "the security enhancement is turned off".into(),
+            "keep it on; apply does not loosen file modes, the kubelets' authentication or the audit log",
+        );
+    }
+    if i.backup.is_some() && d.backup.is_none() {
+        off(
+            "spec.backup",
+            "the scheduled backup is removed".into(),
+            "keep it; stop the timer with systemctl on the control host (`systemctl list-timers 'kubexm-*'`)",
+        );
+    }
+    out
+}
+
 /// The differences between `installed` and `desired` (read from `origin`) outside the nodes,
 /// grouped or refused (see the module's documentation).
 pub fn classify(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> ApplyChange {
@@ -209,7 +308,21 @@ pub fn classify(installed: &ValidCluster, desired: &ValidCluster, origin: &str) 
         });
         return change;
     }
+    let removed = removals(installed, desired);
+    for (path, what, how) in &removed {
+        change.refused.push(Problem {
+            path: path.clone(),
+            message: format!("{what} in {origin}: apply installs and changes it but does not take it out of the cluster"),
+            hint: how.clone(),
+        });
+    }
     for (path, was, now) in paths {
+        if removed
+            .iter()
+            .any(|(p, _, _)| path == *p || path.starts_with(&format!("{p}.")))
+        {
+            continue;
+        }
         if let Some((why, what)) = refusal(&path) {
             change.refused.push(Problem {
                 message: format!("is {now} in {origin} but {was} in the installed cluster: {why}"),

@@ -520,8 +520,10 @@ const APPLY_EXAMPLES: &str = "Examples:
 
 Refused (exit 2, nothing changed), each with what to do instead: the pod and service CIDRs, the
 cluster domain and name, kubernetes.type, the version (an upgrade), etcd, the runtime, the
-registry type, the pod network plugin, and added, removed or re-roled nodes (add-node,
-delete-node). On success the edited cluster.yaml is recorded as the installed one.";
+registry type, the pod network plugin, the control-plane endpoint (load balancer mode, VIP, port,
+domain), turning off an add-on, storage, Kata, NFD, the security enhancement or the backup
+schedule (apply does not take them out of a running cluster), and added, removed or re-roled
+nodes (add-node, delete-node). On success the edited cluster.yaml is recorded as the installed one.";
 
 const DELETE_NODE_EXAMPLES: &str = "Examples:
   kubexm-install delete-node --node node4 --dry-run

@@ -890,7 +890,7 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
                 "    version: v1.33.11\n    proxyMode: ipvs\n    featureGates: {GracefulNodeShutdown: true}\n    apiserverArgs: {audit-log-maxage: \"7\"}\n    kubeletArgs: {max-open-files: \"500000\"}\n",
             )
             .replace("    ntpServers: [node1]", "    ntpServers: [node1, node2]")
-            .replace("    vip: 10.88.10.100", "    vip: 10.88.10.101")
+            .replace("    interface: eth0", "    interface: eth1")
         }),
         &lab_catalog(),
     );
@@ -914,7 +914,7 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
             (Group::Kubelet, "spec.kubernetes.kubeletArgs.max-open-files"),
             (Group::KubeProxy, "spec.kubernetes.proxyMode"),
             (Group::Nodes, "spec.system.ntpServers"),
-            (Group::LoadBalancer, "spec.loadBalancer.vip"),
+            (Group::LoadBalancer, "spec.loadBalancer.interface"),
         ],
         "{change}"
     );
@@ -975,6 +975,39 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
             .applied
             .iter()
             .any(|a| a.path == "spec.network.plugin"),
+        "{change}"
+    );
+
+    // The control-plane endpoint does not move, and what apply cannot take out of a running
+    // cluster is not turned off.
+    let secured = load(
+        work.path(),
+        &lab5_text(|t| {
+            t.replace(
+                "    version: v1.33.11\n",
+                "    version: v1.33.11\n    securityEnhancement: true\n",
+            )
+        }),
+        &lab_catalog(),
+    );
+    let moved = load(
+        work.path(),
+        &lab5_text(|t| t.replace("    vip: 10.88.10.100", "    vip: 10.88.10.101")),
+        &lab_catalog(),
+    );
+    let change = classify(&secured.cluster, &moved.cluster, "`cluster.yaml`");
+    let paths: Vec<&str> = change.refused.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.kubernetes.securityEnhancement",
+            "spec.loadBalancer.vip"
+        ],
+        "{change}"
+    );
+    assert!(change.applied.is_empty(), "{change}");
+    assert!(
+        change.refused[0].message.contains("does not take it out"),
         "{change}"
     );
 }
