@@ -1,0 +1,303 @@
+//! `kernel-upgrade` without connecting anywhere: the plans of both Kubernetes paths (snapshots),
+//! with `--nodes`, the order (masters first, one node at a time, every node's health checked
+//! before the next starts), the drains from another master, and nodes already on the newest
+//! kernel left alone. The lab runs it for real (`tests/lab/kubernetes/install-real`,
+//! `REAL_KERNEL=1`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::facts::kernel::{KernelPackage, KernelRelease, KernelState};
+use kubexm_install::facts::ClusterFacts;
+use kubexm_install::modules::membership::DrainOptions;
+use kubexm_install::modules::osrepo::package_source;
+use kubexm_install::pipeline::plan::{self, Plan};
+use kubexm_install::pipelines::kernel_upgrade::{kernel_upgrade_pipeline, order, KernelUpgrade};
+
+use crate::day2::outline;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn load(work: &Path, text: &str, catalog: &Path) -> Arc<InstallContext> {
+    let file = work.join("cluster.yaml");
+    std::fs::write(&file, text).expect("write cluster.yaml");
+    Arc::new(load_context(&file, Some(catalog), None, work).expect("cluster loads"))
+}
+
+/// The lab cluster (kubeadm path, KubeXM's etcd on the three masters) plus node4, a worker;
+/// `edit` changes the text further.
+fn lab(work: &Path, edit: impl Fn(String) -> String) -> Arc<InstallContext> {
+    let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
+    let key = "privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519";
+    let text = edit(
+        text.replace(
+            "  roleGroups:\n",
+            &format!(
+                "    - {{name: node4, address: 10.88.10.14, user: root, {key}}}\n  roleGroups:\n"
+            ),
+        )
+        .replace("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:4]\"]"),
+    );
+    load(
+        work,
+        &text,
+        &repo().join("tests/lab/mirror/catalog-lab.yaml"),
+    )
+}
+
+/// The kubexm-path fixture: master1..3 (etcd members, load balancers), worker1..2.
+fn kubexm(work: &Path) -> Arc<InstallContext> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubexm");
+    let text = std::fs::read_to_string(dir.join("cluster.yaml")).expect("fixture");
+    load(work, &text, &dir.join("catalog-stand-in.yaml"))
+}
+
+fn release(s: &str) -> KernelRelease {
+    KernelRelease::parse(s, "test").expect("release")
+}
+
+/// A node that needs the upgrade: its package not installed yet (the lab's first run).
+fn needs(package: &str) -> KernelState {
+    KernelState {
+        package: KernelPackage::parse(package).expect("package"),
+        current: false,
+        running: release("6.1.0-18-amd64"),
+        newest: None,
+        pending: false,
+    }
+}
+
+/// A node already on the newest installed kernel.
+fn done(package: &str) -> KernelState {
+    KernelState {
+        current: true,
+        newest: Some(release("6.1.0-18-amd64")),
+        ..needs(package)
+    }
+}
+
+fn pipeline_plan(
+    ctx: &Arc<InstallContext>,
+    nodes: &[&str],
+    states: &BTreeMap<String, KernelState>,
+) -> Plan {
+    let nodes: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+    let facts = ClusterFacts::assumed(ctx);
+    let p = kernel_upgrade_pipeline(&KernelUpgrade {
+        ctx,
+        nodes: &nodes,
+        states,
+        facts: &facts,
+        drain: DrainOptions::default(),
+        source: package_source(ctx),
+    })
+    .expect("pipeline");
+    plan::build(&p, &ctx.plan_nodes(), &Default::default()).expect("plan")
+}
+
+fn all_need(ctx: &InstallContext, package: &str) -> BTreeMap<String, KernelState> {
+    ctx.all().into_iter().map(|n| (n, needs(package))).collect()
+}
+
+/// (phase, task) → hosts.
+fn tasks(p: &Plan) -> Vec<(String, String, Vec<String>)> {
+    p.modules
+        .iter()
+        .flat_map(|m| {
+            m.tasks
+                .iter()
+                .map(|t| (m.name.clone(), t.name.clone(), t.hosts.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn kubeadm_path_plan_masters_first_one_node_at_a_time() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = lab(work.path(), |t| t);
+    let p = pipeline_plan(
+        &ctx,
+        &["node4", "node2", "node1", "node3"],
+        &all_need(&ctx, "linux-image-amd64"),
+    );
+    assert_eq!(
+        p.modules
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "kernel-node1",
+            "kernel-node2",
+            "kernel-node3",
+            "kernel-node4"
+        ]
+    );
+    // Every task of a phase runs on one host: the node, or the master that drains it (never
+    // the node itself while another master exists).
+    for (phase, task, hosts) in tasks(&p) {
+        assert_eq!(hosts.len(), 1, "{phase}/{task}: {hosts:?}");
+        let node = phase.trim_start_matches("kernel-");
+        match task.as_str() {
+            "cordon-drain" | "uncordon" => assert_ne!(hosts[0], node, "{phase}/{task}"),
+            _ => assert_eq!(hosts[0], node, "{phase}/{task}"),
+        }
+    }
+    let text = p.to_text();
+    // Health after each master: its API server and its etcd member.
+    assert!(
+        text.contains("the API server on node1 answering /readyz"),
+        "{text}"
+    );
+    assert!(text.contains("etcd healthy with node2 back"), "{text}");
+    assert!(text.contains("endpoint health --cluster"), "{text}");
+    // The drain respects budgets; the reboot waits for a new boot id.
+    assert!(
+        text.contains("drain node1 --ignore-daemonsets --delete-emptydir-data --timeout=300s"),
+        "{text}"
+    );
+    assert!(!text.contains("--disable-eviction"), "{text}");
+    assert!(text.contains("/proc/sys/kernel/random/boot_id"), "{text}");
+    assert!(text.contains("systemd-run --quiet --on-active=2"), "{text}");
+    insta::assert_snapshot!("kernel-upgrade-kubeadm-outline", outline(&p));
+    insta::assert_snapshot!(
+        "kernel-upgrade-kubeadm-node1-plan",
+        phase_text(&text, "kernel-node1")
+    );
+}
+
+/// The plan text of one phase.
+fn phase_text(text: &str, phase: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if !line.starts_with(' ') && line.contains("kernel-") {
+            inside = line.contains(&format!(" {phase}"));
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(!out.is_empty(), "no phase {phase} in\n{text}");
+    out
+}
+
+#[test]
+fn kubexm_path_plan_and_a_worker_without_etcd_or_api_server_checks() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = kubexm(work.path());
+    let p = pipeline_plan(&ctx, &[], &all_need(&ctx, "kernel"));
+    assert!(
+        p.modules.is_empty(),
+        "no --nodes given to the pipeline: nothing"
+    );
+    let all: Vec<String> = ctx.all();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let p = pipeline_plan(&ctx, &refs, &all_need(&ctx, "kernel"));
+    assert_eq!(
+        p.modules
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "kernel-master1",
+            "kernel-master2",
+            "kernel-master3",
+            "kernel-worker1",
+            "kernel-worker2"
+        ]
+    );
+    let text = p.to_text();
+    let worker = phase_text(&text, "kernel-worker1");
+    assert!(
+        !worker.contains("etcd")
+            && !worker.contains("/readyz >/dev/null (the API server on worker1"),
+        "{worker}"
+    );
+    assert!(worker.contains("node worker1 Ready"), "{worker}");
+    insta::assert_snapshot!("kernel-upgrade-kubexm-outline", outline(&p));
+    insta::assert_snapshot!(
+        "kernel-upgrade-kubexm-master2-plan",
+        phase_text(&text, "kernel-master2")
+    );
+}
+
+#[test]
+fn nodes_subset_and_up_to_date_nodes_left_alone() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = lab(work.path(), |t| t);
+    let mut states = all_need(&ctx, "linux-image-amd64");
+    states.insert("node2".into(), done("linux-image-amd64"));
+    let p = pipeline_plan(&ctx, &["node4", "node2"], &states);
+    insta::assert_snapshot!("kernel-upgrade-nodes-subset-outline", outline(&p));
+    assert_eq!(p.modules.len(), 2);
+    assert!(p.modules[0]
+        .skipped
+        .as_deref()
+        .is_some_and(|r| r.contains("left alone")));
+    assert!(p.modules[1].skipped.is_none());
+    assert_eq!(
+        order(&ctx, &["node4".into(), "node3".into(), "node1".into()]),
+        ["node1", "node3", "node4"]
+    );
+}
+
+#[test]
+fn stacked_etcd_is_checked_through_the_masters_etcd_pod_and_the_bundle_repository_is_the_source() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = lab(work.path(), |t| {
+        t.replace(
+            "  etcd:\n    type: kubexm\n    version: v3.4.23\n",
+            "  etcd:\n    type: kubeadm\n",
+        )
+        .replace("  system:\n", "  system:\n    osReleases: [debian-12]\n")
+    });
+    let p = pipeline_plan(
+        &ctx,
+        &["node1", "node4"],
+        &all_need(&ctx, "linux-image-amd64"),
+    );
+    let text = p.to_text();
+    assert!(text.contains("exec etcd-node1 -- etcdctl"), "{text}");
+    assert!(
+        text.contains("Dir::Etc::SourceList=/etc/apt/sources.list.d/kubexm.sources"),
+        "{text}"
+    );
+    assert!(text.contains("--enablerepo=kubexm-bundle"), "{text}");
+    let worker = phase_text(&text, "kernel-node4");
+    assert!(!worker.contains("etcdctl"), "{worker}");
+}
+
+#[test]
+fn a_single_master_is_drained_from_itself() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = lab(work.path(), |t| {
+        t.replace("    master: [\"node[1:3]\"]", "    master: [node1]")
+    });
+    let p = pipeline_plan(
+        &ctx,
+        &["node1", "node2"],
+        &all_need(&ctx, "linux-image-amd64"),
+    );
+    let t = tasks(&p);
+    assert!(
+        t.contains(&(
+            "kernel-node1".into(),
+            "cordon-drain".into(),
+            vec!["node1".into()]
+        )),
+        "{t:?}"
+    );
+    assert!(
+        t.contains(&(
+            "kernel-node2".into(),
+            "cordon-drain".into(),
+            vec!["node1".into()]
+        )),
+        "{t:?}"
+    );
+}
