@@ -301,3 +301,71 @@ fn a_single_master_is_drained_from_itself() {
         "{t:?}"
     );
 }
+
+/// On a lab node (a fresh one: the stand-in not installed yet), over real SSH: its kernel facts,
+/// the stand-in kernel package installed from the node's own sources, the expected release
+/// learned, the reboot (a new boot id, a fresh connection) and `uname -r` checked; the facts then
+/// say "left alone". Run inside the lab's namespace after offering the stand-in to the node as
+/// install-real's kernel part does (its `KREPO`/`KSRC` lines):
+/// `ip netns exec kxl-NAME env KUBEXM_KERNEL_LAB=IP,KEY,KNOWN_HOSTS,PACKAGE target/debug/deps/it-* --ignored lab_node_installs`.
+#[test]
+#[ignore = "needs a lab node offering the stand-in kernel package"]
+fn lab_node_installs_the_stand_in_and_reboots_into_it() {
+    use kubexm_install::facts::kernel::gather;
+    use kubexm_install::modules::kernel::{InstallKernel, LearnExpected, RebootIntoKernel};
+    use kubexm_install::pipeline::ops::PackageSource;
+    use kubexm_install::pipeline::{Facts, Node, Step};
+    use kubexm_install::runner::ssh::{SshOptions, SshRunner};
+    let spec = std::env::var("KUBEXM_KERNEL_LAB").expect("KUBEXM_KERNEL_LAB");
+    let v: Vec<&str> = spec.split(',').collect();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let mut o = SshOptions::new("node1", v[0], "root", v[2]);
+        o.private_key = Some(v[1].into());
+        let runner = SshRunner::connect(o).await.expect("connect");
+        let pkg = KernelPackage::parse(v[3]).expect("package");
+        let before = gather(&runner, "amd64", Some(&pkg), &PackageSource::Node)
+            .await
+            .expect("facts");
+        eprintln!("before: {before:?} -> {}", before.summary());
+        let node = Node {
+            name: "node1".into(),
+            address: v[0].into(),
+            internal_address: v[0].into(),
+            roles: vec![],
+            arch: "amd64".into(),
+        };
+        let facts = Facts::default();
+        let steps: Vec<Box<dyn Step>> = vec![
+            Box::new(InstallKernel {
+                package: pkg.clone(),
+                source: PackageSource::Node,
+            }),
+            Box::new(LearnExpected),
+            Box::new(RebootIntoKernel),
+        ];
+        let started = std::time::Instant::now();
+        for s in &steps {
+            for op in s.ops(&node, &facts).expect("ops") {
+                let g = op.generic();
+                let done = g.is_done(&runner).await.expect("is_done");
+                eprintln!("{}: {} done={done}", s.name(), g.plan().kind);
+                if !done {
+                    g.apply(&runner).await.expect("apply");
+                    g.verify(&runner).await.expect("verify");
+                }
+            }
+        }
+        eprintln!(
+            "took {:?}, {} connection(s)",
+            started.elapsed(),
+            runner.connections()
+        );
+        let after = gather(&runner, "amd64", Some(&pkg), &PackageSource::Node)
+            .await
+            .expect("facts");
+        eprintln!("after: {after:?} -> {}", after.summary());
+        assert!(after.up_to_date());
+        assert!(runner.connections() >= 2);
+    });
+}
