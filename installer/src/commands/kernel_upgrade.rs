@@ -196,6 +196,7 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
         facts: &conn.facts,
         drain,
         source,
+        reboot: kubexm_install::modules::kernel::REBOOT_BOUNDS,
     })?;
     let mut notes = verdict.warnings.clone();
     if args.force_drain {

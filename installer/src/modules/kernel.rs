@@ -46,6 +46,11 @@ use crate::runner::shell;
 
 /// How long a node may take to come back from its reboot.
 pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(900);
+/// How long a node may take to come back from its reboot, and how often SSH is tried.
+pub const REBOOT_BOUNDS: WaitBounds = WaitBounds {
+    timeout: REBOOT_TIMEOUT,
+    interval: Duration::from_secs(5),
+};
 /// How long the Node may take to be Ready again, and a master's API server or an etcd member
 /// to answer.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -126,6 +131,8 @@ pub struct KernelNodeModule {
     pub drain: DrainOptions,
     /// Where the package comes from.
     pub source: PackageSource,
+    /// How long the node may take to come back from its reboot ([`REBOOT_BOUNDS`]).
+    pub reboot: WaitBounds,
     /// Its title (`kernel-<node>`).
     pub title: String,
 }
@@ -163,7 +170,9 @@ impl Module for KernelNodeModule {
             source: self.source.clone(),
         }));
         tasks.push(Task::new("expected-kernel", [name.clone()]).step(LearnExpected));
-        let mut reboot = Task::new("reboot", [name.clone()]).step(RebootIntoKernel);
+        let mut reboot = Task::new("reboot", [name.clone()]).step(RebootIntoKernel {
+            bounds: self.reboot,
+        });
         if kube {
             reboot = reboot
                 .step(RuntimeAnswers {
@@ -302,7 +311,10 @@ fn expected(node: &Node, facts: &Facts) -> Result<String, StepError> {
 
 /// Reboots the node unless it runs the expected release with nothing pending; waits for it
 /// from a new boot; checks `uname -r`.
-pub struct RebootIntoKernel;
+pub struct RebootIntoKernel {
+    /// How long it may take to come back.
+    pub bounds: WaitBounds,
+}
 
 impl Step for RebootIntoKernel {
     fn name(&self) -> &str {
@@ -317,10 +329,7 @@ impl Step for RebootIntoKernel {
                 unless: Some(format!(
                     "[ ! -e {PENDING} ] && [ \"$(uname -r)\" = {r} ]"
                 )),
-                bounds: WaitBounds {
-                    timeout: REBOOT_TIMEOUT,
-                    interval: Duration::from_secs(5),
-                },
+                bounds: self.bounds,
             }),
             Op::Check(Check::new(
                 format!("{} runs kernel {release}", node.name),
@@ -333,7 +342,7 @@ impl Step for RebootIntoKernel {
     }
     fn policy(&self) -> Policy {
         Policy {
-            timeout: REBOOT_TIMEOUT + Duration::from_secs(120),
+            timeout: self.bounds.timeout + Duration::from_secs(120),
             attempts: 1,
             retry_delay: Duration::from_secs(0),
         }

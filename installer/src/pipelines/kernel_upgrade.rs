@@ -23,7 +23,7 @@ use crate::facts::kernel::KernelState;
 use crate::facts::ClusterFacts;
 use crate::modules::kernel::{KernelNodeModule, KernelTarget};
 use crate::modules::membership::DrainOptions;
-use crate::pipeline::ops::PackageSource;
+use crate::pipeline::ops::{PackageSource, WaitBounds};
 use crate::pipeline::{Module, Node, Pipeline};
 
 /// The pipeline's name (its state file and journal).
@@ -43,6 +43,9 @@ pub struct KernelUpgrade<'a> {
     pub drain: DrainOptions,
     /// Where the kernel package comes from.
     pub source: PackageSource,
+    /// How long a node may take to come back from its reboot
+    /// ([`crate::modules::kernel::REBOOT_BOUNDS`]).
+    pub reboot: WaitBounds,
 }
 
 /// The order nodes are upgraded in: masters, then the other etcd members, then workers, then
@@ -127,6 +130,7 @@ pub fn kernel_upgrade_pipeline(x: &KernelUpgrade<'_>) -> Result<Pipeline, Kernel
             target,
             drain: x.drain,
             source: x.source.clone(),
+            reboot: x.reboot,
             title: title.clone(),
         };
         modules.push(Box::new(

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::facts::kernel::{KernelPackage, KernelRelease, KernelState};
 use kubexm_install::facts::ClusterFacts;
+use kubexm_install::modules::kernel::REBOOT_BOUNDS;
 use kubexm_install::modules::membership::DrainOptions;
 use kubexm_install::modules::osrepo::package_source;
 use kubexm_install::pipeline::plan::{self, Plan};
@@ -94,6 +95,7 @@ fn pipeline_plan(
         facts: &facts,
         drain: DrainOptions::default(),
         source: package_source(ctx),
+        reboot: REBOOT_BOUNDS,
     })
     .expect("pipeline");
     plan::build(&p, &ctx.plan_nodes(), &Default::default()).expect("plan")
@@ -342,7 +344,9 @@ fn lab_node_installs_the_stand_in_and_reboots_into_it() {
                 source: PackageSource::Node,
             }),
             Box::new(LearnExpected),
-            Box::new(RebootIntoKernel),
+            Box::new(RebootIntoKernel {
+                bounds: REBOOT_BOUNDS,
+            }),
         ];
         let started = std::time::Instant::now();
         for s in &steps {
@@ -368,4 +372,303 @@ fn lab_node_installs_the_stand_in_and_reboots_into_it() {
         assert!(after.up_to_date());
         assert!(runner.connections() >= 2);
     });
+}
+
+/// What the stand-in nodes of [`rollout`] did, in order: `(node, event)`.
+type Events = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+/// The nodes the stand-in API has cordoned.
+type Cordoned = Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
+/// A stand-in node for the rollout: it answers the kernel-upgrade's commands as a node would
+/// (a boot id that changes with each reboot, the package installed once, `kubectl` from a
+/// master) and records what changed it. `fail_install` makes its package install fail.
+struct StandIn {
+    name: String,
+    events: Events,
+    cordoned: Cordoned,
+    boots: std::sync::Mutex<u32>,
+    rebooting: std::sync::atomic::AtomicBool,
+    installed: std::sync::atomic::AtomicBool,
+    /// The kubelet runs (it is enabled: every boot starts it).
+    kubelet: std::sync::atomic::AtomicBool,
+    fail_install: std::sync::atomic::AtomicBool,
+}
+
+impl StandIn {
+    fn new(name: &str, events: &Events, cordoned: &Cordoned) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.to_string(),
+            events: events.clone(),
+            cordoned: cordoned.clone(),
+            boots: std::sync::Mutex::new(1),
+            rebooting: false.into(),
+            installed: false.into(),
+            kubelet: true.into(),
+            fail_install: false.into(),
+        })
+    }
+    fn record(&self, what: String) {
+        self.events
+            .lock()
+            .expect("events")
+            .push((self.name.clone(), what));
+    }
+}
+
+#[async_trait::async_trait]
+impl kubexm_install::runner::Runner for StandIn {
+    fn node(&self) -> &str {
+        &self.name
+    }
+    async fn exec(
+        &self,
+        exec: &kubexm_install::runner::Exec,
+    ) -> Result<kubexm_install::runner::ExecOutput, kubexm_install::runner::RunError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let s = exec.script.as_str();
+        let out = |code: i32, stdout: String| {
+            Ok(kubexm_install::runner::ExecOutput {
+                code: Some(code),
+                stdout,
+                stderr: if code == 0 {
+                    String::new()
+                } else {
+                    "stand-in failure".into()
+                },
+            })
+        };
+        if self.rebooting.load(SeqCst) {
+            return Err(kubexm_install::runner::RunError::Connection {
+                node: self.name.clone(),
+                message: "connection reset by peer".into(),
+            });
+        }
+        let boot = *self.boots.lock().expect("boots");
+        if s == "cat /proc/sys/kernel/random/boot_id" {
+            return out(0, format!("0b6a7c1e-2f3d-4e5f-8a9b-{boot:012x}\n"));
+        }
+        if s.contains("systemctl reboot") {
+            self.record("reboot".into());
+            self.rebooting.store(true, SeqCst);
+            return out(0, String::new());
+        }
+        if s.starts_with("[ ! -e /run/kubexm/kernel-reboot-pending ]") {
+            // Rebooted since the install (the marker is in /run): no reboot needed.
+            return out(if boot > 1 { 0 } else { 1 }, String::new());
+        }
+        if s.contains("apt-get $o install") {
+            if self.fail_install.load(SeqCst) {
+                return out(1, String::new());
+            }
+            self.record("install".into());
+            self.installed.store(true, SeqCst);
+            return out(0, String::new());
+        }
+        if s.contains("apt-cache $o policy") {
+            return out(
+                if self.installed.load(SeqCst) { 0 } else { 1 },
+                String::new(),
+            );
+        }
+        if s.contains("sed -n 's/^vmlinuz-//p'") {
+            return out(0, "6.1.0-18-amd64\n".into());
+        }
+        if s == "systemctl stop kubelet" || s == "systemctl start kubelet || true" {
+            self.kubelet.store(s.contains("start"), SeqCst);
+            self.record(s.to_string());
+            return out(0, String::new());
+        }
+        if s == "! systemctl is-active -q kubelet" {
+            return out(i32::from(self.kubelet.load(SeqCst)), String::new());
+        }
+        if s.contains("kubectl") {
+            // The API, shared by the masters: which nodes are cordoned.
+            let target = [" uncordon ", " cordon ", " drain ", " get node "]
+                .iter()
+                .filter_map(|v| s.find(v).map(|i| (i, &s[i + v.len()..])))
+                .min_by_key(|(i, _)| *i)
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .unwrap_or_default()
+                .trim_matches('\'')
+                .to_string();
+            let mut cordoned = self.cordoned.lock().expect("cordoned");
+            let is = cordoned.contains(&target);
+            let code = |b: bool| i32::from(!b);
+            if s.starts_with("! ") && s.contains(" || ") {
+                return out(code(is), String::new()); // cordon: done when cordoned
+            }
+            if s.starts_with("! ") {
+                return out(1, String::new()); // drain: done when the Node is gone
+            }
+            if s.starts_with("[ ") && s.contains("!= true") {
+                return out(code(!is), String::new()); // uncordon: done when schedulable
+            }
+            if s.starts_with("[ ") && s.contains("= true") {
+                return out(code(is), String::new()); // drained: cordoned
+            }
+            for (verb, now) in [(" uncordon ", false), (" drain ", true), (" cordon ", true)] {
+                if s.contains(verb) {
+                    if now {
+                        cordoned.insert(target.clone());
+                    } else {
+                        cordoned.remove(&target);
+                    }
+                    drop(cordoned);
+                    self.record(format!("{}{target}", verb.trim_start()));
+                    return out(0, String::new());
+                }
+            }
+        }
+        out(0, String::new())
+    }
+    async fn upload(
+        &self,
+        _: &kubexm_install::runner::Upload,
+    ) -> Result<kubexm_install::runner::UploadOutcome, kubexm_install::runner::RunError> {
+        Ok(kubexm_install::runner::UploadOutcome::Skipped)
+    }
+    async fn renew(&self) -> Result<(), kubexm_install::runner::RunError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.rebooting.swap(false, SeqCst) {
+            *self.boots.lock().expect("boots") += 1;
+            self.kubelet.store(true, SeqCst);
+            self.record("back".into());
+        }
+        Ok(())
+    }
+}
+
+/// Runs the kernel-upgrade pipeline of the lab cluster (node1..3 masters, node4 a worker)
+/// over stand-in nodes; `resume` as `--resume`.
+fn rollout(
+    ctx: &Arc<InstallContext>,
+    work: &Path,
+    nodes: &[Arc<StandIn>],
+    resume: bool,
+) -> Result<(), String> {
+    use kubexm_install::pipeline::ops::WaitBounds;
+    let names: Vec<String> = ctx.all();
+    let facts = ClusterFacts::assumed(ctx);
+    let states = all_need(ctx, "linux-image-amd64");
+    let p = kernel_upgrade_pipeline(&KernelUpgrade {
+        ctx,
+        nodes: &names,
+        states: &states,
+        facts: &facts,
+        drain: DrainOptions::default(),
+        source: package_source(ctx),
+        reboot: WaitBounds {
+            timeout: std::time::Duration::from_secs(10),
+            interval: std::time::Duration::from_millis(10),
+        },
+    })
+    .map_err(|e| e.to_string())?;
+    let mut runners: Vec<(
+        kubexm_install::pipeline::Node,
+        Arc<dyn kubexm_install::runner::Runner>,
+    )> = nodes
+        .iter()
+        .map(|r| {
+            let node = ctx.node(&r.name).cloned().expect("node");
+            (node, r.clone() as Arc<dyn kubexm_install::runner::Runner>)
+        })
+        .collect();
+    runners.push((
+        kubexm_install::run::control_node(),
+        Arc::new(kubexm_install::runner::local::LocalRunner::new(
+            kubexm_install::run::CONTROL_HOST,
+        )),
+    ));
+    let opts = kubexm_install::run::RunOptions {
+        work_dir: work.to_path_buf(),
+        base_dir: work.to_path_buf(),
+        known_hosts: work.join("known_hosts"),
+        accept_new_host_keys: false,
+        resume,
+        concurrency: 10,
+        connect_timeout: std::time::Duration::from_secs(1),
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(kubexm_install::run::run_pipeline(ctx, &p, runners, &opts))
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_rollout_goes_node_by_node_stops_at_a_failure_and_resumes_with_that_node() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = lab(work.path(), |t| t);
+    let events: Events = Arc::default();
+    let cordoned: Cordoned = Arc::default();
+    let nodes: Vec<Arc<StandIn>> = ["node1", "node2", "node3", "node4"]
+        .iter()
+        .map(|n| StandIn::new(n, &events, &cordoned))
+        .collect();
+    nodes[1].fail_install.store(true, SeqCst);
+    let e = rollout(&ctx, work.path(), &nodes, false).expect_err("node2's install fails");
+    assert!(e.contains("kernel-node2/install-kernel failed"), "{e}");
+    assert!(e.contains("node2: step install-kernel-package"), "{e}");
+    let log = |from: usize| -> Vec<String> {
+        events.lock().expect("events")[from..]
+            .iter()
+            .map(|(n, w)| format!("{n}: {w}"))
+            .collect()
+    };
+    // node1 done (drained from node2, its own steps on itself); node2 cordoned and drained from
+    // node1, its kubelet stopped and started again by the rollback; node3 and node4 untouched.
+    assert_eq!(
+        log(0),
+        [
+            "node2: cordon node1",
+            "node2: drain node1",
+            "node1: systemctl stop kubelet",
+            "node1: install",
+            "node1: reboot",
+            "node1: back",
+            "node2: uncordon node1",
+            "node1: cordon node2",
+            "node1: drain node2",
+            "node2: systemctl stop kubelet",
+            "node2: systemctl start kubelet || true",
+        ]
+    );
+    // Fixed, then --resume: node1 is not drained, installed or rebooted again; node2 goes on
+    // where it stopped (already cordoned and drained: those tasks finished), then node3, then
+    // the worker.
+    nodes[1].fail_install.store(false, SeqCst);
+    let seen = events.lock().expect("events").len();
+    rollout(&ctx, work.path(), &nodes, true).expect("resumed");
+    assert_eq!(
+        log(seen),
+        [
+            "node2: systemctl stop kubelet",
+            "node2: install",
+            "node2: reboot",
+            "node2: back",
+            "node1: uncordon node2",
+            "node1: cordon node3",
+            "node1: drain node3",
+            "node3: systemctl stop kubelet",
+            "node3: install",
+            "node3: reboot",
+            "node3: back",
+            "node1: uncordon node3",
+            "node1: cordon node4",
+            "node1: drain node4",
+            "node4: systemctl stop kubelet",
+            "node4: install",
+            "node4: reboot",
+            "node4: back",
+            "node1: uncordon node4",
+        ]
+    );
+    for n in &nodes {
+        assert_eq!(
+            *n.boots.lock().expect("boots"),
+            2,
+            "{} booted once more",
+            n.name
+        );
+    }
 }
