@@ -47,39 +47,57 @@ fn targets(args: &KernelUpgradeArgs, s: &Session) -> Result<Vec<String>> {
 }
 
 /// The cluster must be healthy before a node goes down: the API answers, every Node is Ready,
-/// every etcd member healthy.
-fn check(facts: &ClusterFacts) -> Verdict {
+/// every etcd member healthy. With `--resume`, a node being upgraded (one of `targets`) that is
+/// not back yet is a warning: it is the node the last run stopped at.
+fn check(facts: &ClusterFacts, targets: &[String], resume: bool) -> Verdict {
     let mut v = Verdict::default();
-    let mut problem = |path: &str, message: String, hint: &str| {
-        v.problems.push(Problem {
-            path: path.to_string(),
-            message,
-            hint: hint.to_string(),
-        });
-    };
+    let mut problems = Vec::new();
+    let resumed = |name: &str| resume && targets.iter().any(|t| t == name);
     if facts.api_node.is_none() && !facts.assumed {
-        problem(
-            "cluster",
+        problems.push((
+            "cluster".to_string(),
             "no master answered `kubectl get nodes`".to_string(),
             "the API server must answer before nodes are drained: check the masters first",
-        );
+        ));
     }
     for n in facts.nodes.iter().filter(|n| !n.ready) {
-        problem(
-            &format!("node {}", n.name),
+        if resumed(&n.name) {
+            v.warnings.push(format!(
+                "{} is not Ready (--resume: the upgrade goes on with it)",
+                n.name
+            ));
+            continue;
+        }
+        problems.push((
+            format!("node {}", n.name),
             format!("{} is not Ready", n.name),
-            "a kernel upgrade takes one node down at a time and needs the others serving: fix it first",
-        );
+            "a kernel upgrade takes one node down at a time and needs the others serving: fix it first (or, if the last kernel-upgrade stopped on it, run again with --resume)",
+        ));
     }
     if let Some(e) = &facts.etcd {
         for m in e.members.iter().filter(|m| !e.healthy(m)) {
-            problem(
-                &format!("etcd member {}", m.name),
+            if resumed(&m.name) {
+                v.warnings.push(format!(
+                    "etcd member {} is not healthy (--resume: the upgrade goes on with it)",
+                    m.name
+                ));
+                continue;
+            }
+            problems.push((
+                format!("etcd member {}", m.name),
                 format!("member {} is not healthy", m.name),
                 "rebooting a member while another is down can cost etcd its quorum: bring it back first",
-            );
+            ));
         }
     }
+    v.problems = problems
+        .into_iter()
+        .map(|(path, message, hint)| Problem {
+            path,
+            message,
+            hint: hint.to_string(),
+        })
+        .collect();
     v
 }
 
@@ -166,7 +184,7 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
             text.push_str(&format!("  - {n}: {}\n", st.summary()));
         }
     }
-    let mut verdict = check(&conn.facts);
+    let mut verdict = check(&conn.facts, &ordered, c.resume);
     if s.installed.with_role(Role::Master).len() == 1
         && ordered
             .iter()
@@ -221,4 +239,45 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
         .into());
     }
     execute(&s, conn, &pipeline, op, &opts, c.dry_run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubexm_install::facts::ApiNode;
+
+    fn facts(not_ready: &str) -> ClusterFacts {
+        ClusterFacts {
+            api_node: Some("node1".into()),
+            nodes: ["node1", "node2", "node3"]
+                .iter()
+                .map(|n| ApiNode {
+                    name: (*n).to_string(),
+                    ready: *n != not_ready,
+                    unschedulable: *n == not_ready,
+                    kubelet_version: "v1.20.2".into(),
+                    control_plane: true,
+                })
+                .collect(),
+            ..ClusterFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_node_not_ready_refuses_unless_resuming_with_it() {
+        let all: Vec<String> = ["node1", "node2", "node3"].map(String::from).to_vec();
+        assert!(check(&facts("none"), &all, false).problems.is_empty());
+        let v = check(&facts("node2"), &all, false);
+        assert_eq!(v.problems.len(), 1);
+        assert_eq!(v.problems[0].message, "node2 is not Ready");
+        let v = check(&facts("node2"), &all, true);
+        assert!(v.problems.is_empty());
+        assert!(v.warnings[0].contains("--resume"), "{:?}", v.warnings);
+        // Not one of the nodes upgraded: refused even with --resume.
+        let v = check(&facts("node2"), &["node3".to_string()], true);
+        assert_eq!(v.problems.len(), 1);
+        let mut no_api = facts("none");
+        no_api.api_node = None;
+        assert_eq!(check(&no_api, &all, false).problems[0].path, "cluster");
+    }
 }
