@@ -51,53 +51,46 @@ fn targets(args: &KernelUpgradeArgs, s: &Session) -> Result<Vec<String>> {
 /// not back yet is a warning: it is the node the last run stopped at.
 fn check(facts: &ClusterFacts, targets: &[String], resume: bool) -> Verdict {
     let mut v = Verdict::default();
-    let mut problems = Vec::new();
-    let resumed = |name: &str| resume && targets.iter().any(|t| t == name);
-    if facts.api_node.is_none() && !facts.assumed {
-        problems.push((
-            "cluster".to_string(),
-            "no master answered `kubectl get nodes`".to_string(),
-            "the API server must answer before nodes are drained: check the masters first",
-        ));
-    }
-    for n in facts.nodes.iter().filter(|n| !n.ready) {
-        if resumed(&n.name) {
-            v.warnings.push(format!(
-                "{} is not Ready (--resume: the upgrade goes on with it)",
-                n.name
-            ));
-            continue;
+    let mut down = |name: &str, path: String, what: String, hint: &str| {
+        if resume && targets.iter().any(|t| t == name) {
+            v.warnings
+                .push(format!("{what} (--resume: the upgrade goes on with it)"));
+        } else {
+            v.problems.push(Problem {
+                path,
+                message: what,
+                hint: hint.to_string(),
+            });
         }
-        problems.push((
+    };
+    for n in facts.nodes.iter().filter(|n| !n.ready) {
+        down(
+            &n.name,
             format!("node {}", n.name),
             format!("{} is not Ready", n.name),
             "a kernel upgrade takes one node down at a time and needs the others serving: fix it first (or, if the last kernel-upgrade stopped on it, run again with --resume)",
-        ));
+        );
     }
-    if let Some(e) = &facts.etcd {
-        for m in e.members.iter().filter(|m| !e.healthy(m)) {
-            if resumed(&m.name) {
-                v.warnings.push(format!(
-                    "etcd member {} is not healthy (--resume: the upgrade goes on with it)",
-                    m.name
-                ));
-                continue;
-            }
-            problems.push((
-                format!("etcd member {}", m.name),
-                format!("member {} is not healthy", m.name),
-                "rebooting a member while another is down can cost etcd its quorum: bring it back first",
-            ));
-        }
+    for m in facts
+        .etcd
+        .iter()
+        .flat_map(|e| e.members.iter().filter(|m| !e.healthy(m)))
+    {
+        down(
+            &m.name,
+            format!("etcd member {}", m.name),
+            format!("etcd member {} is not healthy", m.name),
+            "rebooting a member while another is down can cost etcd its quorum: bring it back first",
+        );
     }
-    v.problems = problems
-        .into_iter()
-        .map(|(path, message, hint)| Problem {
-            path,
-            message,
-            hint: hint.to_string(),
-        })
-        .collect();
+    if facts.api_node.is_none() && !facts.assumed {
+        v.problems.push(Problem {
+            path: "cluster".to_string(),
+            message: "no master answered `kubectl get nodes`".to_string(),
+            hint: "the API server must answer before nodes are drained: check the masters first"
+                .to_string(),
+        });
+    }
     v
 }
 
