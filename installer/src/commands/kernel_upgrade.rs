@@ -104,13 +104,17 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
         .map_err(|e| UsageError(e.to_string()))?;
     let s = Session::open(c, work_dir)?;
     println!("{}", s.header());
+    // kernel-upgrade changes no setting: a cluster.yaml (-f) that does is refused (hosts it
+    // lists beyond the cluster's, as a recorded cluster.yaml may keep, do not matter).
     let change = diff(&s.installed.cluster, &s.desired_full, &s.desired_origin);
-    if !change.is_empty() {
-        bail!(
-            "{} differs from the installed cluster; kernel-upgrade changes no cluster.yaml setting: run it without -f (or with the cluster.yaml the cluster was applied with)\n{change}",
-            s.desired_origin
-        );
+    let mut refused: Vec<String> = change.problems.iter().map(ToString::to_string).collect();
+    for r in &change.roles {
+        refused.push(format!(
+            "{} changes roles in {}: apply role changes with add-node/delete-node",
+            r.name, s.desired_origin
+        ));
     }
+    s.refuse("kernel-upgrade", &refused)?;
     let nodes = targets(args, &s)?;
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &s.installed, &opts)?;
