@@ -672,3 +672,39 @@ fn the_rollout_goes_node_by_node_stops_at_a_failure_and_resumes_with_that_node()
         );
     }
 }
+
+#[test]
+fn cli_kernel_upgrade_is_discoverable_checks_its_package_and_needs_a_recorded_cluster() {
+    use crate::day2::cli;
+    let work = tempfile::tempdir().expect("tempdir");
+    let top = cli(work.path(), &["--help"]);
+    assert!(String::from_utf8_lossy(&top.stdout).contains("kernel-upgrade"));
+    let h = cli(work.path(), &["kernel-upgrade", "--help"]);
+    let h = String::from_utf8_lossy(&h.stdout);
+    for flag in [
+        "--nodes",
+        "--package",
+        "--yes",
+        "--resume",
+        "--force-drain",
+        "--dry-run",
+        "Examples:",
+    ] {
+        assert!(h.contains(flag), "{flag} missing:\n{h}");
+    }
+    // A package name that is not one is refused before anything is read or reached (exit 2),
+    // shown escaped.
+    let out = cli(
+        work.path(),
+        &["kernel-upgrade", "--package", "kernel;\u{1b}[2Jreboot"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is not a package name") && !err.contains('\u{1b}'),
+        "{err}"
+    );
+    let out = cli(work.path(), &["kernel-upgrade", "--yes"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster is recorded"));
+}
