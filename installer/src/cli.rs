@@ -213,6 +213,44 @@ pub(crate) enum Command {
     /// beside the CA, so a later run continues. Refuses without --yes.
     #[command(name = "rotate-ca", after_help = ROTATE_EXAMPLES)]
     RotateCa(RotateCaArgs),
+    /// Upgrade the nodes' kernels one node at a time, masters first: cordon, drain
+    /// (PodDisruptionBudgets respected), the kubelet stopped, the kernel package installed (from
+    /// the bundle's OS repository when the cluster has one), reboot, SSH from a new boot, `uname
+    /// -r` and the runtime verified, the kubelet started, uncordon, Ready, the API server and etcd
+    /// healthy. Nodes already on the newest installed kernel are left alone. Refuses without
+    /// --yes, printing the plan.
+    #[command(name = "kernel-upgrade", after_help = KERNEL_UPGRADE_EXAMPLES)]
+    KernelUpgrade(KernelUpgradeArgs),
+}
+
+const KERNEL_UPGRADE_EXAMPLES: &str = "Examples:
+  kubexm-install kernel-upgrade                         # the facts and the plan; nothing changes
+  kubexm-install kernel-upgrade --yes                   # every node, one at a time, masters first
+  kubexm-install kernel-upgrade --nodes node4,node5 --yes
+  kubexm-install kernel-upgrade --package linux-image-6.1.0-18-amd64 --yes
+  kubexm-install kernel-upgrade --yes --resume          # after a failure: continue with the node that failed";
+
+#[derive(Debug, Args)]
+pub(crate) struct KernelUpgradeArgs {
+    /// The nodes to upgrade, comma-separated (default: every node of the cluster).
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    pub(crate) nodes: Vec<String>,
+    /// The kernel package to install or upgrade (default: the node's OS's: Debian
+    /// linux-image-<arch>, Ubuntu linux-generic, the RHEL family kernel).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) package: Option<String>,
+    /// Delete the pods without the eviction API: PodDisruptionBudgets are bypassed, pods no
+    /// controller manages are deleted too.
+    #[arg(long)]
+    pub(crate) force_drain: bool,
+    /// How long one drain may wait for evictions, in seconds (tried 3 times).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub(crate) drain_timeout: u64,
+    /// Change the cluster (without it, the plan is printed and nothing changes).
+    #[arg(long)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) common: Day2Args,
 }
 
 const ROTATE_EXAMPLES: &str = "Examples:

@@ -57,6 +57,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         (Some(Command::Restore(args)), _) => commands::backup::restore(&args, &cli.work_dir),
         (Some(Command::RotateCa(args)), _) => commands::rotate::run(&args, &cli.work_dir),
+        (Some(Command::KernelUpgrade(args)), _) => {
+            commands::kernel_upgrade::run(&args, &cli.work_dir)
+        }
         (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
         (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.

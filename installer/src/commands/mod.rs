@@ -12,6 +12,7 @@ pub(crate) mod delete_node;
 pub(crate) mod etcd;
 pub(crate) mod install;
 pub(crate) mod inventory;
+pub(crate) mod kernel_upgrade;
 pub(crate) mod plan;
 pub(crate) mod restore_fresh;
 pub(crate) mod rotate;

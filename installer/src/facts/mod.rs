@@ -17,6 +17,7 @@ pub mod fio;
 pub mod harbor;
 pub mod host;
 pub mod kata;
+pub mod kernel;
 pub mod net;
 pub mod node;
 pub mod parse;

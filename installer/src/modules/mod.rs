@@ -16,6 +16,7 @@ pub mod etcd_member;
 pub mod finalize;
 pub mod images;
 pub mod internal_lb;
+pub mod kernel;
 pub mod kubeadm;
 pub mod kubexm;
 pub mod loadbalancer;

@@ -181,6 +181,16 @@ pub trait Runner: Send + Sync {
 
     /// Places one file, skipping it when the node already has the same content.
     async fn upload(&self, upload: &Upload) -> Result<UploadOutcome, RunError>;
+
+    /// Drops the current connection and opens a fresh one, used from then on (after the node
+    /// rebooted: "one connection per host" holds per boot). Nothing to do for runners without a
+    /// connection (the control host).
+    ///
+    /// # Errors
+    /// As a first connection: the node does not answer, its host key or the login is refused.
+    async fn renew(&self) -> Result<(), RunError> {
+        Ok(())
+    }
 }
 
 /// First line of a script, shortened, for error messages and logs.

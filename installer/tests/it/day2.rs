@@ -125,7 +125,7 @@ fn delete_plan(
 }
 
 /// `[i] module` / task lines only: the shape of a plan (which phase, which task, which nodes).
-fn outline(p: &Plan) -> String {
+pub(crate) fn outline(p: &Plan) -> String {
     let mut s = String::new();
     for (i, m) in p.modules.iter().enumerate() {
         match &m.skipped {

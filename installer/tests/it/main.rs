@@ -13,6 +13,7 @@ mod guide;
 mod harbor;
 mod intake;
 mod intake_cli;
+mod kernel;
 mod kubeadm;
 mod kubexm;
 mod lb;

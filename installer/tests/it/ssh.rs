@@ -556,3 +556,28 @@ async fn ssh_reconnects_once_after_the_connection_is_killed() {
     );
     assert!(text.contains("reconnecting failed"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssh_renew_replaces_the_connection_and_keeps_the_new_one() {
+    let mut f = Fixture::start();
+    let runner = connect(f.root()).await;
+    runner.exec(&plain("true")).await.expect("first exec");
+    // A node that rebooted: the old connection is dead; renew makes the next one, used from
+    // then on (no reconnect on the next exec).
+    assert!(f.sshd.kill_connections() > 0);
+    runner.renew().await.expect("renew");
+    assert_eq!(runner.connections(), 2);
+    let out = runner.exec(&plain("echo fresh")).await.expect("exec");
+    assert_eq!(out.stdout, "fresh\n");
+    assert_eq!(runner.connections(), 2);
+    assert_eq!(f.sshd.accepted_logins(), 2);
+    // A live connection is replaced too (one connection per boot, whatever the old one's state).
+    runner.renew().await.expect("renew a live connection");
+    runner.exec(&plain("true")).await.expect("exec");
+    assert_eq!(runner.connections(), 3);
+    // The node not answering: renew fails, naming it.
+    f.sshd.stop();
+    let err = runner.renew().await.expect_err("no server");
+    assert!(matches!(err, RunError::Connection { .. }), "{err:?}");
+    assert!(err.to_string().starts_with(NODE), "{err}");
+}

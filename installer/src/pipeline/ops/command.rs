@@ -152,6 +152,16 @@ pub enum PackageSource {
     },
 }
 
+/// Shell setting `$o` to apt's options for the source list `apt_sources` alone, with its own
+/// lists and cache under `apt_state` (made here).
+fn apt_setup(apt_sources: &str, apt_state: &str) -> String {
+    let (src, state) = (shell::quote(apt_sources), shell::quote(apt_state));
+    format!(
+        "o=\"-o Dir::Etc::SourceList={src} -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists={state}/lists -o Dir::Cache={state}/cache\"\n\
+         mkdir -p {state}/lists/partial {state}/cache/archives/partial"
+    )
+}
+
 impl PackageSource {
     /// The install commands for `$missing`, per package manager.
     fn install_script(&self) -> String {
@@ -162,25 +172,91 @@ impl PackageSource {
                 apt_state,
                 rpm_repo,
             } => {
-                let (src, state, repo) = (
-                    shell::quote(apt_sources),
-                    shell::quote(apt_state),
-                    shell::quote(rpm_repo),
-                );
+                let (src, repo) = (shell::quote(apt_sources), shell::quote(rpm_repo));
                 format!(
                     "if command -v apt-get >/dev/null 2>&1; then\n  \
-                       o=\"-o Dir::Etc::SourceList={src} -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists={state}/lists -o Dir::Cache={state}/cache\"\n  \
-                       mkdir -p {state}/lists/partial {state}/cache/archives/partial\n  \
+                       {setup}\n  \
                        apt-get $o update -q >&2 || {{ echo \"apt-get update from {src} (the bundle's repository) failed\" >&2; exit 1; }}\n  \
                        DEBIAN_FRONTEND=noninteractive apt-get $o install -y --no-install-recommends $missing\n\
                      elif command -v dnf >/dev/null 2>&1; then\n  \
                        dnf --disablerepo='*' --enablerepo={repo} install -y $missing\n\
                      else\n  \
                        yum --disablerepo='*' --enablerepo={repo} install -y $missing\n\
-                     fi"
+                     fi",
+                    setup = apt_setup(apt_sources, apt_state).replace('\n', "\n  "),
                 )
             }
         }
+    }
+}
+
+impl PackageSource {
+    /// Shell setting `$o` (apt's options) and defining `pm` (dnf, else yum, with the
+    /// repository options) for this source: the bundle's repository alone, or nothing (the
+    /// node's own sources).
+    fn options(&self) -> String {
+        match self {
+            PackageSource::Node => "o=''\npm() { if command -v dnf >/dev/null 2>&1; then dnf \"$@\"; else yum \"$@\"; fi; }".to_string(),
+            PackageSource::Only {
+                apt_sources,
+                apt_state,
+                rpm_repo,
+            } => {
+                let repo = shell::quote(rpm_repo);
+                format!(
+                    "{setup}\n\
+                     pm() {{ if command -v dnf >/dev/null 2>&1; then dnf --disablerepo='*' --enablerepo={repo} \"$@\"; else yum --disablerepo='*' --enablerepo={repo} \"$@\"; fi; }}",
+                    setup = apt_setup(apt_sources, apt_state),
+                )
+            }
+        }
+    }
+
+    /// Shell test: `package` is installed and the source offers no newer version (apt: the
+    /// candidate is the installed version, as of the last `apt-get update`; dnf/yum:
+    /// `check-update` lists nothing for it). `package` must be a checked package name.
+    pub fn current_script(&self, package: &str) -> String {
+        let p = shell::quote(package);
+        format!(
+            "{opts}\n\
+             if command -v dpkg-query >/dev/null 2>&1; then\n  \
+               dpkg-query -W -f='${{Status}}' {p} 2>/dev/null | grep -q 'install ok installed' || exit 1\n  \
+               pol=$(LC_ALL=C apt-cache $o policy {p} 2>/dev/null)\n  \
+               inst=$(printf '%s\\n' \"$pol\" | sed -n 's/^ *Installed: //p')\n  \
+               cand=$(printf '%s\\n' \"$pol\" | sed -n 's/^ *Candidate: //p')\n  \
+               [ -z \"$cand\" ] || [ \"$cand\" = '(none)' ] || [ \"$cand\" = \"$inst\" ]\n\
+             else\n  \
+               rpm -q {p} >/dev/null 2>&1 || exit 1\n  \
+               rc=0; pm -q check-update {p} >/dev/null 2>&1 || rc=$?\n  \
+               [ \"$rc\" != 100 ]\n\
+             fi",
+            opts = self.options()
+        )
+    }
+
+    /// Installs `package`, or upgrades it to the newest version the source offers (apt-get
+    /// install does both; dnf/yum: install when absent, upgrade when present, which for an
+    /// install-only package such as `kernel` installs the newer one beside the running one).
+    /// `package` must be a checked package name.
+    pub fn upgrade_script(&self, package: &str) -> String {
+        let p = shell::quote(package);
+        let update = match self {
+            PackageSource::Node => "apt-get update -q >&2 || echo \"warning: apt-get update failed; installing from the lists the node has\" >&2".to_string(),
+            PackageSource::Only { apt_sources, .. } => format!(
+                "apt-get $o update -q >&2 || {{ echo \"apt-get update from {} (the bundle's repository) failed\" >&2; exit 1; }}",
+                shell::quote(apt_sources)
+            ),
+        };
+        format!(
+            "set -e\n{opts}\n\
+             if command -v apt-get >/dev/null 2>&1; then\n  \
+               {update}\n  \
+               DEBIAN_FRONTEND=noninteractive apt-get $o install -y --no-install-recommends -o Dpkg::Options::=--force-confold {p}\n\
+             else\n  \
+               if rpm -q {p} >/dev/null 2>&1; then pm upgrade -y {p}; else pm install -y {p}; fi\n\
+             fi",
+            opts = self.options()
+        )
     }
 }
 
@@ -358,6 +434,31 @@ mod tests {
             !only.contains("trusted")
                 && !only.contains("nogpgcheck")
                 && !only.contains("allow-unauthenticated")
+        );
+        let current = PackageSource::Only {
+            apt_sources: "/etc/apt/sources.list.d/kubexm.sources".into(),
+            apt_state: "/var/lib/kubexm/apt".into(),
+            rpm_repo: "kubexm-bundle".into(),
+        };
+        let up = current.upgrade_script("linux-image-amd64");
+        for want in [
+            "Dir::Etc::SourceList=/etc/apt/sources.list.d/kubexm.sources",
+            "apt-get $o update -q",
+            "apt-get $o install -y --no-install-recommends -o Dpkg::Options::=--force-confold linux-image-amd64",
+            "dnf --disablerepo='*' --enablerepo=kubexm-bundle \"$@\"",
+            "pm upgrade -y linux-image-amd64",
+        ] {
+            assert!(up.contains(want), "{want}:\n{up}");
+        }
+        let check = current.current_script("kernel");
+        assert!(check.contains("pm -q check-update kernel"), "{check}");
+        assert!(check.contains("apt-cache $o policy kernel"), "{check}");
+        let node_up = PackageSource::Node.upgrade_script("linux-generic");
+        assert!(
+            node_up.contains("o=''")
+                && !node_up.contains("SourceList")
+                && !node_up.contains("disablerepo"),
+            "{node_up}"
         );
         let node = PackageSource::Node.install_script();
         assert!(

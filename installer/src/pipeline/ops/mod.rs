@@ -7,6 +7,7 @@
 mod command;
 mod files;
 mod learn;
+mod reboot;
 mod require;
 mod seed;
 mod systemd;
@@ -18,6 +19,9 @@ pub use files::{
     UploadFile, UploadTree, BLOCK_BEGIN, BLOCK_END,
 };
 pub use learn::{FactParser, FetchFile, LearnFacts};
+pub use reboot::{
+    boot_id, wait_for_new_boot, BadBootId, BootId, Reboot, WaitBounds, BOOT_ID_PATH, REBOOT_COMMAND,
+};
 pub use require::{Require, Verdict};
 pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};
@@ -146,6 +150,8 @@ pub enum Op {
     Fetch(FetchFile),
     /// A requirement decided from facts learned earlier.
     Require(Require),
+    /// Reboot the node and wait for it to answer from a new boot.
+    Reboot(Reboot),
 }
 
 impl Op {
@@ -169,6 +175,7 @@ impl Op {
             Op::Learn(o) => o,
             Op::Fetch(o) => o,
             Op::Require(o) => o,
+            Op::Reboot(o) => o,
         }
     }
 }

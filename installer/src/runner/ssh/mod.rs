@@ -851,6 +851,24 @@ impl Runner for SshRunner {
             Err(other) => Err(self.final_error(other)),
         }
     }
+
+    async fn renew(&self) -> Result<(), RunError> {
+        let mut current = self.current.lock().await;
+        let handle = connect_once(&self.opts).await?;
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        let generation = current.generation + 1;
+        let old = std::mem::replace(&mut *current, Arc::new(Connection { handle, generation }));
+        drop(current);
+        tracing::debug!(node = %self.opts.node, "SSH connection renewed");
+        // The old connection is most likely dead (the node rebooted): closing it is a courtesy.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            old.handle
+                .disconnect(russh::Disconnect::ByApplication, "", "en"),
+        )
+        .await;
+        Ok(())
+    }
 }
 
 impl SshRunner {
