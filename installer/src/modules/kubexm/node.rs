@@ -208,9 +208,23 @@ impl Step for Kubelet {
             ),
         ];
         ops.extend(service_ops("kubelet", self.files(node)?));
+        // A restarted kubelet serves again before the next step (or node) relies on it: its Node
+        // stays Ready for a while whatever the kubelet does.
+        ops.push(Op::Run(
+            RunCommand::new(format!(
+                "i=0; until curl -fsS -o /dev/null http://127.0.0.1:10248/healthz; do\n  i=$((i + 2)); [ $i -lt {s} ] || {{ echo 'the kubelet on {n} was not healthy within {s} s after its restart' >&2; journalctl -u kubelet -n 20 --no-pager >&2 || true; exit 1; }}\n  sleep 2\ndone",
+                s = KUBELET_RESTART_TIMEOUT.as_secs(),
+                n = node.name,
+            ))
+            .when_changed()
+            .timeout(KUBELET_RESTART_TIMEOUT + std::time::Duration::from_secs(30)),
+        ));
         Ok(ops)
     }
 }
+
+/// How long a restarted kubelet may take to answer its `/healthz`.
+pub const KUBELET_RESTART_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// kube-proxy's configuration and unit on a node.
 pub struct KubeProxy {
