@@ -200,6 +200,49 @@ fn unreachable_cluster(dir: &Path) -> PathBuf {
     path
 }
 
+/// An installed cluster `lab` recorded in `DIR/work` from [`unreachable_cluster`]: the work
+/// directory, the cluster.yaml and its text.
+fn recorded_unreachable(dir: &Path) -> (PathBuf, PathBuf, String) {
+    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
+    let work = dir.join("work");
+    let cluster = unreachable_cluster(dir);
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
+    let ctx = kubexm_install::context::load_context(
+        &cluster,
+        Some(&lab.join("mirror/catalog-lab.yaml")),
+        None,
+        &work,
+    )
+    .expect("context");
+    let yaml = std::fs::read_to_string(&cluster).expect("read");
+    let op = Operation {
+        operation: "install".into(),
+        nodes: ctx.all(),
+        started_at: "2026-11-23T22:00:00.000Z".into(),
+        finished_at: "2026-11-23T22:05:00.000Z".into(),
+        seconds: 300.0,
+        result: Outcome::Succeeded,
+        error: None,
+        notes: Vec::new(),
+        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
+        bundle_digest: None,
+    };
+    Records::new(&work)
+        .finish(
+            "lab",
+            op,
+            Some(Applied {
+                cluster_yaml: &yaml,
+                base_dir: dir,
+                bundle_digest: None,
+                nodes: record::membership(&ctx.cluster),
+                present: true,
+            }),
+        )
+        .expect("record");
+    (work, cluster, yaml)
+}
+
 #[test]
 fn each_failure_class_exits_with_its_documented_code() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -249,44 +292,8 @@ fn each_failure_class_exits_with_its_documented_code() {
 
 #[test]
 fn status_shows_unreachable_nodes_and_exits_partial() {
-    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
     let dir = tempfile::tempdir().expect("tempdir");
-    let work = dir.path().join("work");
-    let cluster = unreachable_cluster(dir.path());
-    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
-    let ctx = kubexm_install::context::load_context(
-        &cluster,
-        Some(&lab.join("mirror/catalog-lab.yaml")),
-        None,
-        &work,
-    )
-    .expect("context");
-    let yaml = std::fs::read_to_string(&cluster).expect("read");
-    let op = Operation {
-        operation: "install".into(),
-        nodes: ctx.all(),
-        started_at: "2026-11-23T22:00:00.000Z".into(),
-        finished_at: "2026-11-23T22:05:00.000Z".into(),
-        seconds: 300.0,
-        result: Outcome::Succeeded,
-        error: None,
-        notes: Vec::new(),
-        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
-        bundle_digest: None,
-    };
-    Records::new(&work)
-        .finish(
-            "lab",
-            op,
-            Some(Applied {
-                cluster_yaml: &yaml,
-                base_dir: dir.path(),
-                bundle_digest: None,
-                nodes: record::membership(&ctx.cluster),
-                present: true,
-            }),
-        )
-        .expect("record");
+    let (work, _, _) = recorded_unreachable(dir.path());
 
     let out = run(&["status", "-o", "json"], &work);
     let err = text(&out.stderr);
@@ -429,45 +436,8 @@ fn status_of_a_deleted_cluster_says_it_was_deleted() {
 /// then needs the nodes (unreachable here: exit 5).
 #[test]
 fn apply_refuses_before_connecting_and_shows_the_change() {
-    use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
     let dir = tempfile::tempdir().expect("tempdir");
-    let work = dir.path().join("work");
-    let cluster = unreachable_cluster(dir.path());
-    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
-    let ctx = kubexm_install::context::load_context(
-        &cluster,
-        Some(&lab.join("mirror/catalog-lab.yaml")),
-        None,
-        &work,
-    )
-    .expect("context");
-    let yaml = std::fs::read_to_string(&cluster).expect("read");
-    let op = Operation {
-        operation: "install".into(),
-        nodes: ctx.all(),
-        started_at: "2026-11-23T22:00:00.000Z".into(),
-        finished_at: "2026-11-23T22:05:00.000Z".into(),
-        seconds: 300.0,
-        result: Outcome::Succeeded,
-        error: None,
-        notes: Vec::new(),
-        cluster_yaml_sha256: record::sha256_hex(yaml.as_bytes()),
-        bundle_digest: None,
-    };
-    let records = Records::new(&work);
-    records
-        .finish(
-            "lab",
-            op,
-            Some(Applied {
-                cluster_yaml: &yaml,
-                base_dir: dir.path(),
-                bundle_digest: None,
-                nodes: record::membership(&ctx.cluster),
-                present: true,
-            }),
-        )
-        .expect("record");
+    let (work, cluster, yaml) = recorded_unreachable(dir.path());
     let recorded = std::fs::read(work.join("clusters/lab/cluster.yaml")).expect("recorded");
     let history = || {
         std::fs::read_to_string(work.join("clusters/lab/installed.json"))

@@ -27,6 +27,16 @@ use crate::pipeline::{Facts, Node, Policy, Step, StepError};
 /// How long a kubelet or kube-proxy's rollout may take after a change.
 pub const SETTINGS_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Both steps: one attempt (a half-applied setting is not retried blindly), bounded by the
+/// rollout's wait.
+fn policy() -> Policy {
+    Policy {
+        timeout: SETTINGS_TIMEOUT * 2,
+        attempts: 1,
+        retry_delay: Duration::from_secs(0),
+    }
+}
+
 /// `unless` of a step comparing one drift file.
 fn unchanged(file: &str) -> String {
     format!("cmp -s {WANTED_DIR}/{file} {APPLIED_DIR}/{file}")
@@ -102,11 +112,7 @@ impl Step for KubeletSettings {
         Ok(ops)
     }
     fn policy(&self) -> Policy {
-        Policy {
-            timeout: SETTINGS_TIMEOUT * 2,
-            attempts: 1,
-            retry_delay: Duration::from_secs(0),
-        }
+        policy()
     }
 }
 
@@ -148,10 +154,6 @@ echo 'kube-proxy settings applied'"
         Ok(ops)
     }
     fn policy(&self) -> Policy {
-        Policy {
-            timeout: SETTINGS_TIMEOUT * 2,
-            attempts: 1,
-            retry_delay: Duration::from_secs(0),
-        }
+        policy()
     }
 }
