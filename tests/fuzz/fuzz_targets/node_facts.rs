@@ -2,7 +2,8 @@
 //! the cgroup filesystem, os-release), its network facts (`facts::net::parse`: interfaces and
 //! `ip -o addr`; `facts::net::learn_vip`), the etcd disk probe (`facts::fio::parse`: fio's
 //! JSON), the Harbor host probe (`facts::harbor::parse`, round-tripping through its text), the
-//! KVM probe (`facts::kata::parse`) and `status`'s node facts (`facts::node::parse_node`:
+//! KVM probe (`facts::kata::parse`), kernel-upgrade's facts (`facts::kernel`: os-release, the
+//! kernel state, releases and package names; `BootId::parse`) and `status`'s node facts (`facts::node::parse_node`:
 //! versions, units, certificates). Never panics; accepted host facts are short and hold no
 //! control characters; accepted interface names are plain and short, and the facts round-trip
 //! through the pipeline's store, as do the etcd disk facts (paths and fio's version plain); node
@@ -11,7 +12,8 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use kubexm_install::facts::{fio, harbor, host, kata, net, node};
+use kubexm_install::facts::{fio, harbor, host, kata, kernel, net, node};
+use kubexm_install::pipeline::ops::BootId;
 use kubexm_install::pipeline::Facts;
 use libfuzzer_sys::fuzz_target;
 
@@ -74,6 +76,28 @@ fuzz_target!(|data: &[u8]| {
         let _ = h.summary();
     }
     let _ = kata::parse(text);
+    // kernel-upgrade: what is accepted is plain (it is printed and goes into commands).
+    let plain = |s: &str| !s.chars().any(|c| c.is_control() || c == ' ' || c == '\'');
+    if let Ok(os) = kernel::parse_os(text) {
+        assert!(plain(&os.id), "{:?}", os.id);
+    }
+    if let Ok(r) = kernel::KernelRelease::parse(text, "fuzz") {
+        assert!(plain(r.as_str()) && r.as_str().len() <= 64, "{r:?}");
+    }
+    if let Ok(p) = kernel::KernelPackage::parse(text) {
+        assert!(plain(p.as_str()) && p.as_str().len() <= 100, "{p:?}");
+        if let Ok(st) = kernel::parse_state(text, &p) {
+            assert!(!st.summary().chars().any(char::is_control));
+        }
+    }
+    if let Ok(package) = kernel::KernelPackage::parse("linux-image-amd64") {
+        if let Ok(st) = kernel::parse_state(text, &package) {
+            assert!(!st.summary().chars().any(char::is_control));
+        }
+    }
+    if let Ok(b) = BootId::parse(text) {
+        assert!(b.as_str().len() == 36 && plain(b.as_str()), "{b:?}");
+    }
     let f = node::parse_node(text, UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     for c in &f.certificates {
         assert!(!c.path.chars().any(char::is_control), "{:?}", c.path);
