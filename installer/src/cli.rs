@@ -88,6 +88,40 @@ pub(crate) struct InstallCmd {
     pub(crate) install: InstallArgs,
 }
 
+/// How nodes are drained (delete-node, kernel-upgrade, upgrade).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DrainArgs {
+    /// Delete the pods without the eviction API: PodDisruptionBudgets are bypassed, pods no
+    /// controller manages are deleted too.
+    #[arg(long)]
+    pub(crate) force_drain: bool,
+    /// How long one drain may wait for evictions, in seconds (tried 3 times).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub(crate) drain_timeout: u64,
+}
+
+impl DrainArgs {
+    /// The drain these flags ask for (the timeout bounded to 10 s – 1 h).
+    pub(crate) fn options(&self) -> kubexm_install::modules::membership::DrainOptions {
+        kubexm_install::modules::membership::DrainOptions {
+            force: self.force_drain,
+            timeout: std::time::Duration::from_secs(self.drain_timeout.clamp(10, 3600)),
+        }
+    }
+
+    /// With --force-drain: the warning, printed and logged, for the record's notes.
+    pub(crate) fn forced_warning(&self, pods: &str) -> Option<String> {
+        self.force_drain.then(|| {
+            let w = format!(
+                "--force-drain: {pods} are deleted without the eviction API (PodDisruptionBudgets bypassed)"
+            );
+            eprintln!("warning: {w}");
+            tracing::warn!("{w}");
+            w
+        })
+    }
+}
+
 /// How the nodes are reached (install and delete).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ConnectArgs {
@@ -221,6 +255,69 @@ pub(crate) enum Command {
     /// --yes, printing the plan.
     #[command(name = "kernel-upgrade", after_help = KERNEL_UPGRADE_EXAMPLES)]
     KernelUpgrade(KernelUpgradeArgs),
+    /// Upgrade Kubernetes to the version of the given bundle(s), one minor at a time: the path
+    /// is planned and refused unless the bundles hold every minor on it; checks first (nodes
+    /// Ready, etcd healthy, kubelet skew, deprecated APIs still in use); a backup (KubeXM's
+    /// etcd); then the new images seeded, etcd one member at a time (when its version changes),
+    /// the control plane one master at a time (kubeadm `upgrade apply` then `upgrade node`;
+    /// kubexm: new binaries, each component restarted and answering), the workers in batches
+    /// (cordon, drain, kubelet and kube-proxy, uncordon, Ready at the new version), the CNI and
+    /// add-ons last. Every finished (node, phase) is recorded: --resume continues. Refuses
+    /// without --yes, printing the plan.
+    #[command(after_help = UPGRADE_EXAMPLES)]
+    Upgrade(UpgradeArgs),
+}
+
+const UPGRADE_EXAMPLES: &str = "Examples:
+  kubexm-install upgrade --bundle v1.21.tar.zst                       # path, checks and plan; nothing changes
+  kubexm-install upgrade --bundle v1.21.tar.zst --backup-key site.key --yes
+  kubexm-install upgrade --bundle v1.21.tar.zst --bundle v1.22.tar.zst --to v1.22.17 --backup-key site.key --yes
+  kubexm-install upgrade --bundle v1.21.tar.zst --batch-size 3 --no-backup --yes
+  kubexm-install upgrade --bundle v1.21.tar.zst --yes --resume        # after a failure: continue at the node that failed";
+
+#[derive(Debug, Args)]
+pub(crate) struct UpgradeArgs {
+    /// A bundle holding the target version or one on the path to it (repeatable: one per
+    /// minor). Each is verified (signature when keys are trusted) and unpacked.
+    #[arg(long = "bundle", value_name = "FILE.tar.zst", required = true)]
+    pub(crate) bundles: Vec<PathBuf>,
+    /// The version to reach (default: the newest the bundles hold).
+    #[arg(long, value_name = "VERSION")]
+    pub(crate) to: Option<String>,
+    /// The cluster.yaml of the target version (default: the target bundle's own). It may
+    /// differ from the installed one in `kubernetes.version` only (`apply` changes the rest).
+    #[arg(short = 'f', long = "file", value_name = "CLUSTER_YAML")]
+    pub(crate) file: Option<PathBuf>,
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The bundle the cluster runs now, when it is no longer unpacked in the work directory.
+    #[arg(long, value_name = "FILE.tar.zst")]
+    pub(crate) installed_bundle: Option<PathBuf>,
+    /// How many workers are upgraded at once (masters: always one at a time).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub(crate) batch_size: u16,
+    #[command(flatten)]
+    pub(crate) drain: DrainArgs,
+    /// The key (`kubexm-install backup keygen`) that encrypts the backup taken before anything
+    /// changes (etcd.type kubexm: required unless --no-backup).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) backup_key: Option<PathBuf>,
+    /// Upgrade without taking a backup first.
+    #[arg(long, conflicts_with = "backup_key")]
+    pub(crate) no_backup: bool,
+    /// Change the cluster (without it, the path, the checks and the plan are printed).
+    #[arg(long)]
+    pub(crate) yes: bool,
+    /// Show the path, the checks and the full plan of every step, and change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Continue a failed upgrade: tasks it completed are skipped (the backup is not taken
+    /// again).
+    #[arg(long)]
+    pub(crate) resume: bool,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
 }
 
 const KERNEL_UPGRADE_EXAMPLES: &str = "Examples:
@@ -239,13 +336,8 @@ pub(crate) struct KernelUpgradeArgs {
     /// linux-image-<arch>, Ubuntu linux-generic, the RHEL family kernel).
     #[arg(long, value_name = "NAME")]
     pub(crate) package: Option<String>,
-    /// Delete the pods without the eviction API: PodDisruptionBudgets are bypassed, pods no
-    /// controller manages are deleted too.
-    #[arg(long)]
-    pub(crate) force_drain: bool,
-    /// How long one drain may wait for evictions, in seconds (tried 3 times).
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
-    pub(crate) drain_timeout: u64,
+    #[command(flatten)]
+    pub(crate) drain: DrainArgs,
     /// Change the cluster (without it, the plan is printed and nothing changes).
     #[arg(long)]
     pub(crate) yes: bool,
@@ -625,13 +717,8 @@ pub(crate) struct DeleteNodeArgs {
     /// The node to remove.
     #[arg(long, value_name = "NAME")]
     pub(crate) node: String,
-    /// Delete its pods without the eviction API: PodDisruptionBudgets are bypassed, pods no
-    /// controller manages are deleted too.
-    #[arg(long)]
-    pub(crate) force_drain: bool,
-    /// How long one drain may wait for evictions, in seconds (tried 3 times).
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
-    pub(crate) drain_timeout: u64,
+    #[command(flatten)]
+    pub(crate) drain: DrainArgs,
     /// The node cannot be reached: remove it from the cluster only (drain skipped, etcd
     /// member, load balancers, Node object); nothing is done on the machine.
     #[arg(long)]

@@ -136,6 +136,47 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
     println!("{}", s.header());
     let opts = s.run_options(&args.connect, false);
     let conn = connect(&s, &s.installed, &opts)?;
+    take(&s, &conn, &key, &out, work_dir, args.allow_unreachable)?;
+    println!(
+        "  read it back with `kubexm-install backup verify --backup {} --key-file {}`",
+        out.display(),
+        args.key_file.display()
+    );
+    if let Some(keep) = args.keep {
+        let removed = schedule::prune(&default_dir, &s.name, keep).with_context(|| {
+            format!("Failed to prune old backups in `{}`", default_dir.display())
+        })?;
+        for r in removed {
+            println!("  removed old backup {} (--keep {keep})", r.display());
+        }
+    }
+    Ok(())
+}
+
+/// Where a backup taken before another operation (`upgrade`) goes: the default backup
+/// directory, named for the cluster and the time.
+pub(crate) fn default_output(s: &Session, work_dir: &Path) -> Result<std::path::PathBuf> {
+    let dir = schedule::default_dir(work_dir);
+    kubexm_install::private_dir::ensure_private_dir(&dir)
+        .with_context(|| format!("Failed to create `{}`", dir.display()))?;
+    Ok(dir.join(schedule::default_name(
+        &s.name,
+        &kubexm_install::record::now(),
+    )))
+}
+
+/// Takes a backup of the cluster over `conn` (KubeXM's etcd: a snapshot from one member, every
+/// reachable node's files, the control host's PKI directory and record), sealed with `key` into
+/// `out`.
+pub(crate) fn take(
+    s: &Session,
+    conn: &super::day2::Connected,
+    key: &BackupKey,
+    out: &Path,
+    work_dir: &Path,
+    allow_unreachable: bool,
+) -> Result<()> {
+    kubexm_etcd_only(s, "backup create")?;
     let layout = EtcdLayout::from_context(&s.installed);
     let by_name = conn.node_runners();
     // The member the facts came from answered etcdctl; else the first reachable member.
@@ -165,7 +206,7 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
         .into_iter()
         .filter(|n| !by_name.contains_key(n))
         .collect();
-    if !unreachable.is_empty() && !args.allow_unreachable {
+    if !unreachable.is_empty() && !allow_unreachable {
         bail!(
             "cannot reach {}: their files would be missing from the backup; fix SSH, or pass --allow-unreachable to back up without them",
             unreachable.join(", ")
@@ -263,30 +304,20 @@ fn create(args: &BackupCreateArgs, work_dir: &Path) -> Result<()> {
         &kubexm_install::record::Records::new(work_dir).dir(&s.name),
         "KubeXM's record of the cluster: every cluster.yaml applied, nodes, history",
     )?;
-    let manifest = staging.seal(&key, &s.name, &member, &out)?;
+    let manifest = staging.seal(key, &s.name, &member, out)?;
     for l in summary {
         println!("  {l}");
     }
     if !unreachable.is_empty() {
         println!("  not included (unreachable): {}", unreachable.join(", "));
     }
-    let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     println!(
-        "backup of cluster {} written to {} ({size} bytes, {} entries, encrypted; read it back with `kubexm-install backup verify --backup {} --key-file {}`)",
+        "backup of cluster {} written to {} ({size} bytes, {} entries, encrypted)",
         s.name,
         out.display(),
         manifest.entries.len(),
-        out.display(),
-        args.key_file.display()
     );
-    if let Some(keep) = args.keep {
-        let removed = schedule::prune(&default_dir, &s.name, keep).with_context(|| {
-            format!("Failed to prune old backups in `{}`", default_dir.display())
-        })?;
-        for r in removed {
-            println!("  removed old backup {} (--keep {keep})", r.display());
-        }
-    }
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
 use kubexm_install::run::{self, RunOptions};
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
-use kubexm_manifests::validate::ValidCluster;
+use kubexm_manifests::validate::{Problem, ValidCluster};
 
 use crate::cli::{ConnectArgs, Day2Args};
 
@@ -366,6 +366,61 @@ pub(crate) fn require_every_node(conn: &Connected, verb: &str, needs: &str) -> R
             .join(", ")
     ))
     .into())
+}
+
+/// The health a rolling day-2 change (`kernel-upgrade`, `upgrade`) needs before a node goes
+/// down: the API answers, every Node is Ready, every etcd member healthy. With `resume`, a node
+/// of `targets` that is not back yet is a warning: it is the node the last run stopped at.
+/// `what` names the change in the hints (`a kernel upgrade`), `verb` the command.
+pub(crate) fn rollout_health(
+    facts: &ClusterFacts,
+    targets: &[String],
+    resume: bool,
+    what: &str,
+    verb: &str,
+) -> Verdict {
+    let mut v = Verdict::default();
+    let mut down = |name: &str, path: String, message: String, hint: String| {
+        if resume && targets.iter().any(|t| t == name) {
+            v.warnings
+                .push(format!("{message} (--resume: the {verb} goes on with it)"));
+        } else {
+            v.problems.push(Problem {
+                path,
+                message,
+                hint,
+            });
+        }
+    };
+    for n in facts.nodes.iter().filter(|n| !n.ready) {
+        down(
+            &n.name,
+            format!("node {}", n.name),
+            format!("{} is not Ready", n.name),
+            format!("{what} takes one node down at a time and needs the others serving: fix it first (or, if the last {verb} stopped on it, run again with --resume)"),
+        );
+    }
+    for m in facts
+        .etcd
+        .iter()
+        .flat_map(|e| e.members.iter().filter(|m| !e.healthy(m)))
+    {
+        down(
+            &m.name,
+            format!("etcd member {}", m.name),
+            format!("etcd member {} is not healthy", m.name),
+            format!("{what} restarts members one at a time: with another one down etcd could lose its quorum; bring it back first"),
+        );
+    }
+    if facts.api_node.is_none() && !facts.assumed {
+        v.problems.push(Problem {
+            path: "cluster".to_string(),
+            message: "no master answered `kubectl get nodes`".to_string(),
+            hint: "the API server must answer before nodes are drained: check the masters first"
+                .to_string(),
+        });
+    }
+    v
 }
 
 /// Prints the change and the facts; stops with every problem the checks found.

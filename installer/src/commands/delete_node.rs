@@ -4,7 +4,6 @@
 use anyhow::Result;
 use kubexm_install::change::diff;
 use kubexm_install::facts::checks::{check_delete, Guards};
-use kubexm_install::modules::membership::DrainOptions;
 use kubexm_install::pipelines::delete_node::{delete_node_pipeline, DeleteNode};
 
 use super::day2::{connect, execute, judge, Operate, Session};
@@ -62,17 +61,9 @@ pub(crate) fn run(args: &DeleteNodeArgs, work_dir: &std::path::Path) -> Result<(
         &conn.facts,
         &verdict,
     )?;
-    let drain = DrainOptions {
-        force: args.force_drain,
-        timeout: std::time::Duration::from_secs(args.drain_timeout.clamp(10, 3600)),
-    };
+    let drain = args.drain.options();
     let mut notes = verdict.warnings.clone();
-    if args.force_drain {
-        let w = format!("--force-drain: the pods on {node} are deleted without the eviction API (PodDisruptionBudgets bypassed)");
-        eprintln!("warning: {w}");
-        tracing::warn!(node, "{w}");
-        notes.push(w);
-    }
+    notes.extend(args.drain.forced_warning(&format!("the pods on {node}")));
     if args.unreachable {
         notes.push(format!("--unreachable: nothing was done on {node} itself"));
     }

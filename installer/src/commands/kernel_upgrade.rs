@@ -12,13 +12,11 @@ use kubexm_install::change::diff;
 use kubexm_install::facts::checks::Verdict;
 use kubexm_install::facts::kernel::{self, KernelPackage, KernelState};
 use kubexm_install::facts::ClusterFacts;
-use kubexm_install::modules::membership::DrainOptions;
 use kubexm_install::modules::osrepo::package_source;
 use kubexm_install::pipelines::kernel_upgrade::{kernel_upgrade_pipeline, order, KernelUpgrade};
 use kubexm_manifests::resolve::Role;
-use kubexm_manifests::validate::Problem;
 
-use super::day2::{connect, execute, judge, require_every_node, Operate, Session};
+use super::day2::{connect, execute, judge, require_every_node, rollout_health, Operate, Session};
 use crate::cli::KernelUpgradeArgs;
 use crate::exit::UsageError;
 
@@ -46,52 +44,9 @@ fn targets(args: &KernelUpgradeArgs, s: &Session) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The cluster must be healthy before a node goes down: the API answers, every Node is Ready,
-/// every etcd member healthy. With `--resume`, a node being upgraded (one of `targets`) that is
-/// not back yet is a warning: it is the node the last run stopped at.
+/// The cluster must be healthy before a node goes down ([`rollout_health`]).
 fn check(facts: &ClusterFacts, targets: &[String], resume: bool) -> Verdict {
-    let mut v = Verdict::default();
-    let mut down = |name: &str, path: String, what: String, hint: &str| {
-        if resume && targets.iter().any(|t| t == name) {
-            v.warnings
-                .push(format!("{what} (--resume: the upgrade goes on with it)"));
-        } else {
-            v.problems.push(Problem {
-                path,
-                message: what,
-                hint: hint.to_string(),
-            });
-        }
-    };
-    for n in facts.nodes.iter().filter(|n| !n.ready) {
-        down(
-            &n.name,
-            format!("node {}", n.name),
-            format!("{} is not Ready", n.name),
-            "a kernel upgrade takes one node down at a time and needs the others serving: fix it first (or, if the last kernel-upgrade stopped on it, run again with --resume)",
-        );
-    }
-    for m in facts
-        .etcd
-        .iter()
-        .flat_map(|e| e.members.iter().filter(|m| !e.healthy(m)))
-    {
-        down(
-            &m.name,
-            format!("etcd member {}", m.name),
-            format!("etcd member {} is not healthy", m.name),
-            "rebooting a member while another is down can cost etcd its quorum: bring it back first",
-        );
-    }
-    if facts.api_node.is_none() && !facts.assumed {
-        v.problems.push(Problem {
-            path: "cluster".to_string(),
-            message: "no master answered `kubectl get nodes`".to_string(),
-            hint: "the API server must answer before nodes are drained: check the masters first"
-                .to_string(),
-        });
-    }
-    v
+    rollout_health(facts, targets, resume, "a kernel upgrade", "kernel-upgrade")
 }
 
 pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Result<()> {
@@ -200,10 +155,7 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
         }
     }
     judge("kernel-upgrade", &text, &conn.facts, &verdict)?;
-    let drain = DrainOptions {
-        force: args.force_drain,
-        timeout: std::time::Duration::from_secs(args.drain_timeout.clamp(10, 3600)),
-    };
+    let drain = args.drain.options();
     let pipeline = kernel_upgrade_pipeline(&KernelUpgrade {
         ctx: &s.installed,
         nodes: &ordered,
@@ -214,12 +166,7 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
         reboot: kubexm_install::modules::kernel::REBOOT_BOUNDS,
     })?;
     let mut notes = verdict.warnings.clone();
-    if args.force_drain {
-        let w = "--force-drain: pods are deleted without the eviction API (PodDisruptionBudgets bypassed)".to_string();
-        eprintln!("warning: {w}");
-        tracing::warn!("{w}");
-        notes.push(w);
-    }
+    notes.extend(args.drain.forced_warning("pods"));
     let op = Operate {
         operation: "kernel-upgrade",
         done: "upgraded the kernel of",

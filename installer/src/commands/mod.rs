@@ -19,6 +19,7 @@ pub(crate) mod rotate;
 pub(crate) mod seed;
 pub(crate) mod status;
 pub(crate) mod unpack;
+pub(crate) mod upgrade;
 
 use std::path::PathBuf;
 

@@ -13,6 +13,7 @@
 //! matters.
 
 pub mod checks;
+pub mod deprecated;
 pub mod fio;
 pub mod harbor;
 pub mod host;

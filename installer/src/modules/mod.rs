@@ -40,3 +40,4 @@ pub mod runtime;
 pub mod scripts;
 pub mod security;
 pub mod storage;
+pub mod upgrade;

@@ -53,6 +53,7 @@ pub mod phase;
 pub mod renew;
 pub mod restore;
 pub mod rotate;
+pub mod upgrade;
 
 pub use add_node::add_node_pipeline;
 pub use create::install_pipeline;

@@ -35,4 +35,5 @@ mod ssh;
 mod storage;
 mod terminal;
 mod unpack;
+mod upgrade;
 mod versions;

@@ -46,16 +46,7 @@ impl Module for KubexmControlPlaneModule {
         let masters = self.0.with_role(Role::Master);
         let first = self.0.first_master()?.name.clone();
         Ok(vec![
-            Task::new("control-plane-binaries", masters.clone()).step(Binaries {
-                ctx: self.0.clone(),
-                layout: k.layout.clone(),
-                components: vec![
-                    "kube-apiserver",
-                    "kube-controller-manager",
-                    "kube-scheduler",
-                    "kubectl",
-                ],
-            }),
+            Task::new("control-plane-binaries", masters.clone()).step(binaries(&self.0, &k)),
             // One master at a time, each answering again before the next changes: a changed
             // flag (`kubexm-install apply`) never restarts every API server at once.
             Task::new("install-control-plane", masters)
@@ -73,6 +64,24 @@ impl Module for KubexmControlPlaneModule {
                 },
             ),
         ])
+    }
+}
+
+/// The control-plane services, each a binary of the same name.
+pub const SERVICES: [&str; 3] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The masters' binaries from the bundle: the control-plane services and kubectl.
+pub fn binaries(ctx: &Arc<crate::context::InstallContext>, k: &KubexmCluster) -> Binaries {
+    let mut components = SERVICES.to_vec();
+    components.push("kubectl");
+    Binaries {
+        ctx: ctx.clone(),
+        layout: k.layout.clone(),
+        components,
     }
 }
 
@@ -274,6 +283,11 @@ pub struct ControllerManager {
 }
 
 impl ControllerManager {
+    /// The controller manager of `k`.
+    pub fn new(k: Arc<KubexmCluster>) -> Self {
+        Self { k }
+    }
+
     /// The rendered files.
     pub fn files(&self) -> Result<Vec<RenderTemplate>, StepError> {
         Ok(vec![unit(
@@ -301,6 +315,11 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
+    /// The scheduler of `k`.
+    pub fn new(k: Arc<KubexmCluster>) -> Self {
+        Self { k }
+    }
+
     /// The rendered files.
     pub fn files(&self) -> Result<Vec<RenderTemplate>, StepError> {
         let l = &self.k.layout;

@@ -112,6 +112,13 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
+    /// The kubelet of `k`, with the pause image for `--pod-infra-container-image` (before v1.35).
+    pub fn new(k: Arc<KubexmCluster>, pause: Option<String>) -> Self {
+        Self { k, pause }
+    }
+}
+
+impl Kubelet {
     /// kubelet's flags on `node`: the runtime's flags for the version ([`crate::modules::runtime::cri::Cri::kubelet_flags`]),
     /// the pause image before v1.35, and the control-plane taints as a flag before v1.23 (whose
     /// configuration file has no `registerWithTaints`).
@@ -229,6 +236,13 @@ pub const KUBELET_RESTART_TIMEOUT: std::time::Duration = std::time::Duration::fr
 /// kube-proxy's configuration and unit on a node.
 pub struct KubeProxy {
     k: Arc<KubexmCluster>,
+}
+
+impl KubeProxy {
+    /// kube-proxy of `k`.
+    pub fn new(k: Arc<KubexmCluster>) -> Self {
+        Self { k }
+    }
 }
 
 impl KubeProxy {

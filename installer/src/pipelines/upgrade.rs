@@ -1,0 +1,226 @@
+//! The `upgrade` pipeline: the cluster from one Kubernetes version to the next, for one step of
+//! the upgrade path (`upgrade-<version>`; a path of several minors runs one pipeline per
+//! version, each recorded before the next starts).
+//!
+//! Phases, in order, each finishing before the next starts:
+//!
+//! 1. `registry-images` (when KubeXM runs the registry): the new bundle's images seeded, so
+//!    every node can pull the new version before anything changes.
+//! 2. `etcd-<member>` (`etcd.type: kubexm`, only when the new bundle's etcd differs): one
+//!    member at a time, its binary replaced and the member restarted, the whole cluster
+//!    healthy before the next ([`crate::modules::etcd`]).
+//! 3. `control-plane-<master>`, one master at a time, the first master first
+//!    ([`crate::modules::upgrade`]): drained, upgraded (kubeadm `upgrade apply` on the first,
+//!    `upgrade node` on the others; kubexm: the new binaries and units, each service restarted
+//!    onto them and answering), its kubelet too, uncordoned, its API server and etcd healthy.
+//! 4. `runtime-<node>` (only when the new bundle's container runtime differs): the runtime's
+//!    files and service, one node at a time, before the node's own phase.
+//! 5. `workers-<n>`: the workers that are not masters, `batch` at a time: drained, kubelet
+//!    (kubeadm: `upgrade node`) and kube-proxy, uncordoned, Ready at the new version.
+//! 6. `network`, `node-local-dns`, `coredns` (kubexm), `plugins`, `addons`: the CNI and the
+//!    add-ons of the new bundle, last.
+//!
+//! Every finished task is recorded in the pipeline's state file (`--resume`), so a failure
+//! stops the rollout naming the node, the nodes after it untouched, and a resumed run starts
+//! at the node that failed.
+
+use std::sync::Arc;
+
+use kubexm_manifests::model::{EtcdType, KubernetesType};
+use kubexm_manifests::resolve::Role;
+
+use super::phase::Phase;
+use crate::context::{InstallContext, Scope};
+use crate::facts::ClusterFacts;
+use crate::modules::kernel::KernelTarget;
+use crate::modules::membership::DrainOptions;
+use crate::modules::upgrade::{EtcdMemberModule, UpgradeNode, UpgradeNodesModule};
+use crate::modules::{addons, dns, etcd, kubexm, network, plugins, registry, runtime};
+use crate::pipeline::{Module, Pipeline};
+
+/// The pipeline's name for `version` (its state file and journal).
+pub fn name(version: &kubexm_manifests::version::KubeVersion) -> String {
+    format!("upgrade-{version}")
+}
+
+/// What one upgrade step needs.
+pub struct Upgrade<'a> {
+    /// The installed cluster (its bundle).
+    pub installed: &'a Arc<InstallContext>,
+    /// The target version's cluster (its bundle).
+    pub target: &'a Arc<InstallContext>,
+    /// The cluster's facts (which nodes the API knows).
+    pub facts: &'a ClusterFacts,
+    /// How nodes are drained.
+    pub drain: DrainOptions,
+    /// How many workers change at once (at least 1).
+    pub batch: usize,
+}
+
+/// The version of `component` in `ctx`'s bundle (its first file), or in its resolution when
+/// it has no bundle (plans made from a cluster.yaml), if either has one.
+pub fn bundled_version(ctx: &InstallContext, component: &str) -> Option<String> {
+    match (&ctx.bundle, &ctx.resolution) {
+        (Some(b), _) => b
+            .manifest
+            .files
+            .iter()
+            .find(|f| f.name == component)
+            .map(|f| f.version.clone()),
+        (None, Some(r)) => r
+            .binaries
+            .iter()
+            .find(|f| f.name == component)
+            .map(|f| f.version.clone()),
+        (None, None) => None,
+    }
+}
+
+/// Why a component's phase is skipped: its version is the same in both bundles.
+fn unchanged(x: &Upgrade<'_>, component: &str, what: &str) -> Option<String> {
+    let old = bundled_version(x.installed, component);
+    let new = bundled_version(x.target, component);
+    (old == new).then(|| {
+        format!(
+            "{what} stays at {}",
+            new.as_deref().unwrap_or("the installed version")
+        )
+    })
+}
+
+/// Where `nodes`' cordon, drain and uncordon run: the first master outside them, else the
+/// first master.
+fn via(ctx: &InstallContext, nodes: &[String]) -> String {
+    let masters = ctx.with_role(Role::Master);
+    masters
+        .iter()
+        .find(|m| !nodes.contains(m))
+        .or(masters.first())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The `upgrade-<version>` pipeline (see the module documentation).
+///
+/// # Errors
+/// A cluster without a master.
+pub fn upgrade_pipeline(x: &Upgrade<'_>) -> Result<Pipeline, crate::pipeline::StepError> {
+    let ctx = x.target;
+    let first = ctx.first_master()?.name.clone();
+    let group = |names: Vec<String>, title: String| {
+        let nodes = names
+            .iter()
+            .filter_map(|n| ctx.node(n).cloned())
+            .map(|node| UpgradeNode {
+                registered: x.facts.api(&node.name).is_some() || x.facts.assumed,
+                etcd: KernelTarget::etcd_of(ctx, &node),
+                node,
+            })
+            .collect();
+        UpgradeNodesModule {
+            ctx: ctx.clone(),
+            via: via(ctx, &names),
+            first: first.clone(),
+            nodes,
+            drain: x.drain,
+            title,
+        }
+    };
+    let mut modules: Vec<Box<dyn Module>> = Vec::new();
+    modules.push(Box::new(
+        Phase::new("registry-images", registry::RegistryModule(ctx.clone()))
+            .only(&["seed-registry"]),
+    ));
+    if ctx.cluster.file.spec.etcd.kind == EtcdType::Kubexm {
+        let why = unchanged(x, "etcd", "etcd");
+        for m in etcd::EtcdLayout::from_context(ctx).members {
+            let title = format!("etcd-{}", m.name);
+            modules.push(Box::new(
+                Phase::new(
+                    title.clone(),
+                    EtcdMemberModule {
+                        ctx: ctx.clone(),
+                        member: m.name.clone(),
+                        title,
+                    },
+                )
+                .skip_if(why.is_some(), why.clone().unwrap_or_default()),
+            ));
+        }
+    }
+    let runtime_why = unchanged(x, runtime_component(ctx), "the container runtime");
+    let masters = ctx.with_role(Role::Master);
+    for m in &masters {
+        modules.push(Box::new(
+            Phase::new(format!("runtime-{m}"), runtime::RuntimeModule(ctx.clone()))
+                .scope(Scope::Nodes([m.clone()].into()))
+                .one_at_a_time()
+                .skip_if(
+                    runtime_why.is_some(),
+                    runtime_why.clone().unwrap_or_default(),
+                ),
+        ));
+        modules.push(Box::new(group(
+            vec![m.clone()],
+            format!("control-plane-{m}"),
+        )));
+    }
+    let workers: Vec<String> = ctx
+        .nodes
+        .iter()
+        .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
+        .map(|n| n.name.clone())
+        .collect();
+    for (i, batch) in workers.chunks(x.batch.max(1)).enumerate() {
+        if runtime_why.is_none() {
+            modules.push(Box::new(
+                Phase::new(
+                    format!("runtime-workers-{}", i + 1),
+                    runtime::RuntimeModule(ctx.clone()),
+                )
+                .scope(Scope::Nodes(batch.iter().cloned().collect())),
+            ));
+        }
+        modules.push(Box::new(group(
+            batch.to_vec(),
+            format!("workers-{}", i + 1),
+        )));
+    }
+    modules.push(Box::new(Phase::new(
+        "network",
+        network::NetworkModule(ctx.clone()),
+    )));
+    modules.push(Box::new(Phase::new(
+        "node-local-dns",
+        dns::NodeLocalDnsModule(ctx.clone()),
+    )));
+    if ctx.cluster.file.spec.kubernetes.kind == KubernetesType::Kubexm {
+        modules.push(Box::new(Phase::new(
+            "coredns",
+            kubexm::coredns::CoreDnsModule(ctx.clone()),
+        )));
+    }
+    modules.push(Box::new(Phase::new(
+        "plugins",
+        plugins::PluginsModule(ctx.clone()),
+    )));
+    modules.push(Box::new(Phase::new(
+        "addons",
+        addons::AddonsModule(ctx.clone()),
+    )));
+    Ok(Pipeline {
+        name: name(&ctx.cluster.version),
+        modules,
+    })
+}
+
+/// The catalog component of the cluster's container runtime.
+fn runtime_component(ctx: &InstallContext) -> &'static str {
+    use kubexm_manifests::model::RuntimeType;
+    match ctx.cluster.file.spec.runtime.kind {
+        RuntimeType::Containerd => "containerd",
+        RuntimeType::Docker => "docker",
+        RuntimeType::CriO => "cri-o",
+        RuntimeType::Isulad => "isulad",
+    }
+}

@@ -1,0 +1,239 @@
+//! `upgrade` plans (issue 17) for both bootstrap paths and several versions: the phases and
+//! their order (images seeded first, etcd one member at a time when its version changes, one
+//! master at a time with the first master's `kubeadm upgrade apply`, workers in batches, the
+//! CNI and add-ons last), which node drains which, and the commands each node runs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kubexm_install::context::{load_context, InstallContext};
+use kubexm_install::facts::ClusterFacts;
+use kubexm_install::modules::membership::DrainOptions;
+use kubexm_install::pipeline::plan::{self, Plan};
+use kubexm_install::pipelines::upgrade::{upgrade_pipeline, Upgrade};
+
+use crate::day2::outline;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The lab's cluster.yaml (kubeadm path, KubeXM's etcd) with `version` and a fourth and fifth
+/// host as workers only, with the built-in catalog (every version has its real sums there): its
+/// registry version, no CNI (flannel has no v1.20 release there).
+fn lab(work: &Path, version: &str, etcd: &str) -> Arc<InstallContext> {
+    lab_with(work, version, etcd, |t| t)
+}
+
+/// [`lab`] with `edit` applied to the text.
+fn lab_with(
+    work: &Path,
+    version: &str,
+    etcd: &str,
+    edit: impl Fn(String) -> String,
+) -> Arc<InstallContext> {
+    let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
+    let key = "privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519";
+    let text = text
+        .replace("    version: v1.33.11\n", &format!("    version: {version}\n"))
+        .replace("    version: v3.4.23\n", &format!("    version: {etcd}\n"))
+        .replace(
+            "  roleGroups:\n",
+            &format!("    - {{name: node4, address: 10.88.10.14, user: root, {key}}}\n    - {{name: node5, address: 10.88.10.15, user: root, {key}}}\n  roleGroups:\n"),
+        )
+        .replace("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:5]\"]")
+        // The built-in catalog's registry version, and no flannel before v1.21 there.
+        .replace("    version: 2.8.2\n", "    version: \"2\"\n")
+        .replace("plugin: flannel", "plugin: none");
+    load(work, &format!("{version}.yaml"), &edit(text))
+}
+
+fn load(work: &Path, name: &str, text: &str) -> Arc<InstallContext> {
+    let file = work.join(name);
+    std::fs::write(&file, text).expect("write cluster.yaml");
+    Arc::new(load_context(&file, None, None, work).expect("cluster loads"))
+}
+
+fn plan(installed: &Arc<InstallContext>, target: &Arc<InstallContext>, batch: usize) -> Plan {
+    let facts = ClusterFacts::assumed(installed);
+    let p = upgrade_pipeline(&Upgrade {
+        installed,
+        target,
+        facts: &facts,
+        drain: DrainOptions::default(),
+        batch,
+    })
+    .expect("pipeline");
+    assert_eq!(p.name, format!("upgrade-{}", target.cluster.version));
+    plan::build(&p, &target.plan_nodes(), &Default::default()).expect("plan")
+}
+
+fn names(p: &Plan) -> Vec<String> {
+    p.modules.iter().map(|m| m.name.clone()).collect()
+}
+
+fn task<'a>(p: &'a Plan, phase: &str, task: &str) -> &'a kubexm_install::pipeline::plan::TaskPlan {
+    p.modules
+        .iter()
+        .find(|m| m.name == phase)
+        .and_then(|m| m.tasks.iter().find(|t| t.name == task))
+        .unwrap_or_else(|| panic!("no task {task} in {phase}:\n{}", outline(p)))
+}
+
+#[test]
+fn kubeadm_path_one_master_at_a_time_then_workers_in_batches() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = lab(work.path(), "v1.20.15", "v3.4.13");
+    let target = lab(work.path(), "v1.21.14", "v3.4.13");
+    let p = plan(&installed, &target, 2);
+    let order = names(&p);
+    let at = |n: &str| {
+        order
+            .iter()
+            .position(|x| x == n)
+            .unwrap_or_else(|| panic!("no {n} in {order:?}"))
+    };
+    assert_eq!(order[0], "registry-images", "the new images first");
+    assert!(at("etcd-node1") < at("control-plane-node1"));
+    assert!(at("control-plane-node1") < at("control-plane-node2"));
+    assert!(at("control-plane-node2") < at("control-plane-node3"));
+    assert!(at("control-plane-node3") < at("workers-1"));
+    assert!(at("workers-1") < at("network") && at("network") < at("addons"));
+    // The etcd version is the same: its phases are skipped, saying so.
+    let etcd = p
+        .modules
+        .iter()
+        .find(|m| m.name == "etcd-node2")
+        .expect("etcd-node2");
+    assert_eq!(etcd.skipped.as_deref(), Some("etcd stays at v3.4.13"));
+    // Only the first master runs `upgrade apply`; the others `upgrade node`.
+    let apply = task(&p, "control-plane-node1", "kubeadm-upgrade-apply");
+    assert_eq!(apply.hosts, ["node1"]);
+    let text = p.to_text();
+    assert_eq!(
+        text.matches("/usr/local/bin/kubeadm upgrade apply v1.21.14 --yes")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        task(&p, "control-plane-node2", "kubeadm-upgrade-node").hosts,
+        ["node2"]
+    );
+    // A master is drained from another master; workers from the first master, two at a time.
+    assert_eq!(
+        task(&p, "control-plane-node1", "cordon-drain").hosts,
+        ["node2"]
+    );
+    assert_eq!(
+        task(&p, "control-plane-node2", "cordon-drain").hosts,
+        ["node1"]
+    );
+    assert_eq!(
+        task(&p, "workers-1", "kubeadm-upgrade-node").hosts,
+        ["node4", "node5"]
+    );
+    assert_eq!(task(&p, "workers-1", "cordon-drain").hosts, ["node1"]);
+    // Every node's kubelet checked at the new version, each master's API server too.
+    assert_eq!(
+        text.matches("reporting kubelet v1.21.14").count(),
+        5,
+        "{text}"
+    );
+    assert_eq!(text.matches("reporting v1.21.14").count(), 3, "{text}");
+    insta::assert_snapshot!("upgrade-kubeadm-v1.20-v1.21", outline(&p));
+
+    // Batches of one: one worker at a time.
+    let p = plan(&installed, &target, 1);
+    assert!(names(&p).contains(&"workers-2".to_string()));
+    assert_eq!(
+        task(&p, "workers-2", "kubeadm-upgrade-node").hosts,
+        ["node5"]
+    );
+}
+
+#[test]
+fn kubeadm_path_newer_versions_and_an_etcd_change() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = lab(work.path(), "v1.28.15", "v3.5.9");
+    let target = lab(work.path(), "v1.29.15", "v3.5.10");
+    let p = plan(&installed, &target, 3);
+    // etcd changes: every member in turn, health after each.
+    for n in ["node1", "node2", "node3"] {
+        let m = p
+            .modules
+            .iter()
+            .find(|m| m.name == format!("etcd-{n}"))
+            .expect("etcd phase");
+        assert!(m.skipped.is_none(), "{:?}", m.skipped);
+        let install = m
+            .tasks
+            .iter()
+            .find(|t| t.name == "install-etcd")
+            .expect("install-etcd");
+        assert_eq!(install.hosts, [n]);
+    }
+    let text = p.to_text();
+    assert!(text.contains("upgrade apply v1.29.15 --yes"), "{text}");
+    insta::assert_snapshot!("upgrade-kubeadm-v1.28-v1.29", outline(&p));
+}
+
+#[test]
+fn kubexm_path_replaces_and_restarts_each_component() {
+    // The kubexm fixture (v1.31.13) installed at v1.30.14: the test catalog pins both (the
+    // built-in one has no public sums for the kube-* server binaries).
+    let work = tempfile::tempdir().expect("tempdir");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubexm");
+    let catalog = fixture.join("catalog-stand-in.yaml");
+    let text = std::fs::read_to_string(fixture.join("cluster.yaml")).expect("fixture");
+    assert!(
+        text.contains("version: v1.31.13"),
+        "the fixture's version moved"
+    );
+    let load_with = |name: &str, t: &str| {
+        let file = work.path().join(name);
+        std::fs::write(&file, t).expect("write");
+        Arc::new(load_context(&file, Some(&catalog), None, work.path()).expect("loads"))
+    };
+    let installed = load_with(
+        "v1.30.yaml",
+        &text.replace("version: v1.31.13", "version: v1.30.14"),
+    );
+    let target = load_with("v1.31.yaml", &text);
+    let p = plan(&installed, &target, 1);
+    check_kubexm(&p, "v1.31.13");
+}
+
+fn check_kubexm(p: &Plan, next: &str) {
+    let masters: Vec<&str> = p
+        .modules
+        .iter()
+        .filter_map(|m| m.name.strip_prefix("control-plane-"))
+        .collect();
+    assert!(!masters.is_empty(), "{}", outline(p));
+    for m in &masters {
+        let t = task(p, &format!("control-plane-{m}"), "control-plane");
+        assert_eq!(t.hosts, [*m]);
+        let steps: Vec<&str> = t.steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            steps,
+            [
+                "kubernetes-binaries",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "restart-onto-new-binaries",
+                "wait-control-plane"
+            ]
+        );
+    }
+    let text = p.to_text();
+    assert!(text.contains("readlink /proc/$pid/exe"), "{text}");
+    assert!(!text.contains("kubeadm upgrade"), "{text}");
+    assert!(
+        text.contains(&format!("reporting kubelet {next}")),
+        "{text}"
+    );
+    assert!(p.modules.iter().any(|m| m.name == "coredns"));
+    insta::assert_snapshot!("upgrade-kubexm-next-minor", outline(p));
+}
