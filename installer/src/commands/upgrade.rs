@@ -325,6 +325,22 @@ pub(crate) fn run(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> R
             .collect::<Vec<_>>()
             .join(" -> ")
     );
+    let backup_key = match (&args.backup_key, args.no_backup) {
+        (Some(k), _) => Some(BackupKey::load(k)?),
+        (None, true) => None,
+        (None, false)
+            if s.installed.cluster.file.spec.etcd.kind == EtcdType::Kubexm
+                && !args.resume
+                && !args.dry_run =>
+        {
+            return Err(UsageError(
+                "an upgrade takes a backup of KubeXM's etcd first: pass --backup-key FILE (`kubexm-install backup keygen` makes one), or --no-backup to upgrade without one".into(),
+            )
+            .into());
+        }
+        (None, false) => None,
+    };
+
     let mut steps = Vec::new();
     let mut prev = s.installed.clone();
     for (i, v) in path.iter().enumerate() {
@@ -351,22 +367,6 @@ pub(crate) fn run(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> R
         prev = step.ctx.clone();
         steps.push(step);
     }
-    let backup_key = match (&args.backup_key, args.no_backup) {
-        (Some(k), _) => Some(BackupKey::load(k)?),
-        (None, true) => None,
-        (None, false)
-            if s.installed.cluster.file.spec.etcd.kind == EtcdType::Kubexm
-                && !args.resume
-                && !args.dry_run =>
-        {
-            return Err(UsageError(
-                "an upgrade takes a backup of KubeXM's etcd first: pass --backup-key FILE (`kubexm-install backup keygen` makes one), or --no-backup to upgrade without one".into(),
-            )
-            .into());
-        }
-        (None, false) => None,
-    };
-
     let opts = s.run_options(&args.connect, args.resume);
     let conn = connect(&s, &s.installed, &opts)?;
     require_every_node(

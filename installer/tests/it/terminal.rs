@@ -507,3 +507,79 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     );
     assert_eq!(history(), before);
 }
+
+/// A bundle holding nothing but its bundle.json (Kubernetes `version`) and a cluster.yaml.
+fn version_bundle(dir: &Path, version: &str) -> PathBuf {
+    use kubexm_bundles::pack::{pack, Entry, PackOptions, Source, FILE_MODE};
+    let out = dir.join(format!("{version}.tar.zst"));
+    let mut manifest = crate::intake::manifest_with(&[]);
+    manifest.kubernetes_version = version.to_string();
+    let entries = vec![Entry {
+        path: kubexm_bundles::manifest::CLUSTER_PATH.into(),
+        source: Source::Bytes(b"kind: Cluster\n".to_vec()),
+        sha256: None,
+        mode: FILE_MODE,
+    }];
+    pack(&out, &manifest, entries, &PackOptions::default()).expect("pack");
+    out
+}
+
+#[test]
+fn upgrade_refuses_a_downgrade_and_a_gap_before_connecting_and_names_what_to_build() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (work, _, _) = recorded_unreachable(dir.path());
+    let record = || std::fs::read(work.join("clusters/lab/installed.json")).expect("record");
+    let before = record();
+    let upgrade = |bundles: &[&Path], extra: &[&str]| {
+        let mut args = vec!["upgrade"];
+        for b in bundles {
+            args.extend(["--bundle", b.to_str().expect("utf-8")]);
+        }
+        args.extend(extra);
+        run(&args, &work)
+    };
+    // The recorded cluster runs v1.33.11 (the lab's cluster.yaml).
+    let older = version_bundle(dir.path(), "v1.32.4");
+    let out = upgrade(&[&older], &["--yes", "--no-backup"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("does not downgrade"), "{err}");
+
+    let v35 = version_bundle(dir.path(), "v1.35.2");
+    let out = upgrade(&[&v35], &["--yes", "--no-backup"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no v1.34.x") && err.contains("build a bundle holding v1.34.x"),
+        "{err}"
+    );
+    // --to a version no bundle holds.
+    let v34 = version_bundle(dir.path(), "v1.34.1");
+    let out = upgrade(&[&v34, &v35], &["--to", "v1.35.9", "--no-backup"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no v1.35.9"), "{err}");
+
+    // The installed version: nothing to do, and nothing connects.
+    let same = version_bundle(dir.path(), "v1.33.11");
+    let out = upgrade(&[&same], &["--yes", "--no-backup"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("runs v1.33.11 already: nothing to upgrade"),
+        "{}",
+        text(&out.stdout)
+    );
+    // KubeXM's etcd and no --backup-key: refused (a backup comes first).
+    let out = upgrade(&[&v34], &["--yes"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("pass --backup-key FILE"), "{err}");
+    assert_eq!(record(), before, "a refused upgrade changed the record");
+    assert!(
+        !work.join("state").exists()
+            || std::fs::read_dir(work.join("state"))
+                .expect("state")
+                .next()
+                .is_none()
+    );
+}
