@@ -25,11 +25,16 @@ use kubexm_install::facts::checks::Verdict;
 use kubexm_install::facts::deprecated::{self, DeprecatedApi, Release};
 use kubexm_install::facts::ClusterFacts;
 use kubexm_install::intake::trust::TrustPolicy;
+use kubexm_install::modules::kubeadm::binaries::KUBECTL;
+use kubexm_install::modules::kubeadm::init::ADMIN_CONF;
+use kubexm_install::modules::kubexm::host_url;
+use kubexm_install::modules::loadbalancer::APISERVER_PORT;
 use kubexm_install::modules::membership::kubectl_on;
 use kubexm_install::pipelines::upgrade::{upgrade_pipeline, Upgrade};
 use kubexm_install::record;
 use kubexm_install::runner::Exec;
-use kubexm_manifests::model::EtcdType;
+use kubexm_manifests::model::{EtcdType, KubernetesType};
+use kubexm_manifests::resolve::Role;
 use kubexm_manifests::upgrade_path::upgrade_path;
 use kubexm_manifests::validate::Problem;
 use kubexm_manifests::version::KubeVersion;
@@ -265,24 +270,39 @@ fn check(
     v
 }
 
-/// The deprecated APIs the API server reports, from the master that answered the facts.
+/// The deprecated APIs clients used, from every master's own API server (the metric is kept
+/// per API server, and a client may have reached any of them); `None` when one could not be
+/// read.
 fn deprecated_in_use(s: &Session, conn: &Connected) -> Option<Vec<DeprecatedApi>> {
-    let api = conn.facts.api_node.clone()?;
-    let node = s.installed.node(&api)?.clone();
-    let runner = conn.node_runners().get(&api)?.clone();
-    let kubectl = kubectl_on(&s.installed, &node).ok()?;
-    let out = conn
-        .runtime
-        .block_on(async {
-            runner
-                .exec(
-                    &Exec::root(deprecated::script(&kubectl))
-                        .with_timeout(kubexm_install::facts::PROBE_TIMEOUT),
-                )
-                .await
-        })
-        .ok()?;
-    out.success().then(|| deprecated::parse(&out.stdout))
+    let runners = conn.node_runners();
+    let mut all = std::collections::BTreeSet::new();
+    for name in s.installed.with_role(Role::Master) {
+        let node = s.installed.node(&name)?.clone();
+        let runner = runners.get(&name)?.clone();
+        let kubectl = match s.installed.cluster.file.spec.kubernetes.kind {
+            KubernetesType::Kubeadm => format!(
+                "{KUBECTL} --kubeconfig {ADMIN_CONF} --server {}",
+                host_url(&node.internal_address, APISERVER_PORT)
+            ),
+            KubernetesType::Kubexm => kubectl_on(&s.installed, &node).ok()?,
+        };
+        let out = conn
+            .runtime
+            .block_on(async {
+                runner
+                    .exec(
+                        &Exec::root(deprecated::script(&kubectl))
+                            .with_timeout(kubexm_install::facts::PROBE_TIMEOUT),
+                    )
+                    .await
+            })
+            .ok()?;
+        if !out.success() {
+            return None;
+        }
+        all.extend(deprecated::parse(&out.stdout));
+    }
+    Some(all.into_iter().collect())
 }
 
 pub(crate) fn run(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> Result<()> {

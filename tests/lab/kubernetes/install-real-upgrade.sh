@@ -34,6 +34,7 @@ rec_dir=$work/kubexm/clusters/$(sed -n 's/^  name: *//p' "$work/cluster.yaml" | 
 up_yaml=$work/cluster-upgrade.yaml
 sed "s/^    version: $K8S\$/    version: $UP_V/" "$rec_dir/cluster.yaml" >"$up_yaml"
 grep -q "^    version: $UP_V\$" "$up_yaml" || die "cannot set the version in $up_yaml"
+declare -F kxl >/dev/null || kxl() { "$LAB" exec "$NAME" "$BIN/kubexm-install" --work-dir "$work/kubexm" "$@"; }
 [ -f "$work/backup.key" ] || kxl backup keygen --key-file "$work/backup.key" >/dev/null || die "backup keygen failed"
 up() { kx upgrade --bundle "$work/upgrade.tar.zst" -f "$up_yaml" --backup-key "$work/backup.key" "$@"; }
 kubelet_versions() { kc get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.nodeInfo.kubeletVersion} {end}'; }
