@@ -77,7 +77,7 @@ unpack_tree() {
 # version.sh reads instead, gives the same commit and tree state with KUBE_GIT_VERSION=VERSION,
 # KUBE_GIT_MAJOR 1 and KUBE_GIT_MINOR from VERSION.
 make_components() {
-  local tree=$1 gocache=$2 version=$3 logdir=$4 minor commit c
+  local tree=$1 gocache=$2 version=$3 logdir=$4 minor commit c t
   shift 4
   minor=${version#v*.}
   minor=${minor%%.*}
@@ -99,8 +99,10 @@ VARS
     [ "$version" = "$K8S_VERSION" ] || export KUBE_GIT_VERSION_FILE=$logdir/version-vars
     export KUBE_BUILD_PLATFORMS=linux/amd64
     for c in "$@"; do
+      t=$SECONDS
       log "make WHAT=cmd/$c ($version)"
       make WHAT="cmd/$c" >"$logdir/make-$c.log" 2>&1 || { tail -30 "$logdir/make-$c.log" >&2; die "make WHAT=cmd/$c failed"; }
+      log "make WHAT=cmd/$c ($version): done in $((SECONDS - t)) s"
     done
   )
 }
