@@ -43,7 +43,7 @@ record_before=$(sha256sum <"$rec_dir/cluster.yaml")
 
 # (a) A cluster.yaml that changes more than the version: refused before connecting.
 bad=$work/cluster-upgrade-bad.yaml
-sed 's/^\(    podCidr: \).*/\110.234.0.0\/18/' "$up_yaml" >"$bad"
+sed 's/^  network:$/  network:\n    podCidr: 10.234.0.0\/18/' "$up_yaml" >"$bad"
 ! cmp -s "$bad" "$up_yaml" || die "cannot edit podCidr in $bad"
 rc=0; kx upgrade --bundle "$work/upgrade.tar.zst" -f "$bad" --no-backup --yes >"$work/up-bad.out" 2>"$work/up-bad.err" || rc=$?
 [ $rc = 2 ] && grep -q "more than the version" "$work/up-bad.err" && grep -q "podCidr" "$work/up-bad.err" ||
@@ -81,7 +81,7 @@ t=$SECONDS
 up --yes >"$work/up1.out" 2>"$work/up1.err" &
 upid=$!
 stopped=""
-for _ in $(seq 2400); do
+for _ in $(seq 4800); do # up to 20 min
   if [ "$(ls "$work/kubexm/runs" | wc -l)" -gt "$runs_before" ]; then
     ev=$(ls -d "$work"/kubexm/runs/* | sort | tail -1)/events.jsonl
     if grep -qE '"event":"TaskStarted","module":"control-plane-node2","task":"(kubeadm-upgrade-node|control-plane)"' "$ev" 2>/dev/null; then
