@@ -24,7 +24,7 @@
 #       the new bundle and version; checks 1-2 pass; a second upgrade has nothing to do.
 # Needs: $work/upgrade.tar.zst (the v1.21.0 bundle, built with the first one).
 
-UP_V=v1.21.0
+UP_V=$UPGRADE_K8S
 step "upgrade $K8S -> $UP_V (STAND-IN $UP_V: v1.20.2 relinked), a node stopped mid-upgrade, --resume (issue 17)"
 [ -s "$work/upgrade.tar.zst" ] || die "no upgrade bundle $work/upgrade.tar.zst"
 rec_dir=$work/kubexm/clusters/$(sed -n 's/^  name: *//p' "$work/cluster.yaml" | head -1)
@@ -144,7 +144,7 @@ else
 fi
 # The order: each master's kubelet reached the new version after the one before it, and never
 # were two nodes cordoned at once; none is cordoned at the end.
-python3 - "$usamples" <<'PY' || die "the upgrade order or the drains were wrong (see above)"
+python3 - "$usamples" "$UP_V" <<'PY' || die "the upgrade order or the drains were wrong (see above)"
 import sys, collections
 first_new, cordoned_at = {}, collections.defaultdict(set)
 for line in open(sys.argv[1]):
@@ -152,12 +152,12 @@ for line in open(sys.argv[1]):
     if len(p) != 5 or p[1] != "node":
         continue
     ts, name, u, v = int(p[0]), p[2], p[3][2:], p[4][2:]
-    if v == "v1.21.0" and name not in first_new:
+    if v == sys.argv[2] and name not in first_new:
         first_new[name] = ts
     if u == "true":
         cordoned_at[ts].add(name)
 order = sorted(first_new, key=first_new.get)
-print("   kubelets reached v1.21.0 in order:", " ".join(order))
+print(f"   kubelets reached {sys.argv[2]} in order:", " ".join(order))
 assert order == ["node1", "node2", "node3"], order
 both = {ts: c for ts, c in cordoned_at.items() if len(c) > 1}
 assert not both, f"two nodes cordoned at once: {sorted(both.items())[:3]}"
