@@ -52,7 +52,7 @@ rc=0; kx upgrade --bundle "$work/upgrade.tar.zst" -f "$bad" --no-backup --yes >"
 echo "   refused (exit 2) a cluster.yaml that changes podCidr too"
 
 # (b) A deprecated API requested from node1's API server, where the facts come from.
-kc --server "https://$LAB_IP_node1:6443" get --raw /apis/extensions/v1beta1/ingresses >/dev/null ||
+kc --server "https://$LAB_IP_node1:6443" get --raw /apis/extensions/v1beta1/ingresses >/dev/null 2>&1 ||
   die "extensions/v1beta1 ingresses not served by $K8S"
 # Without --yes: the path, the checks and the plan; exit 2; nothing changes.
 rc=0; up >"$work/up-noyes.out" 2>"$work/up-noyes.err" || rc=$?
