@@ -43,7 +43,8 @@ record_before=$(sha256sum <"$rec_dir/cluster.yaml")
 
 # (a) A cluster.yaml that changes more than the version: refused before connecting.
 bad=$work/cluster-upgrade-bad.yaml
-sed 's/^  network:$/  network:\n    podCidr: 10.234.0.0\/18/' "$up_yaml" >"$bad"
+sed 's|^    podCidr: .*|    podCidr: 10.234.0.0/18|' "$up_yaml" >"$bad"
+grep -q '10.234.0.0/18' "$bad" || sed -i 's|^  network:$|  network:\n    podCidr: 10.234.0.0/18|' "$bad"
 ! cmp -s "$bad" "$up_yaml" || die "cannot edit podCidr in $bad"
 rc=0; kx upgrade --bundle "$work/upgrade.tar.zst" -f "$bad" --no-backup --yes >"$work/up-bad.out" 2>"$work/up-bad.err" || rc=$?
 [ $rc = 2 ] && grep -q "more than the version" "$work/up-bad.err" && grep -q "podCidr" "$work/up-bad.err" ||
