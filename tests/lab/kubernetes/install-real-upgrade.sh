@@ -145,18 +145,20 @@ else
 fi
 # The order: each master's kubelet reached the new version after the one before it, and never
 # were two nodes cordoned at once; none is cordoned at the end.
-python3 - "$usamples" "$UP_V" <<'PY' || die "the upgrade order or the drains were wrong (see above)"
+python3 - "$usamples" "$UP_V" <<'PY' || { tail -5 "$usamples" >&2; die "the upgrade order or the drains were wrong (see above; $(wc -l <"$usamples") samples)"; }
 import sys, collections
-first_new, cordoned_at = {}, collections.defaultdict(set)
+first_new, cordoned_at, n = {}, collections.defaultdict(set), 0
 for line in open(sys.argv[1]):
     p = line.split()
     if len(p) != 5 or p[1] != "node":
         continue
+    n += 1
     ts, name, u, v = int(p[0]), p[2], p[3][2:], p[4][2:]
     if v == sys.argv[2] and name not in first_new:
         first_new[name] = ts
     if u == "true":
         cordoned_at[ts].add(name)
+assert n > 0, "the sampler recorded no node"
 order = sorted(first_new, key=first_new.get)
 print(f"   kubelets reached {sys.argv[2]} in order:", " ".join(order))
 assert order == ["node1", "node2", "node3"], order
