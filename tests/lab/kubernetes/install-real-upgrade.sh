@@ -71,7 +71,10 @@ usamples=$work/upgrade-samples
 (
   while :; do
     ts=$(date +%s)
-    kc get nodes -o 'jsonpath={range .items[*]}{.metadata.name} u={.spec.unschedulable} v={.status.nodeInfo.kubeletVersion}{"\n"}{end}' 2>/dev/null | sed "s/^/$ts node /"
+    # Bounded: a kubectl call hung past its --request-timeout while an API server restarted
+    # (kubeadm path), which stopped the samples.
+    timeout 15 "$LAB" exec "$NAME" "$KUBECTL" --kubeconfig "$admin" "${KC_EP[@]}" --request-timeout=10s get nodes \
+      -o 'jsonpath={range .items[*]}{.metadata.name} u={.spec.unschedulable} v={.status.nodeInfo.kubeletVersion}{"\n"}{end}' 2>/dev/null | sed "s/^/$ts node /"
     sleep 1
   done
 ) >>"$usamples" 2>/dev/null &
