@@ -217,6 +217,15 @@ impl InstallContext {
             .collect()
     }
 
+    /// Names of the workers that are not masters.
+    pub fn workers_only(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
     /// The cluster's nodes plus the control host (`localhost`), as the plan and the executor
     /// see them.
     pub fn plan_nodes(&self) -> Vec<Node> {

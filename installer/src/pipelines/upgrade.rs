@@ -165,12 +165,7 @@ pub fn upgrade_pipeline(x: &Upgrade<'_>) -> Result<Pipeline, crate::pipeline::St
             format!("control-plane-{m}"),
         )));
     }
-    let workers: Vec<String> = ctx
-        .nodes
-        .iter()
-        .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
-        .map(|n| n.name.clone())
-        .collect();
+    let workers = ctx.workers_only();
     for (i, batch) in workers.chunks(x.batch.max(1)).enumerate() {
         if runtime_why.is_none() {
             modules.push(Box::new(

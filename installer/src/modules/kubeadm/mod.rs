@@ -108,12 +108,7 @@ impl Module for KubeadmModule {
         let first = ctx.first_master()?.name.clone();
         let masters = ctx.with_role(Role::Master);
         let others: Vec<String> = masters.iter().skip(1).cloned().collect();
-        let workers: Vec<String> = ctx
-            .nodes
-            .iter()
-            .filter(|n| n.has_role(Role::Worker) && !n.has_role(Role::Master))
-            .map(|n| n.name.clone())
-            .collect();
+        let workers = ctx.workers_only();
         let lb = &ctx.cluster.file.spec.load_balancer;
         let internal = (lb.mode == LbMode::Internal).then_some(lb.internal.kind);
         let kube_vip = internal == Some(InternalLbType::KubeVip);
