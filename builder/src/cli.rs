@@ -199,6 +199,17 @@ pub struct BundleArgs {
     /// bundle the installer completes from what the site holds.
     #[arg(long, value_name = "INVENTORY")]
     pub have: Option<PathBuf>,
+    /// Build one bundle for an upgrade path: also bundle every Kubernetes minor between VERSION
+    /// (the version the cluster runs) and cluster.yaml's, each the catalog's newest patch with
+    /// its own cluster.yaml, so that `kubexm-install upgrade --bundle` goes from VERSION to
+    /// cluster.yaml's version with this bundle alone. Files and image blobs the versions share
+    /// are stored once.
+    #[arg(long, value_name = "VERSION", value_parser = parse_kube_version)]
+    pub upgrade_from: Option<kubexm_manifests::version::KubeVersion>,
+}
+
+fn parse_kube_version(s: &str) -> Result<kubexm_manifests::version::KubeVersion, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
 /// `4G`, `10M`, `512K`, `1T` (powers of 1024; `KiB`/`MB` spellings too) or a number of bytes.

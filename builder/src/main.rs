@@ -14,6 +14,7 @@ mod osrepo;
 mod output;
 mod progress;
 mod sbom;
+mod upgrade_bundle;
 
 use std::io::Write;
 use std::process::ExitCode;

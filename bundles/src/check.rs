@@ -72,6 +72,14 @@ pub enum ManifestProblem {
         /// Why.
         problem: kubexm_manifests::name::NameError,
     },
+    /// An `upgradePath` entry that is not a further version with its cluster.yaml in the bundle.
+    #[error("`bundle.json` upgradePath entry `{}`: {problem}", Untrusted(.version))]
+    UpgradeStep {
+        /// The entry's `kubernetesVersion`.
+        version: String,
+        /// Why.
+        problem: String,
+    },
     /// `images` is not empty but the OCI layout is incomplete.
     #[error("`bundle.json` lists images but `{path}` is missing")]
     ImageLayout {
@@ -149,12 +157,43 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
             Some(_) => {}
         }
     }
+    upgrade_path(manifest, sums)?;
     if !manifest.images.is_empty() {
         for name in ["oci-layout", "index.json"] {
             let path = format!("{IMAGES_DIR}/{name}");
             if !sums.contains_key(&path) {
                 return Err(ManifestProblem::ImageLayout { path });
             }
+        }
+    }
+    Ok(())
+}
+
+/// Each further version of `upgradePath`: a version name safe as a path component, unique and
+/// not the bundle's own, with its cluster.yaml at the one place it may be, in the bundle.
+fn upgrade_path(manifest: &BundleManifest, sums: &Sums) -> Result<(), ManifestProblem> {
+    let mut seen = std::collections::BTreeSet::new();
+    for step in &manifest.upgrade_path {
+        let problem = |problem: String| ManifestProblem::UpgradeStep {
+            version: step.kubernetes_version.clone(),
+            problem,
+        };
+        kubexm_manifests::name::check_component(&step.kubernetes_version)
+            .map_err(|e| problem(format!("the version {e}")))?;
+        if step.kubernetes_version == manifest.kubernetes_version
+            || !seen.insert(step.kubernetes_version.as_str())
+        {
+            return Err(problem("the version is listed twice".into()));
+        }
+        let want = crate::manifest::upgrade_cluster_path(&step.kubernetes_version);
+        if step.cluster != want {
+            return Err(problem(format!(
+                "its cluster is `{}`, not `{want}`",
+                Untrusted(&step.cluster)
+            )));
+        }
+        if !sums.contains_key(&want) {
+            return Err(problem(format!("`{want}` is not in the bundle")));
         }
     }
     Ok(())
@@ -189,6 +228,7 @@ pub(crate) mod tests {
             }],
             images: vec![],
             os_repos: vec![],
+            upgrade_path: vec![],
             sizes: std::collections::BTreeMap::new(),
         }
     }
@@ -230,6 +270,47 @@ pub(crate) mod tests {
         sums.insert("images/oci-layout".into(), H.into());
         sums.insert("images/index.json".into(), H.into());
         assert_eq!(manifest(&with_image, &sums), Ok(()));
+    }
+
+    #[test]
+    fn upgrade_steps_name_a_cluster_yaml_in_the_bundle() {
+        use crate::manifest::UpgradeStepRecord;
+        let mut m = bundle();
+        let mut sums = Sums::new();
+        sums.insert(m.files[0].path.clone(), H.into());
+        let step = |v: &str, c: &str| UpgradeStepRecord {
+            kubernetes_version: v.into(),
+            cluster: c.into(),
+        };
+        m.upgrade_path = vec![step("v1.32.4", "upgrade/v1.32.4/cluster.yaml")];
+        assert_eq!(
+            manifest(&m, &sums).map_err(|e| e.to_string()),
+            Err("`bundle.json` upgradePath entry `v1.32.4`: `upgrade/v1.32.4/cluster.yaml` is not in the bundle".into())
+        );
+        sums.insert("upgrade/v1.32.4/cluster.yaml".into(), H.into());
+        assert_eq!(manifest(&m, &sums), Ok(()));
+        for (bad, why) in [
+            (step("../x", "upgrade/../x/cluster.yaml"), "the version"),
+            (
+                step("v1.31.2", "cluster.yaml"),
+                "its cluster is `cluster.yaml`",
+            ),
+            (
+                step("v1.33.1", "upgrade/v1.33.1/cluster.yaml"),
+                "listed twice",
+            ),
+        ] {
+            let mut m = m.clone();
+            m.upgrade_path.push(bad);
+            let err = manifest(&m, &sums).expect_err(why).to_string();
+            assert!(err.contains(why), "{err}");
+        }
+        m.upgrade_path
+            .push(step("v1.32.4", "upgrade/v1.32.4/cluster.yaml"));
+        assert!(manifest(&m, &sums)
+            .expect_err("twice")
+            .to_string()
+            .contains("listed twice"));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub const CLUSTER_PATH: &str = "cluster.yaml";
 pub const CATALOG_PATH: &str = "catalog.yaml";
 /// Root of the OCI image layout.
 pub const IMAGES_DIR: &str = "images";
+/// Root of the further versions' cluster descriptions: `upgrade/<version>/cluster.yaml`.
+pub const UPGRADE_DIR: &str = "upgrade";
 /// Root of the OS package repositories: `repos/<release>/`.
 pub const REPOS_DIR: &str = "repos";
 
@@ -52,6 +54,28 @@ pub struct BundleManifest {
     /// OS package repositories under `repos/`, one per release of `spec.system.osReleases`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub os_repos: Vec<OsRepoRecord>,
+    /// Further Kubernetes versions the bundle holds, for an upgrade path (`kubexm-build bundle
+    /// --upgrade-from`): each intermediate minor between a cluster's version and
+    /// `kubernetesVersion`, oldest first, with its own cluster.yaml. Their files and images are
+    /// in `files` and `images` with the others (a blob two versions share is stored once).
+    /// Optional and absent when empty, so a bundle of one version reads as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upgrade_path: Vec<UpgradeStepRecord>,
+}
+
+/// One further version of a bundle built for an upgrade path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeStepRecord {
+    /// Kubernetes version (`v1.30.14`).
+    pub kubernetes_version: String,
+    /// Its cluster.yaml in the bundle: always [`upgrade_cluster_path`] of the version.
+    pub cluster: String,
+}
+
+/// Where a bundle keeps the cluster.yaml of a further version of its upgrade path.
+pub fn upgrade_cluster_path(version: &str) -> String {
+    format!("{UPGRADE_DIR}/{version}/{CLUSTER_PATH}")
 }
 
 /// One OS package repository (`repos/<release>/`), signed with a key made for this bundle.

@@ -103,6 +103,7 @@ mod tests {
             }],
             images: vec![],
             os_repos: vec![],
+            upgrade_path: Vec::new(),
             sizes: sizes.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect(),
         }
     }

@@ -105,6 +105,31 @@ pub fn load_cluster(path: &Path, catalog: &Catalog) -> Result<ValidCluster, Load
     load_cluster_str(&text, &origin, catalog)
 }
 
+/// The same cluster description at another Kubernetes version: `text` with only
+/// `spec.kubernetes.version` set to `version`, re-written (comments are lost) under a comment that
+/// says so. For a bundle built for an upgrade path (`kubexm-build bundle --upgrade-from`).
+///
+/// # Errors
+///
+/// The text does not parse ([`LoadError::Yaml`]), is too large, or cannot be written back.
+pub fn at_kubernetes_version(text: &str, origin: &str, version: &str) -> Result<String, LoadError> {
+    if text.len() as u64 > MAX_CLUSTER_YAML {
+        return Err(LoadError::TooLarge {
+            path: origin.to_owned(),
+            size: text.len() as u64,
+        });
+    }
+    let mut file = parse_cluster(text, origin)?;
+    file.spec.kubernetes.version = version.to_owned();
+    let body = serde_saphyr::to_string(&file).map_err(|e| LoadError::Serialize {
+        path: origin.to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(format!(
+        "# Written by kubexm-build for an upgrade path: {origin} with spec.kubernetes.version\n# {version} (the original's comments are not kept).\n{body}"
+    ))
+}
+
 /// `cluster.yaml` as it may be carried in a bundle: the text unchanged when it holds no inline
 /// secret, else the document re-written without them (comments are lost) under a comment that
 /// names the fields removed. Returns the text and the removed fields' paths.

@@ -19,6 +19,7 @@ use crate::images::{ImageRequest, PulledImage, Puller, RegistryAccess};
 use crate::oci_layout;
 use crate::osrepo;
 use crate::progress::Progress;
+use crate::upgrade_bundle;
 
 /// Runs the whole build.
 pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
@@ -37,6 +38,45 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         .transpose()?;
     let mut lists = resolve(&inputs.cluster, &inputs.catalog, &inputs.zone)
         .map_err(|p| problems_error(&args.source.file, &p))?;
+    let origin = args.source.file.display().to_string();
+    let cluster_yaml = std::fs::read_to_string(&args.source.file)
+        .with_context(|| format!("Failed to read `{origin}`"))?;
+    // A bundle passes through many hands: it never carries an inline secret.
+    let (cluster_yaml, removed) =
+        kubexm_manifests::load::without_inline_secrets(&cluster_yaml, &origin)
+            .with_context(|| format!("Failed to read `{origin}`"))?;
+    for field in &removed {
+        writeln!(
+            out,
+            "warning: {field} is an inline secret: left out of the bundle's cluster.yaml; at install time use passwordEnv/passwordFile or pass the original with -f"
+        )?;
+    }
+    // An upgrade path: the versions between --upgrade-from and cluster.yaml's, bundled too.
+    let path = match args.upgrade_from {
+        Some(from) => {
+            let versions = upgrade_bundle::between(from, inputs.cluster.version, &inputs.catalog)?;
+            let path = upgrade_bundle::resolve_each(
+                &versions,
+                &cluster_yaml,
+                &origin,
+                &inputs.catalog,
+                &inputs.zone,
+            )?;
+            upgrade_bundle::merge(&mut lists, &path);
+            writeln!(
+                out,
+                "upgrade path: {from} -> {}",
+                versions
+                    .iter()
+                    .chain(std::iter::once(&inputs.cluster.version))
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
+            )?;
+            path
+        }
+        None => Vec::new(),
+    };
     refuse_unsummed_addons(&lists)?;
     let cache_root = args.cache_dir.clone().unwrap_or_else(Cache::default_root);
     let cache = Cache::open(&cache_root).context("Failed to open the cache")?;
@@ -170,20 +210,6 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         anyhow::Ok((files, images, addon_files, repos))
     })?;
 
-    let cluster_yaml = std::fs::read_to_string(&args.source.file)
-        .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
-    // A bundle passes through many hands: it never carries an inline secret.
-    let (cluster_yaml, removed) = kubexm_manifests::load::without_inline_secrets(
-        &cluster_yaml,
-        &args.source.file.display().to_string(),
-    )
-    .with_context(|| format!("Failed to read `{}`", args.source.file.display()))?;
-    for field in &removed {
-        writeln!(
-            out,
-            "warning: {field} is an inline secret: left out of the bundle's cluster.yaml; at install time use passwordEnv/passwordFile or pass the original with -f"
-        )?;
-    }
     let cluster_yaml = cluster_yaml.into_bytes();
     let mtime = source_date_epoch()?;
     let mut manifest = bundle_manifest(&lists, &files, &images, mtime);
@@ -197,6 +223,16 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
         None => None,
     };
     let mut entries = bundle_entries(&cache, &lists, &images, cluster_yaml, catalog_yaml)?;
+    manifest.upgrade_path = path
+        .iter()
+        .map(upgrade_bundle::PathVersion::record)
+        .collect();
+    entries.extend(path.iter().map(|p| Entry {
+        path: p.record().cluster,
+        source: Source::Bytes(p.cluster_yaml.clone().into_bytes()),
+        sha256: None,
+        mode: 0o644,
+    }));
     // Signed at SOURCE_DATE_EPOCH when set; else now (the key is new for every bundle anyway).
     let sign_at = if mtime > 0 {
         u32::try_from(mtime).unwrap_or(u32::MAX)
@@ -420,6 +456,7 @@ fn bundle_manifest(
             })
             .collect(),
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         images: lists
             .images
             .iter()

@@ -119,6 +119,7 @@ pub fn make_delta(
         // The OS repositories' files are entries like any other: the delta carries them (or
         // the site holds them) and the completed bundle's manifest lists them.
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         ..manifest.clone()
     };
     Ok((delta_manifest, out, summary))

@@ -110,9 +110,16 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         "formatVersion 1: sizes not pinned"
     };
+    // A bundle built for an upgrade path names its further versions too.
+    let path: String = report
+        .manifest
+        .upgrade_path
+        .iter()
+        .map(|s| format!(" + {}", Untrusted(&s.kubernetes_version)))
+        .collect();
     writeln!(
         out,
-        "{}: OK ({} entries; takes {} bytes on disk unpacked, {pinned}; cluster {}, Kubernetes {}, {} files, {} images)",
+        "{}: OK ({} entries; takes {} bytes on disk unpacked, {pinned}; cluster {}, Kubernetes {}{path}, {} files, {} images)",
         shown,
         report.entries,
         report.bytes,

@@ -3,6 +3,7 @@
 mod bundle_delta;
 mod bundle_e2e;
 mod bundle_faults;
+mod bundle_path;
 mod bundle_trust;
 mod discover;
 mod import_cli;

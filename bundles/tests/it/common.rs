@@ -43,6 +43,7 @@ pub(crate) fn manifest(files: Vec<FileRecord>, images: Vec<ImageRecord>) -> Bund
         files,
         images,
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: std::collections::BTreeMap::new(),
     }
 }

@@ -56,13 +56,30 @@ struct Step {
     digest: String,
 }
 
-/// A bundle given with --bundle.
+/// A version a bundle given with --bundle holds: its own, or one of its `upgradePath`
+/// (`kubexm-build bundle --upgrade-from`), each with its cluster.yaml.
 struct Held {
     path: PathBuf,
     version: KubeVersion,
     dir: PathBuf,
+    /// Its cluster.yaml in the unpacked bundle.
+    cluster: PathBuf,
     digest: String,
     manifest: kubexm_bundles::manifest::BundleManifest,
+}
+
+/// A version string of a bundle's `bundle.json`, parsed (shown escaped and cut when it is not one).
+fn bundled_version(bundle: &Path, field: &str, text: &str) -> Result<KubeVersion> {
+    text.parse().map_err(|e| {
+        anyhow::anyhow!(
+            "`{}`: its bundle.json names {field} {:?}, not a version: {e}",
+            bundle.display(),
+            text.chars()
+                .filter(|c| !c.is_control())
+                .take(64)
+                .collect::<String>()
+        )
+    })
 }
 
 fn take_in_all(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> Result<Vec<Held>> {
@@ -70,21 +87,22 @@ fn take_in_all(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> Resu
     for b in &args.bundles {
         let p = super::take_in(b, work_dir, trust, None)?;
         let u = p.unpacked;
-        let version: KubeVersion = u.manifest.kubernetes_version.parse().map_err(|e| {
-            anyhow::anyhow!(
-                "`{}`: its bundle.json names Kubernetes {:?}, not a version: {e}",
-                b.display(),
-                u.manifest
-                    .kubernetes_version
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(64)
-                    .collect::<String>()
-            )
-        })?;
+        let version = bundled_version(b, "Kubernetes", &u.manifest.kubernetes_version)?;
+        // The further versions of an upgrade path (their paths were checked with the bundle).
+        for step in &u.manifest.upgrade_path {
+            held.push(Held {
+                path: b.clone(),
+                version: bundled_version(b, "the upgrade path's", &step.kubernetes_version)?,
+                dir: u.dir.clone(),
+                cluster: u.dir.join(&step.cluster),
+                digest: u.digest.clone(),
+                manifest: u.manifest.clone(),
+            });
+        }
         held.push(Held {
             path: b.clone(),
             version,
+            cluster: u.dir.join(kubexm_bundles::manifest::CLUSTER_PATH),
             dir: u.dir,
             digest: u.digest,
             manifest: u.manifest,
@@ -96,12 +114,11 @@ fn take_in_all(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> Resu
 /// The context of one step: its cluster.yaml (`file`, else the bundle's own) with the bundle's
 /// catalog, restricted to the installed nodes, with the session's PKI directory and keys.
 fn step_context(s: &Session, h: &Held, file: Option<&Path>, work_dir: &Path) -> Result<Step> {
-    let bundled = h.dir.join(kubexm_bundles::manifest::CLUSTER_PATH);
     let (path, origin) = match file {
         Some(f) => (f.to_path_buf(), format!("`{}`", f.display())),
         None => (
-            bundled.clone(),
-            format!("the cluster.yaml of `{}`", h.path.display()),
+            h.cluster.clone(),
+            format!("the {} cluster.yaml of `{}`", h.version, h.path.display()),
         ),
     };
     let text =

@@ -154,10 +154,25 @@ impl InstallContext {
                 })
                 .collect();
         };
-        b.manifest
+        let all: Vec<&FileRecord> = b
+            .manifest
             .files
             .iter()
             .filter(|f| f.name == component && f.arch == node.arch)
+            .collect();
+        // A bundle built for an upgrade path holds a component in several versions: the one
+        // this cluster.yaml resolves to (same bundle path) is taken.
+        let needed: Vec<&FileRecord> = match &self.resolution {
+            Some(r) => all
+                .iter()
+                .copied()
+                .filter(|f| r.binaries.iter().any(|x| x.path == f.path))
+                .collect(),
+            None => Vec::new(),
+        };
+        let chosen = if needed.is_empty() { all } else { needed };
+        chosen
+            .into_iter()
             .map(|f| (b.dir.join(&f.path), f.clone()))
             .collect()
     }

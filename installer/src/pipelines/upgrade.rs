@@ -57,18 +57,19 @@ pub struct Upgrade<'a> {
     pub batch: usize,
 }
 
-/// The version of `component` in `ctx`'s bundle (its first file), or in its resolution when
-/// it has no bundle (plans made from a cluster.yaml), if either has one.
+/// The version of `component` that `ctx`'s cluster.yaml resolves to, else (no resolution) its
+/// bundle's first file of it, if either has one.
 pub fn bundled_version(ctx: &InstallContext, component: &str) -> Option<String> {
-    match (&ctx.bundle, &ctx.resolution) {
-        (Some(b), _) => b
-            .manifest
-            .files
+    // The resolution first: a bundle built for an upgrade path holds several versions.
+    match (&ctx.resolution, &ctx.bundle) {
+        (Some(r), _) => r
+            .binaries
             .iter()
             .find(|f| f.name == component)
             .map(|f| f.version.clone()),
-        (None, Some(r)) => r
-            .binaries
+        (None, Some(b)) => b
+            .manifest
+            .files
             .iter()
             .find(|f| f.name == component)
             .map(|f| f.version.clone()),

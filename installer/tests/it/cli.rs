@@ -97,6 +97,7 @@ pub(crate) fn lab_bundle(dir: &Path) -> PathBuf {
             })
             .collect(),
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: Default::default(),
     };
     let entry = |path: &str, bytes: Vec<u8>| Entry {

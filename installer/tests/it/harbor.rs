@@ -537,6 +537,7 @@ fn seeding_creates_the_listed_projects_with_their_visibility_first() {
         files: Vec::new(),
         images: Vec::new(),
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: Default::default(),
     };
     let opts = SeedOptions {

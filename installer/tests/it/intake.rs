@@ -44,6 +44,7 @@ pub(crate) fn manifest_with(files: &[(&str, &[u8])]) -> BundleManifest {
         created: 1_700_000_000,
         sizes: BTreeMap::new(),
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         files: files
             .iter()
             .map(|(path, content)| {

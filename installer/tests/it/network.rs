@@ -283,6 +283,7 @@ fn with_bundle(
         files: records,
         images,
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: Default::default(),
     };
     let ctx = Arc::new(

@@ -222,8 +222,21 @@ fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
             roles: Default::default(),
         }],
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: Default::default(),
     };
+    // A bundle built for an upgrade path also holds another version of a component (listed
+    // first here): the one cluster.yaml resolves to is taken.
+    let mut manifest = manifest;
+    let mut other = manifest
+        .files
+        .iter()
+        .find(|f| f.name == "containerd" && f.arch == "amd64")
+        .expect("containerd")
+        .clone();
+    other.path = other.path.replace("1.6.20", "1.5.0");
+    other.version = "1.5.0".into();
+    manifest.files.insert(0, other);
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = std::sync::Arc::new(
         load_context(
@@ -249,6 +262,7 @@ fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
         )),
         "{plan}"
     );
+    assert!(!plan.contains("1.5.0"), "{plan}");
     let config = file_of(
         &rendered(&ctx, &module),
         "node1",

@@ -119,6 +119,7 @@ pub(crate) fn tree(source: &Registry, extra: usize) -> Tree {
         files: Vec::new(),
         images: records,
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: Default::default(),
     };
     Tree {

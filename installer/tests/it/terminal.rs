@@ -583,3 +583,108 @@ fn upgrade_refuses_a_downgrade_and_a_gap_before_connecting_and_names_what_to_bui
                 .is_none()
     );
 }
+
+/// A bundle built for an upgrade path (`kubexm-build bundle --upgrade-from`): `target` in
+/// bundle.json with `path` as its `upgradePath`, each version's cluster.yaml the installed one
+/// (`yaml`) at that version passed through `edit(version, text)`, the lab's catalog beside them.
+fn path_bundle(
+    out: &Path,
+    yaml: &str,
+    target: &str,
+    path: &[&str],
+    edit: impl Fn(&str, String) -> String,
+) {
+    use kubexm_bundles::manifest::{upgrade_cluster_path, UpgradeStepRecord};
+    use kubexm_bundles::pack::{pack, Entry, PackOptions, Source, FILE_MODE};
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
+    let at = |v: &str| {
+        let t = yaml.replace("    version: v1.33.11\n", &format!("    version: {v}\n"));
+        assert_ne!(t, yaml, "the lab's cluster.yaml names v1.33.11");
+        edit(v, t).into_bytes()
+    };
+    let file = |path: String, bytes: Vec<u8>| Entry {
+        path,
+        source: Source::Bytes(bytes),
+        sha256: None,
+        mode: FILE_MODE,
+    };
+    let mut manifest = crate::intake::manifest_with(&[]);
+    manifest.kubernetes_version = target.to_string();
+    let catalog = std::fs::read(lab.join("mirror/catalog-lab.yaml")).expect("catalog");
+    let mut entries = vec![
+        file(kubexm_bundles::manifest::CLUSTER_PATH.into(), at(target)),
+        file(kubexm_bundles::manifest::CATALOG_PATH.into(), catalog),
+    ];
+    for v in path {
+        manifest.upgrade_path.push(UpgradeStepRecord {
+            kubernetes_version: (*v).to_string(),
+            cluster: upgrade_cluster_path(v),
+        });
+        entries.push(file(upgrade_cluster_path(v), at(v)));
+    }
+    pack(out, &manifest, entries, &PackOptions::default()).expect("pack");
+}
+
+#[test]
+fn upgrade_takes_every_minor_of_the_path_from_one_bundle_with_each_versions_cluster_yaml() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (work, _, yaml) = recorded_unreachable(dir.path());
+    let record = || std::fs::read(work.join("clusters/lab/installed.json")).expect("record");
+    let before = record();
+    let upgrade = |b: &Path| {
+        let out = run(
+            &[
+                "upgrade",
+                "--bundle",
+                b.to_str().expect("utf-8"),
+                "--no-backup",
+            ],
+            &work,
+        );
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // One bundle: v1.35.8 with v1.34.11 on its upgrade path; the installed v1.33.11 needs both.
+    let multi = dir.path().join("path.tar.zst");
+    path_bundle(&multi, &yaml, "v1.35.8", &["v1.34.11"], |_, t| t);
+    let m = multi.display().to_string();
+    let (code, stdout, err) = upgrade(&multi);
+    assert!(
+        stdout.contains("upgrade path: v1.33.11 -> v1.34.11 -> v1.35.8"),
+        "{stdout}\n{err}"
+    );
+    for v in ["v1.34.11", "v1.35.8"] {
+        assert!(
+            stdout.contains(&format!("  {v}: bundle `{m}`"))
+                && stdout.contains(&format!("the {v} cluster.yaml of `{m}`")),
+            "{v}: {stdout}"
+        );
+    }
+    // Every step was checked against the installed cluster before the nodes were reached
+    // (they cannot be: nothing changed).
+    assert!(code.is_some_and(|c| c != 0 && c != 2), "{code:?}: {err}");
+    assert!(err.contains("127.0.0.11"), "{err}");
+
+    // Without its upgrade path the same bundle lacks v1.34: refused naming it.
+    let single = dir.path().join("single.tar.zst");
+    path_bundle(&single, &yaml, "v1.35.8", &[], |_, t| t);
+    let (code, _, err) = upgrade(&single);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no v1.34.x"), "{err}");
+
+    // The path version's cluster.yaml changing more than the version: refused naming it.
+    let edited = dir.path().join("edited.tar.zst");
+    path_bundle(&edited, &yaml, "v1.35.8", &["v1.34.11"], |v, t| {
+        if v == "v1.34.11" {
+            t.replace("ntpServers: [node1]", "ntpServers: [node2]")
+        } else {
+            t
+        }
+    });
+    let (code, _, err) = upgrade(&edited);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("the v1.34.11 cluster.yaml of") && err.contains("ntpServers"),
+        "{err}"
+    );
+    assert_eq!(record(), before, "a refused upgrade changed the record");
+}

@@ -67,6 +67,7 @@ fn manifest(files: Vec<FileRecord>) -> BundleManifest {
         files,
         images: Vec::new(),
         os_repos: Vec::new(),
+        upgrade_path: Vec::new(),
         sizes: Default::default(),
     }
 }
