@@ -54,7 +54,11 @@ fn find_binaries() -> Result<Binaries, String> {
                 .filter(|p| {
                     p.file_name()
                         .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("kubernetes-"))
+                        // The real build, not a relinked STAND-IN of another version
+                        // (build-kubernetes-standin's kubernetes-standin-*).
+                        .is_some_and(|n| {
+                            n.starts_with("kubernetes-") && !n.starts_with("kubernetes-standin-")
+                        })
                         && p.join("bin/kube-apiserver").is_file()
                         && p.join("bin/kubectl").is_file()
                 })
