@@ -68,16 +68,22 @@ echo "   without --yes: path $K8S -> $UP_V, the deprecated extensions/v1beta1 in
 # (c) The run, sampled every second; node2 stopped while its own upgrade task runs.
 usamples=$work/upgrade-samples
 : >"$usamples"
+# The sampler must outlive a failed call: it inherits `set -e -o pipefail`, so before this
+# `set +e` the first call that failed (an API server restarting behind the endpoint, at the
+# first node's upgrade) ended it, and the samples stopped there in earlier runs. Each call's exit
+# status and error output go to $usamples.log.
 (
+  set +e +o pipefail
   while :; do
     ts=$(date +%s)
-    # Bounded: a kubectl call hung past its --request-timeout while an API server restarted
-    # (kubeadm path), which stopped the samples.
-    timeout 15 "$LAB" exec "$NAME" "$KUBECTL" --kubeconfig "$admin" "${KC_EP[@]}" --request-timeout=10s get nodes \
-      -o 'jsonpath={range .items[*]}{.metadata.name} u={.spec.unschedulable} v={.status.nodeInfo.kubeletVersion}{"\n"}{end}' 2>/dev/null | sed "s/^/$ts node /"
+    rc=0
+    out=$(timeout -k 5 15 "$LAB" exec "$NAME" "$KUBECTL" --kubeconfig "$admin" "${KC_EP[@]}" --request-timeout=10s get nodes \
+      -o 'jsonpath={range .items[*]}{.metadata.name} u={.spec.unschedulable} v={.status.nodeInfo.kubeletVersion}{"\n"}{end}' 2>>"$usamples.log") || rc=$?
+    echo "$ts rc=$rc lines=$(printf '%s' "$out" | grep -c .)" >>"$usamples.log"
+    [ -z "$out" ] || printf '%s\n' "$out" | sed "s/^/$ts node /" >>"$usamples"
     sleep 1
   done
-) >>"$usamples" 2>/dev/null &
+) </dev/null >>"$usamples.log" 2>&1 &
 usampler=$!
 pids+=($usampler)
 runs_before=$(ls "$work/kubexm/runs" | wc -l)
@@ -148,7 +154,7 @@ else
 fi
 # The order: each master's kubelet reached the new version after the one before it, and never
 # were two nodes cordoned at once; none is cordoned at the end.
-python3 - "$usamples" "$UP_V" <<'PY' || { tail -5 "$usamples" >&2; die "the upgrade order or the drains were wrong (see above; $(wc -l <"$usamples") samples)"; }
+python3 - "$usamples" "$UP_V" <<'PY' || { tail -5 "$usamples" >&2; tail -20 "$usamples.log" >&2; die "the upgrade order or the drains were wrong (see above; $(wc -l <"$usamples") samples)"; }
 import sys, collections
 first_new, cordoned_at, n = {}, collections.defaultdict(set), 0
 for line in open(sys.argv[1]):
