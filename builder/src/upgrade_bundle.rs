@@ -103,38 +103,43 @@ pub fn resolve_each(
 /// resolver sorts them. Addons and scripts are cluster.yaml's alone (they do not depend on the
 /// version).
 pub fn merge(lists: &mut Resolution, others: &[PathVersion]) {
-    let mut files: BTreeMap<String, _> = BTreeMap::new();
-    for b in lists
-        .binaries
-        .drain(..)
-        .chain(others.iter().flat_map(|o| o.resolution.binaries.clone()))
-    {
-        files
-            .entry(b.path.clone())
-            .and_modify(|e: &mut kubexm_manifests::resolve::BinaryEntry| {
-                e.roles.extend(b.roles.iter().copied())
-            })
-            .or_insert(b);
-    }
-    lists.binaries = files.into_values().collect();
+    let binaries = others.iter().flat_map(|o| o.resolution.binaries.clone());
+    lists.binaries = union_by(
+        lists.binaries.drain(..).chain(binaries),
+        |b| b.path.clone(),
+        |e, b| e.roles.extend(b.roles),
+    );
     lists
         .binaries
         .sort_by(|a, b| (&a.name, &a.version, a.arch).cmp(&(&b.name, &b.version, b.arch)));
-    let mut images: BTreeMap<String, _> = BTreeMap::new();
-    for i in lists
-        .images
-        .drain(..)
-        .chain(others.iter().flat_map(|o| o.resolution.images.clone()))
-    {
-        images
-            .entry(i.reference.clone())
-            .and_modify(|e: &mut kubexm_manifests::resolve::ImageEntry| {
-                e.roles.extend(i.roles.iter().copied());
-                e.platforms.extend(i.platforms.iter().cloned());
-            })
-            .or_insert(i);
+    let images = others.iter().flat_map(|o| o.resolution.images.clone());
+    lists.images = union_by(
+        lists.images.drain(..).chain(images),
+        |i| i.reference.clone(),
+        |e, i| {
+            e.roles.extend(i.roles);
+            e.platforms.extend(i.platforms);
+        },
+    );
+}
+
+/// One item per key, in key order: a later item with a key already seen is folded into the
+/// first with `fold`.
+fn union_by<T>(
+    items: impl Iterator<Item = T>,
+    key: impl Fn(&T) -> String,
+    fold: impl Fn(&mut T, T),
+) -> Vec<T> {
+    let mut out: BTreeMap<String, T> = BTreeMap::new();
+    for item in items {
+        match out.entry(key(&item)) {
+            std::collections::btree_map::Entry::Occupied(mut e) => fold(e.get_mut(), item),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(item);
+            }
+        }
     }
-    lists.images = images.into_values().collect();
+    out.into_values().collect()
 }
 
 #[cfg(test)]

@@ -505,7 +505,7 @@ fn bundle_from_mirror_and_registries_is_complete_readable_and_reproducible() {
     verify_refuses_damaged_copies(&lab, &a);
 }
 
-fn verify_cli(path: &Path) -> Output {
+pub(crate) fn verify_cli(path: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubexm-build"))
         .arg("verify")
         .arg(path)

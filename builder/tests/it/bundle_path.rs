@@ -11,7 +11,7 @@ use kubexm_manifests::catalog::Catalog;
 use kubexm_manifests::version::KubeVersion;
 use kubexm_testkit::{images, skopeo_inspect_digest};
 
-use crate::bundle_e2e::{bundle, extract, setup, stand_in, text, Lab, FILES};
+use crate::bundle_e2e::{bundle, extract, setup, stand_in, text, verify_cli, Lab, FILES};
 
 /// The catalog's newest v1.32 patch: what the path takes between v1.31 and v1.33.
 fn newest_v132() -> KubeVersion {
@@ -140,11 +140,7 @@ fn one_bundle_holds_every_minor_of_the_path_and_shares_what_they_have_in_common(
         "{stdout}"
     );
     let b = lab.path("path.tar.zst");
-    let v = Command::new(env!("CARGO_BIN_EXE_kubexm-build"))
-        .arg("verify")
-        .arg(&b)
-        .output()
-        .expect("verify runs");
+    let v = verify_cli(&b);
     assert!(v.status.success(), "{}", text(&v.stderr));
     assert!(
         text(&v.stdout).contains(&format!("Kubernetes v1.33.11 + {v132},")),

@@ -69,7 +69,7 @@ struct Held {
 }
 
 /// A version string of a bundle's `bundle.json`, parsed (shown escaped and cut when it is not one).
-fn bundled_version(bundle: &Path, field: &str, text: &str) -> Result<KubeVersion> {
+fn parse_version(bundle: &Path, field: &str, text: &str) -> Result<KubeVersion> {
     text.parse().map_err(|e| {
         anyhow::anyhow!(
             "`{}`: its bundle.json names {field} {:?}, not a version: {e}",
@@ -87,12 +87,12 @@ fn take_in_all(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> Resu
     for b in &args.bundles {
         let p = super::take_in(b, work_dir, trust, None)?;
         let u = p.unpacked;
-        let version = bundled_version(b, "Kubernetes", &u.manifest.kubernetes_version)?;
+        let version = parse_version(b, "Kubernetes", &u.manifest.kubernetes_version)?;
         // The further versions of an upgrade path (their paths were checked with the bundle).
         for step in &u.manifest.upgrade_path {
             held.push(Held {
                 path: b.clone(),
-                version: bundled_version(b, "the upgrade path's", &step.kubernetes_version)?,
+                version: parse_version(b, "the upgrade path's", &step.kubernetes_version)?,
                 dir: u.dir.clone(),
                 cluster: u.dir.join(&step.cluster),
                 digest: u.digest.clone(),
