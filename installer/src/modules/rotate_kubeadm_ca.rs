@@ -47,10 +47,10 @@ use crate::modules::kubeadm::binaries::KUBEADM;
 use crate::modules::kubeadm::config::{ec_key_in_sec1, KubeadmSettings, STATE_DIR};
 use crate::modules::kubeadm::init::ADMIN_CONF;
 use crate::modules::kubeadm::reconfigure::Reconfigure;
-use crate::modules::kubeadm::serving_csr::{ApproveServingCsrs, LearnServingCsrs, NodeNames};
+use crate::modules::kubeadm::serving_csr::NodeNames;
 use crate::modules::renew::{fetch_admin, KubeletClient, KubeletHealthy, Marker};
 use crate::modules::renew_kubelet::{
-    serving_set_aside, InstallClient, RequestClient, RequestServing, ServingRenewed, SignClients,
+    serving_renewal_tasks, serving_set_aside, InstallClient, RequestClient, SignClients,
 };
 use crate::modules::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
 use crate::modules::restore_fresh::KUBEADM_PKI;
@@ -231,35 +231,19 @@ impl Module for RotateKubeadmCaModule {
         if reissue {
             let mut kubelets = masters.clone();
             kubelets.extend(workers.iter().cloned());
-            tasks.push(
-                Task::new("request-serving-certificates", kubelets.clone()).step(RequestServing {
-                    marker: self.0.phase_marker("kubelet-serving"),
-                }),
-            );
-            tasks.push(
-                Task::new("kubelet-serving-csrs", [first.clone()]).step(LearnServingCsrs {
-                    nodes: kubelets.clone(),
-                    wait: true,
-                    pending: true,
-                }),
-            );
-            tasks.push(
-                Task::new("approve-kubelet-serving-csrs", [first.clone()]).step(
-                    ApproveServingCsrs {
-                        nodes: ctx
-                            .nodes
-                            .iter()
-                            .filter(|n| kubelets.contains(&n.name))
-                            .map(NodeNames::of)
-                            .collect(),
-                    },
-                ),
-            );
-            tasks.push(
-                Task::new("serving-certificates-renewed", kubelets).step(ServingRenewed {
-                    before: serving_set_aside(&r.id.to_string()),
-                }),
-            );
+            let names = ctx
+                .nodes
+                .iter()
+                .filter(|n| kubelets.contains(&n.name))
+                .map(NodeNames::of)
+                .collect();
+            tasks.extend(serving_renewal_tasks(
+                &first,
+                &kubelets,
+                names,
+                self.0.phase_marker("kubelet-serving"),
+                serving_set_aside(&r.id.to_string()),
+            ));
         }
 
         // The cluster-wide objects, on the first master.

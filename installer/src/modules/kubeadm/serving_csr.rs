@@ -481,26 +481,35 @@ impl Step for ServingCertificate {
         }
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let has = format!("[ -s {SERVING_CERT} ]");
-        if self.required {
-            return Ok(vec![Op::Wait(crate::pipeline::ops::WaitFor {
-                what: "the kubelet serving a certificate of the cluster CA (its approved CSR)"
-                    .into(),
-                check: has,
-                timeout: FETCH,
-                interval: Duration::from_secs(2),
-            })]);
-        }
-        let tries = SETTLE.as_secs() / 2;
-        Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "i=0; while [ $i -lt {tries} ] && ! {has}; do i=$((i+1)); sleep 2; done"
-            ))
-            .unless(has)
-            // (it succeeds either way: the second round approves what the kubelet asks now)
-            .verify("true"),
+        Ok(vec![await_serving(
+            "the kubelet serving a certificate of the cluster CA (its approved CSR)".into(),
+            format!("[ -s {SERVING_CERT} ]"),
+            self.required.then_some(FETCH),
         )])
     }
+}
+
+/// The op that awaits `check` (a kubelet holding its serving certificate) on a node: with
+/// `required`, a wait of that long that fails naming `what`; without, at most [`SETTLE`],
+/// succeeding either way (a second approval round follows, for what the kubelet asks meanwhile).
+pub fn await_serving(what: String, check: String, required: Option<Duration>) -> Op {
+    if let Some(timeout) = required {
+        return Op::Wait(crate::pipeline::ops::WaitFor {
+            what,
+            check,
+            timeout,
+            interval: Duration::from_secs(2),
+        });
+    }
+    let tries = SETTLE.as_secs() / 2;
+    Op::Run(
+        RunCommand::new(format!(
+            "i=0; while [ $i -lt {tries} ] && ! {{ {check}; }}; do i=$((i+1)); sleep 2; done"
+        ))
+        .unless(check)
+        // (it succeeds either way: the second round approves what the kubelet asks now)
+        .verify("true"),
+    )
 }
 
 /// Approves the CSRs [`decide`] accepts, each with `kubectl certificate approve`.
