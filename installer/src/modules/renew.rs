@@ -411,7 +411,7 @@ impl Module for ApproveServingCsrsModule {
             .cloned()
             .collect();
         Ok(crate::modules::kubeadm::serving_csr::approval_tasks(
-            &nodes, &first, false, "",
+            &nodes, &first, false, false, "",
         ))
     }
 }

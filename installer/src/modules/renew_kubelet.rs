@@ -23,7 +23,7 @@ use base64::Engine as _;
 
 use kubexm_manifests::model::KubernetesType;
 
-use super::kubeadm::serving_csr::{await_serving, ApproveServingCsrs, LearnServingCsrs, NodeNames};
+use super::kubeadm::serving_csr::{approval_tasks, await_serving};
 use super::renew::{KubeletHealthy, Marker, Renew, KUBELET_PKI};
 use crate::pipeline::ops::{LearnFacts, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
@@ -347,17 +347,10 @@ impl Module for RenewServingModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let r = &self.0;
         let first = r.ctx.first_master()?.name.clone();
-        let names = r
-            .ctx
-            .nodes
-            .iter()
-            .filter(|n| r.serving.contains(&n.name))
-            .map(NodeNames::of)
-            .collect();
         Ok(serving_renewal_tasks(
             &first,
             &r.serving,
-            names,
+            &r.ctx.nodes,
             r.marker("kubelet-serving"),
             serving_set_aside(&r.id),
         ))
@@ -367,8 +360,8 @@ impl Module for RenewServingModule {
 /// How long a kubelet is given to hold its renewed serving certificate after the last approval.
 pub const SERVING_FETCH: Duration = Duration::from_secs(180);
 
-/// The tasks that renew the serving certificates of `kubelets` (`names`: their names and
-/// addresses, for the CSR checks), approved on the first master `first`: each node sets its
+/// The tasks that renew the serving certificates of `kubelets` (their names and addresses, for
+/// the CSR checks, from `nodes`), approved on the first master `first`: each node sets its
 /// certificate aside (to `before`) and restarts its kubelet; the first master waits (bounded)
 /// until each has a pending CSR and approves the acceptable ones; each node is given
 /// [`SETTLE`](super::kubeadm::serving_csr::SETTLE) to hold a new certificate; the first master approves what is pending then
@@ -382,38 +375,25 @@ pub const SERVING_FETCH: Duration = Duration::from_secs(180);
 pub fn serving_renewal_tasks(
     first: &str,
     kubelets: &[String],
-    names: Vec<NodeNames>,
+    nodes: &[Node],
     marker: Marker,
     before: String,
 ) -> Vec<Task> {
-    let round = |suffix: &str, wait: bool| {
-        [
-            Task::new(format!("kubelet-serving-csrs{suffix}"), [first.to_string()]).step(
-                LearnServingCsrs {
-                    nodes: kubelets.to_vec(),
-                    wait,
-                    pending: true,
-                },
-            ),
-            Task::new(
-                format!("approve-kubelet-serving-csrs{suffix}"),
-                [first.to_string()],
-            )
-            .step(ApproveServingCsrs {
-                nodes: names.clone(),
-            }),
-        ]
-    };
+    let nodes: Vec<Node> = nodes
+        .iter()
+        .filter(|n| kubelets.contains(&n.name))
+        .cloned()
+        .collect();
     let mut tasks = vec![Task::new("request-serving-certificates", kubelets.to_vec())
         .step(RequestServing { marker })];
-    tasks.extend(round("", true));
+    tasks.extend(approval_tasks(&nodes, first, true, true, ""));
     tasks.push(
         Task::new("serving-certificates-settle", kubelets.to_vec()).step(ServingRenewed {
             before: before.clone(),
             required: false,
         }),
     );
-    tasks.extend(round("-again", false));
+    tasks.extend(approval_tasks(&nodes, first, false, true, "-again"));
     tasks.push(
         Task::new("serving-certificates-renewed", kubelets.to_vec()).step(ServingRenewed {
             before,

@@ -47,7 +47,6 @@ use crate::modules::kubeadm::binaries::KUBEADM;
 use crate::modules::kubeadm::config::{ec_key_in_sec1, KubeadmSettings, STATE_DIR};
 use crate::modules::kubeadm::init::ADMIN_CONF;
 use crate::modules::kubeadm::reconfigure::Reconfigure;
-use crate::modules::kubeadm::serving_csr::NodeNames;
 use crate::modules::renew::{fetch_admin, KubeletClient, KubeletHealthy, Marker};
 use crate::modules::renew_kubelet::{
     serving_renewal_tasks, serving_set_aside, InstallClient, RequestClient, SignClients,
@@ -231,16 +230,10 @@ impl Module for RotateKubeadmCaModule {
         if reissue {
             let mut kubelets = masters.clone();
             kubelets.extend(workers.iter().cloned());
-            let names = ctx
-                .nodes
-                .iter()
-                .filter(|n| kubelets.contains(&n.name))
-                .map(NodeNames::of)
-                .collect();
             tasks.extend(serving_renewal_tasks(
                 &first,
                 &kubelets,
-                names,
+                &ctx.nodes,
                 self.0.phase_marker("kubelet-serving"),
                 serving_set_aside(&r.id.to_string()),
             ));

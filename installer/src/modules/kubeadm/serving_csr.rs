@@ -402,12 +402,14 @@ impl Step for LearnServingCsrs {
 
 /// The two tasks on the first master `first` that approve the kubelet serving CSRs of `nodes`
 /// (every master and worker): learn the pending ones (after a bounded wait for every node's
-/// when `wait`), then approve those [`decide`] accepts. `suffix` ends the tasks' names (a second
-/// round has names of its own).
+/// when `wait`; only a pending CSR ends that wait with `pending`, see [`LearnServingCsrs`]), then
+/// approve those [`decide`] accepts. `suffix` ends the tasks' names (a second round has names of
+/// its own).
 pub fn approval_tasks(
     nodes: &[Node],
     first: &str,
     wait: bool,
+    pending: bool,
     suffix: &str,
 ) -> Vec<crate::pipeline::Task> {
     use crate::pipeline::Task;
@@ -416,7 +418,7 @@ pub fn approval_tasks(
             LearnServingCsrs {
                 nodes: nodes.iter().map(|n| n.name.clone()).collect(),
                 wait,
-                pending: false,
+                pending,
             },
         ),
         Task::new(
@@ -451,12 +453,12 @@ pub const FETCH: Duration = Duration::from_secs(90);
 pub fn install_approval_tasks(nodes: &[Node], first: &str) -> Vec<crate::pipeline::Task> {
     use crate::pipeline::Task;
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
-    let mut tasks = approval_tasks(nodes, first, true, "");
+    let mut tasks = approval_tasks(nodes, first, true, false, "");
     tasks.push(
         Task::new("kubelet-serving-settle", names.clone())
             .step(ServingCertificate { required: false }),
     );
-    tasks.extend(approval_tasks(nodes, first, false, "-again"));
+    tasks.extend(approval_tasks(nodes, first, false, false, "-again"));
     tasks.push(
         Task::new("kubelet-serving-certificates", names)
             .step(ServingCertificate { required: true }),
