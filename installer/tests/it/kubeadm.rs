@@ -114,7 +114,11 @@ fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
     // v1beta4 extra arguments are {name, value} lists.
     assert_eq!(
         docs[0]["nodeRegistration"]["kubeletExtraArgs"],
-        serde_json::json!([{"name": "node-ip", "value": "10.88.10.11"}])
+        serde_json::json!([
+            {"name": "node-ip", "value": "10.88.10.11"},
+            // The sandbox image containerd is configured with (so image GC keeps it).
+            {"name": "pod-infra-container-image", "value": "10.88.10.11:5000/pause:3.10"}
+        ])
     );
     // Every lab master is also a KubeXM load-balancer node on 6443: a per-node patch binds
     // the API server to the node's address.
@@ -282,7 +286,10 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
     // v1beta3 extra arguments are maps.
     assert_eq!(
         docs[0]["nodeRegistration"]["kubeletExtraArgs"],
-        serde_json::json!({"node-ip": "192.168.10.11"})
+        serde_json::json!({
+            "node-ip": "192.168.10.11",
+            "pod-infra-container-image": "dockerhub.kubexm.local/kubexm/pause:3.10"
+        })
     );
     assert_eq!(
         docs[1]["scheduler"]["extraArgs"],
@@ -329,7 +336,10 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
     assert!(j["controlPlane"].is_null(), "a worker");
     assert_eq!(
         j["nodeRegistration"]["kubeletExtraArgs"],
-        serde_json::json!({"node-ip": "192.168.10.21"})
+        serde_json::json!({
+            "node-ip": "192.168.10.21",
+            "pod-infra-container-image": "dockerhub.kubexm.local/kubexm/pause:3.10"
+        })
     );
     insta::assert_snapshot!("kubeadm-join-worker-v1beta3", join);
 }

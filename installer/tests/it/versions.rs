@@ -202,9 +202,20 @@ fn kubeadm_files_per_version() {
             api == KubeadmApi::V1beta4,
             "{version}"
         );
+        // The kubelet knows the runtime's sandbox image until v1.35 removed the flag (kubeadm
+        // passes it only with dockershim): else its image garbage collection counts pause
+        // unused and deletes it under disk pressure.
+        let mut want_args = vec![("node-ip".to_string(), "192.168.50.11".to_string())];
+        if !ver.at_least(1, 35) {
+            let sandbox = kubexm_install::modules::runtime::sandbox_image(&ctx).expect("sandbox");
+            assert!(sandbox.contains("/pause:"), "{version}: {sandbox}");
+            want_args.push(("pod-infra-container-image".to_string(), sandbox));
+        }
+        assert_eq!(args_of(&reg["kubeletExtraArgs"]), want_args, "{version}");
         assert_eq!(
-            args_of(&reg["kubeletExtraArgs"]),
-            [("node-ip".to_string(), "192.168.50.11".to_string())]
+            args_of(&yaml_docs(&worker)[0]["nodeRegistration"]["kubeletExtraArgs"]).len(),
+            want_args.len(),
+            "{version}"
         );
         // v1beta2 has neither imagePullPolicy nor patches: the patch directory (the masters
         // are KubeXM load-balancer nodes, so the API server binds the node's address) goes on

@@ -27,7 +27,9 @@
 //!   master copied to kubeadm's conventional paths) or with the user's etcd (their CA, client
 //!   certificate and key uploaded from the control host to the same paths).
 //! * kubelet: `cgroupDriver: systemd`, the runtime's socket (v1.27+), cluster DNS = the
-//!   NodeLocal DNSCache address, `maxPods`, feature gates. kube-proxy: the proxy mode, the pod
+//!   NodeLocal DNSCache address, `maxPods`, feature gates; `--pod-infra-container-image` = the
+//!   runtime's sandbox image before v1.35 (kubeadm sets it only for dockershim; without it the
+//!   kubelet's image garbage collection counts the sandbox image unused and deletes it). kube-proxy: the proxy mode, the pod
 //!   CIDR, `conntrack.maxPerCore` when `kubernetes.kubeProxy.conntrackMaxPerCore` is set, feature
 //!   gates.
 //! * `spec.kubernetes.featureGates` go to every component (`--feature-gates` of the API server,
@@ -220,6 +222,12 @@ pub struct KubeadmSettings {
     bind_patch_nodes: Vec<String>,
     #[serde(skip)]
     user_kubelet_args: BTreeMap<String, String>,
+    /// The runtime's sandbox image for the kubelet's `--pod-infra-container-image` (before
+    /// v1.35): kubeadm passes it only with dockershim, and a kubelet that does not know the
+    /// sandbox image counts it unused, so its image garbage collection deletes it under disk
+    /// pressure (seen in the lab: a re-run of add-node pulled pause again on a joined node).
+    #[serde(skip)]
+    pause_image: Option<String>,
     #[serde(skip)]
     node_ips: BTreeMap<String, String>,
 }
@@ -362,6 +370,11 @@ impl KubeadmSettings {
             etcd_files,
             bind_patch_nodes,
             user_kubelet_args: k8s.kubelet_args.clone(),
+            pause_image: if version.kubelet_has_pod_infra_image_flag() {
+                Some(crate::modules::runtime::sandbox_image(ctx)?)
+            } else {
+                None
+            },
         })
     }
 
@@ -390,13 +403,20 @@ impl KubeadmSettings {
             address: node.internal_address.clone(),
             control_plane,
             kubelet_args: args(
-                vec![(
+                [(
                     "node-ip",
                     self.node_ips
                         .get(&node.name)
                         .cloned()
                         .unwrap_or_else(|| node.internal_address.clone()),
-                )],
+                )]
+                .into_iter()
+                .chain(
+                    self.pause_image
+                        .clone()
+                        .map(|p| ("pod-infra-container-image", p)),
+                )
+                .collect(),
                 &self.user_kubelet_args,
             ),
             ignore_preflight: ignore,
