@@ -14,6 +14,7 @@ use std::fmt;
 use kubexm_manifests::validate::{Problem, ValidCluster};
 
 use crate::change::spec_differences;
+use crate::modules::network::switch::PluginChange;
 
 /// At most this many differences are looked at (a cluster.yaml rewritten wholesale is not an
 /// edit; the rest are reported as one refusal).
@@ -35,8 +36,12 @@ pub enum Group {
     Nodes,
     /// The load balancer's settings.
     LoadBalancer,
-    /// The pod network plugin's options (the plugin itself does not change in place).
+    /// The pod network plugin's options.
     Network,
+    /// The pod network plugin itself (with `--allow-network-plugin-change`): the old one
+    /// removed, the new one installed, the pods recreated node by node
+    /// ([`crate::modules::network::switch`]).
+    NetworkPlugin,
     /// Add-ons, plugins, storage, the backup schedule, the security enhancement.
     Extras,
 }
@@ -51,6 +56,7 @@ impl Group {
             Group::Nodes => "node preparation",
             Group::LoadBalancer => "load balancer",
             Group::Network => "pod network options",
+            Group::NetworkPlugin => "pod network plugin (old one removed, new one installed, pods recreated node by node)",
             Group::Extras => "add-ons, plugins, storage, backup, security",
         }
     }
@@ -76,6 +82,8 @@ pub struct ApplyChange {
     pub applied: Vec<Applied>,
     /// What it refuses.
     pub refused: Vec<Problem>,
+    /// The pod network plugin's change, when one is applied.
+    pub plugin_change: Option<PluginChange>,
 }
 
 impl fmt::Display for ApplyChange {
@@ -97,13 +105,16 @@ impl fmt::Display for ApplyChange {
         for p in &self.refused {
             writeln!(f, "  ! {p}")?;
         }
+        if let Some(c) = &self.plugin_change {
+            writeln!(f, "\n  !!! {}", c.warning())?;
+        }
         Ok(())
     }
 }
 
 /// Why a path cannot change in place, and what to do; `None` when it can.
 fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
-    const FIXED: [(&str, &str, &str); 16] = [
+    const FIXED: [(&str, &str, &str); 15] = [
         (
             "spec.network.podCidr",
             "the pod CIDR is in every node's pod range and every pod's address",
@@ -143,11 +154,6 @@ fn refusal(path: &str) -> Option<(&'static str, &'static str)> {
             "spec.loadBalancer.internal.type",
             "apply would set up the new local proxy beside the old one, which keeps its port",
             "keep the installed internal load balancer type",
-        ),
-        (
-            "spec.network.plugin",
-            "another pod network plugin replaces every pod's network; apply changes only the installed plugin's options",
-            "keep the installed plugin; moving to another one needs a new cluster (backup, install, restore the workloads)",
         ),
         (
             "spec.kubernetes.dnsDomain",
@@ -294,10 +300,27 @@ fn removals(installed: &ValidCluster, desired: &ValidCluster) -> Vec<(String, St
 }
 
 /// The differences between `installed` and `desired` (read from `origin`) outside the nodes,
-/// grouped or refused (see the module's documentation).
+/// grouped or refused (see the module's documentation); a change of the pod network plugin is
+/// refused.
 pub fn classify(installed: &ValidCluster, desired: &ValidCluster, origin: &str) -> ApplyChange {
+    classify_with(installed, desired, origin, false)
+}
+
+/// The paths that name the pod network's plugins.
+const PLUGIN_PATHS: [&str; 2] = ["spec.network.plugin", "spec.network.multus.delegate"];
+
+/// [`classify`], with a change of the pod network plugin applied when `plugin_change_allowed`
+/// (`--allow-network-plugin-change`), else refused with how to confirm it.
+pub fn classify_with(
+    installed: &ValidCluster,
+    desired: &ValidCluster,
+    origin: &str,
+    plugin_change_allowed: bool,
+) -> ApplyChange {
     let paths = spec_differences(installed, desired, MAX_DIFFERENCES);
     let mut change = ApplyChange::default();
+    let plugin_change =
+        PluginChange::between(&installed.file.spec.network, &desired.file.spec.network);
     if paths.len() >= MAX_DIFFERENCES {
         change.refused.push(Problem {
             path: "spec".into(),
@@ -323,7 +346,26 @@ pub fn classify(installed: &ValidCluster, desired: &ValidCluster, origin: &str) 
         {
             continue;
         }
-        if let Some((why, what)) = refusal(&path) {
+        if let (Some(c), true) = (plugin_change, PLUGIN_PATHS.contains(&path.as_str())) {
+            if plugin_change_allowed {
+                change.plugin_change = Some(c);
+                change.applied.push(Applied {
+                    group: Group::NetworkPlugin,
+                    path,
+                    was,
+                    now,
+                });
+            } else {
+                change.refused.push(Problem {
+                    message: format!(
+                        "is {now} in {origin} but {was} in the installed cluster: the pod network changes from {} to {}, which replaces every pod's network",
+                        c.from, c.to
+                    ),
+                    hint: "keep the installed plugin, or confirm the change with --allow-network-plugin-change and a bundle built from the edited cluster.yaml (--bundle): the old plugin is removed first, then the new one installed and every pod recreated, node by node".into(),
+                    path,
+                });
+            }
+        } else if let Some((why, what)) = refusal(&path) {
             change.refused.push(Problem {
                 message: format!("is {now} in {origin} but {was} in the installed cluster: {why}"),
                 hint: what.into(),
@@ -350,4 +392,168 @@ pub fn classify(installed: &ValidCluster, desired: &ValidCluster, origin: &str) 
         .applied
         .sort_by(|a, b| (a.group, &a.path).cmp(&(b.group, &b.path)));
     change
+}
+
+/// Why `new` (read from `origin`) cannot stand in for the installed bundle (`previous`, when
+/// still unpacked) in a change of the pod network to `to`: it must hold the installed
+/// Kubernetes `version` and the new plugin's file, and every component both bundles hold must be
+/// the same file (a plugin change does not upgrade anything else). Empty when it can.
+pub fn replacement_problems(
+    previous: Option<&kubexm_bundles::manifest::BundleManifest>,
+    new: &kubexm_bundles::manifest::BundleManifest,
+    version: &str,
+    to: crate::modules::network::switch::NetworkPlugins,
+    origin: &str,
+) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut out = Vec::new();
+    if new.kubernetes_version != version {
+        out.push(format!(
+            "{origin} holds Kubernetes {} but the cluster runs {version}: build the bundle from the edited cluster.yaml (same version)",
+            new.kubernetes_version
+        ));
+    }
+    if let Some(component) = kubexm_manifests::resolve::network_file(to.primary) {
+        if !new.files.iter().any(|f| f.name == component) {
+            out.push(format!(
+                "{origin} holds no {component} for network.plugin {}: build it with `kubexm-build bundle -f` the edited cluster.yaml",
+                to.primary.as_str()
+            ));
+        }
+    }
+    let Some(previous) = previous else {
+        out.push(format!(
+            "the bundle the cluster was installed with is no longer unpacked, so {origin} cannot be compared with it: unpack it again (`kubexm-install unpack --bundle FILE`)"
+        ));
+        return out;
+    };
+    type Files = BTreeMap<(String, String), BTreeSet<(String, String)>>;
+    let by_component = |m: &kubexm_bundles::manifest::BundleManifest| -> Files {
+        let mut f: Files = BTreeMap::new();
+        for r in &m.files {
+            f.entry((r.name.clone(), r.arch.clone()))
+                .or_default()
+                .insert((r.version.clone(), r.sha256.clone()));
+        }
+        f
+    };
+    let (old, new_files) = (by_component(previous), by_component(new));
+    for (key, files) in &new_files {
+        if let Some(was) = old.get(key) {
+            if was != files {
+                let versions = |s: &BTreeSet<(String, String)>| {
+                    s.iter()
+                        .map(|(v, sum)| format!("{v} ({})", &sum[..sum.len().min(12)]))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                out.push(format!(
+                    "{origin} holds {} {} for {} but the installed bundle {}: a network plugin change changes nothing else; build the bundle with the catalog the cluster was installed with",
+                    key.0,
+                    versions(files),
+                    key.1,
+                    versions(was)
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modules::network::switch::NetworkPlugins;
+    use kubexm_bundles::manifest::{BundleManifest, FileRecord};
+    use kubexm_manifests::model::Plugin;
+
+    fn file(name: &str, version: &str, sha: char) -> FileRecord {
+        FileRecord {
+            name: name.into(),
+            version: version.into(),
+            arch: "amd64".into(),
+            path: format!("files/{name}/{version}/amd64/{name}"),
+            sha256: sha.to_string().repeat(64),
+            size: 1,
+            url: String::new(),
+            roles: Default::default(),
+        }
+    }
+
+    fn bundle(version: &str, files: Vec<FileRecord>) -> BundleManifest {
+        BundleManifest {
+            format_version: 2,
+            tool_version: "test".into(),
+            cluster: "lab".into(),
+            kubernetes_version: version.into(),
+            zone: "default".into(),
+            arches: ["amd64".to_string()].into(),
+            created: 0,
+            files,
+            images: Vec::new(),
+            sizes: Default::default(),
+            os_repos: Vec::new(),
+            upgrade_path: Vec::new(),
+        }
+    }
+
+    const CALICO: NetworkPlugins = NetworkPlugins {
+        primary: Plugin::Calico,
+        multus: false,
+    };
+
+    #[test]
+    fn a_replacement_bundle_holds_the_new_plugin_and_changes_nothing_else() {
+        let installed = bundle(
+            "v1.20.2",
+            vec![
+                file("kubelet", "v1.20.2", 'a'),
+                file("flannel-manifest", "v0.27.4", 'b'),
+            ],
+        );
+        let good = bundle(
+            "v1.20.2",
+            vec![
+                file("kubelet", "v1.20.2", 'a'),
+                file("calico-chart", "v3.31.3", 'c'),
+                file("helm", "v3.18.4", 'd'),
+            ],
+        );
+        assert_eq!(
+            replacement_problems(Some(&installed), &good, "v1.20.2", CALICO, "`new`"),
+            Vec::<String>::new()
+        );
+
+        // Another kubelet (a catalog that moved on), another version, no calico chart.
+        let bad = bundle(
+            "v1.21.14",
+            vec![
+                file("kubelet", "v1.20.2", 'e'),
+                file("flannel-manifest", "v0.27.4", 'b'),
+            ],
+        );
+        let problems = replacement_problems(Some(&installed), &bad, "v1.20.2", CALICO, "`new`");
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(
+            problems[0].contains("Kubernetes v1.21.14"),
+            "{}",
+            problems[0]
+        );
+        assert!(problems[1].contains("no calico-chart"), "{}", problems[1]);
+        assert!(
+            problems[2].contains("kubelet v1.20.2 (eeeeeeeeeeee) for amd64")
+                && problems[2].contains("v1.20.2 (aaaaaaaaaaaa)"),
+            "{}",
+            problems[2]
+        );
+
+        // The installed bundle gone from the work directory: nothing to compare with.
+        let problems = replacement_problems(None, &good, "v1.20.2", CALICO, "`new`");
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        assert!(
+            problems[0].contains("kubexm-install unpack"),
+            "{}",
+            problems[0]
+        );
+    }
 }

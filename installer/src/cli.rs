@@ -647,10 +647,14 @@ const APPLY_EXAMPLES: &str = "Examples:
   kubexm-install apply -f cluster.yaml --dry-run   # the change, grouped, and the full plan
   kubexm-install apply -f cluster.yaml
   kubexm-install apply -f cluster.yaml --resume    # after a failure: skip what finished
+  # after changing network.plugin from flannel to calico (a bundle built from the edited file):
+  kubexm-install apply -f cluster.yaml --allow-network-plugin-change --bundle calico.tar.zst
 
-Refused (exit 2, nothing changed), each with what to do instead: the pod and service CIDRs, the
-cluster domain and name, kubernetes.type, the version (an upgrade), etcd, the runtime, the
-registry type, the pod network plugin, the control-plane endpoint (load balancer mode, VIP, port,
+A pod network plugin change needs --allow-network-plugin-change: every pod loses its network
+while the old plugin is removed (first) and the new one starts; the pods are then recreated node
+by node. Refused (exit 2, nothing changed), each with what to do instead: the pod and service
+CIDRs, the cluster domain and name, kubernetes.type, the version (an upgrade), etcd, the runtime,
+the registry type, the control-plane endpoint (load balancer mode, VIP, port,
 domain), turning off an add-on, storage, Kata, NFD, the security enhancement or the backup
 schedule (apply does not take them out of a running cluster), and added, removed or re-roled
 nodes (add-node, delete-node). On success the edited cluster.yaml is recorded as the installed one.";
@@ -680,7 +684,8 @@ pub(crate) struct Day2Args {
     #[arg(long, value_name = "NAME")]
     pub(crate) cluster: Option<String>,
     /// The bundle, when the one the cluster was installed with is no longer unpacked in the
-    /// work directory (it must have the same content).
+    /// work directory (it must have the same content; `apply --allow-network-plugin-change`
+    /// takes a bundle built from the edited cluster.yaml instead).
     #[arg(long, value_name = "FILE.tar.zst")]
     pub(crate) bundle: Option<PathBuf>,
     /// Show the change, the facts and the full plan, and change nothing.
@@ -710,6 +715,12 @@ pub(crate) struct AddNodeArgs {
 pub(crate) struct ApplyArgs {
     #[command(flatten)]
     pub(crate) common: Day2Args,
+    /// Confirm a change of the pod network plugin (`network.plugin`, multus's delegate): every
+    /// pod loses its network while the old plugin is removed and the new one starts, then the
+    /// pods are recreated node by node. Its files come from the installed bundle, or from a
+    /// --bundle built from the edited cluster.yaml.
+    #[arg(long)]
+    pub(crate) allow_network_plugin_change: bool,
 }
 
 #[derive(Debug, Args)]

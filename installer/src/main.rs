@@ -48,7 +48,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         (Some(Command::AddNode(args)), _) => commands::add_node::run(&args, &cli.work_dir),
         (Some(Command::DeleteNode(args)), _) => commands::delete_node::run(&args, &cli.work_dir),
-        (Some(Command::Apply(args)), _) => commands::apply::run(&args, &cli.work_dir),
+        (Some(Command::Apply(args)), _) => commands::apply::run(&args, &cli.work_dir, &trust),
         (Some(Command::Etcd(cmd)), _) => commands::etcd::run(&cmd, &cli.work_dir),
         (Some(Command::Certs(cmd)), _) => commands::certs::run(&cmd, &cli.work_dir),
         (Some(Command::Backup(cmd)), _) => commands::backup::run(&cmd, &cli.work_dir),

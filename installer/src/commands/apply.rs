@@ -2,18 +2,27 @@
 //! shown first, grouped by how it is applied ([`kubexm_install::apply_change`]); what cannot
 //! change in place (CIDRs, the cluster domain, the bootstrap path, the version, etcd, the
 //! runtime, node membership) is refused with what to do instead, before anything connects.
+//!
+//! A change of the pod network plugin is refused unless confirmed with
+//! `--allow-network-plugin-change`; the plan then carries a loud warning. Its files and images
+//! come from the installed bundle when it holds them, else from a `--bundle` built from the
+//! edited cluster.yaml, which takes the installed bundle's place once checked
+//! ([`kubexm_install::apply_change::replacement_problems`]: same Kubernetes version, the new
+//! plugin's file, every other component the same file).
 
 use anyhow::Result;
-use kubexm_install::apply_change::classify;
+use kubexm_install::apply_change::{classify_with, replacement_problems};
 use kubexm_install::change::diff_nodes;
+use kubexm_install::intake::trust::TrustPolicy;
 use kubexm_install::pipelines::apply::apply_pipeline;
 
 use super::day2::{connect, execute, require_every_node, Operate, Session};
 use crate::cli::ApplyArgs;
 
-pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path) -> Result<()> {
+pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path, trust: &TrustPolicy) -> Result<()> {
     let c = &args.common;
-    let s = Session::open(c, work_dir)?;
+    let allow = args.allow_network_plugin_change;
+    let mut s = Session::open_accepting(c, work_dir, allow.then_some(trust))?;
     println!("{}", s.header());
     let membership = diff_nodes(&s.installed.cluster, &s.desired_full, &s.desired_origin);
     let mut refused: Vec<String> = membership.problems.iter().map(|p| p.to_string()).collect();
@@ -35,9 +44,48 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path) -> Result<()> {
             r.name
         ));
     }
-    let change = classify(&s.installed.cluster, &s.desired_full, &s.desired_origin);
+    let change = classify_with(
+        &s.installed.cluster,
+        &s.desired_full,
+        &s.desired_origin,
+        allow,
+    );
     println!("changes of {}:\n{change}", s.desired_origin);
     refused.extend(change.refused.iter().map(|p| p.to_string()));
+    let version = s.installed.cluster.version.to_string();
+    match (&s.replaced_bundle, change.plugin_change) {
+        (Some(r), None) => refused.push(format!(
+            "`{}` is not the bundle the cluster was installed with: apply takes another bundle only for a change of the pod network plugin",
+            r.path.display()
+        )),
+        (Some(r), Some(pc)) => {
+            let origin = format!("`{}`", r.path.display());
+            if let Some(new) = s.bundle_manifest() {
+                refused.extend(replacement_problems(
+                    r.previous.as_ref(),
+                    new,
+                    &version,
+                    pc.to,
+                    &origin,
+                ));
+            }
+        }
+        (None, Some(pc)) => {
+            let component = kubexm_manifests::resolve::network_file(pc.to.primary);
+            let held = |m: &kubexm_bundles::manifest::BundleManifest| {
+                component.is_none_or(|c| m.files.iter().any(|f| f.name == c))
+            };
+            if !s.bundle_manifest().is_some_and(held) {
+                refused.push(format!(
+                    "the installed bundle holds no {} for network.plugin {}: build a bundle from {} with `kubexm-build bundle -f` and pass it with --bundle",
+                    component.unwrap_or("files"),
+                    pc.to.primary.as_str(),
+                    s.desired_origin
+                ));
+            }
+        }
+        (None, None) => {}
+    }
     if !refused.is_empty() {
         return Err(crate::exit::UsageError(format!(
             "{} differs from the installed cluster in ways `apply` does not change (nothing was changed):\n  - {}",
@@ -50,6 +98,10 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path) -> Result<()> {
         println!("nothing to apply");
         return Ok(());
     }
+    if let Some(r) = &s.replaced_bundle {
+        // Recorded with the operation: day-2 commands use this bundle from now on.
+        s.record.installed.bundle_digest = Some(r.digest.clone());
+    }
     let desired = s.desired(&s.record.installed.nodes)?;
     let opts = s.run_options(&c.connect, c.resume);
     let conn = connect(&s, &desired, &opts)?;
@@ -58,7 +110,7 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path) -> Result<()> {
         "apply",
         "every node (any node's settings may change)",
     )?;
-    let pipeline = apply_pipeline(&desired);
+    let pipeline = apply_pipeline(&desired, change.plugin_change);
     let op = Operate {
         operation: "apply",
         done: "applied to",

@@ -40,10 +40,23 @@ pub(crate) struct Session {
     /// It, validated, with every host it names.
     pub(crate) desired_full: ValidCluster,
     bundle: Option<BundleRef>,
+    /// The bundle `--bundle` gave in place of the installed one (apply's network plugin
+    /// change), with the installed one's `bundle.json` when it is still unpacked.
+    pub(crate) replaced_bundle: Option<ReplacedBundle>,
     resolution: Option<kubexm_manifests::resolve::Resolution>,
     /// The cluster's key directory, shared by every context of the run: planning (`--dry-run`)
     /// makes what is missing in memory only; a run keeps it.
     keys: kubexm_install::pki::KeyDir,
+}
+
+/// A bundle taken in place of the installed one.
+pub(crate) struct ReplacedBundle {
+    /// The new bundle's file.
+    pub(crate) path: PathBuf,
+    /// Its content digest.
+    pub(crate) digest: String,
+    /// The installed bundle's `bundle.json`, when it is still unpacked.
+    pub(crate) previous: Option<kubexm_bundles::manifest::BundleManifest>,
 }
 
 fn cluster_name(file: &kubexm_manifests::model::ClusterFile) -> String {
@@ -104,6 +117,17 @@ impl Session {
     /// Loads the record of the cluster `common` names, its bundle and both clusters. Keys and
     /// certificates missing from the PKI directory are written only without `--dry-run`.
     pub(crate) fn open(common: &Day2Args, work_dir: &Path) -> Result<Self> {
+        Self::open_accepting(common, work_dir, None)
+    }
+
+    /// [`Session::open`]; with `new_bundle`, a `--bundle` of other content than the installed
+    /// one is taken in (its signature checked by the policy) in place of it, recorded in
+    /// [`Session::replaced_bundle`].
+    pub(crate) fn open_accepting(
+        common: &Day2Args,
+        work_dir: &Path,
+        new_bundle: Option<&kubexm_install::intake::trust::TrustPolicy>,
+    ) -> Result<Self> {
         let records = Records::new(work_dir);
         let file_text = match &common.file {
             Some(f) => Some(
@@ -125,12 +149,23 @@ impl Session {
                 rec.installed.applied_at
             );
         }
+        let mut replaced_bundle = None;
         let unpacked = match (&common.bundle, &rec.installed.bundle_digest) {
             (Some(b), want) => {
-                let u = kubexm_install::unpack::unpack(b, work_dir)
-                    .with_context(|| format!("Failed to unpack `{}`", b.display()))?;
+                let u = match new_bundle {
+                    Some(trust) => super::take_in(b, work_dir, trust, None)?.unpacked,
+                    None => kubexm_install::unpack::unpack(b, work_dir)
+                        .with_context(|| format!("Failed to unpack `{}`", b.display()))?,
+                };
                 if let Some(want) = want {
-                    if u.digest != *want {
+                    if u.digest != *want && new_bundle.is_some() {
+                        replaced_bundle = Some(ReplacedBundle {
+                            path: b.clone(),
+                            digest: u.digest.clone(),
+                            previous: kubexm_install::unpack::unpacked(work_dir, want)?
+                                .map(|p| p.manifest),
+                        });
+                    } else if u.digest != *want {
                         bail!(
                             "`{}` (content {}) is not the bundle cluster {name} was installed with ({want}): day-2 commands use the installed bundle",
                             b.display(),
@@ -207,11 +242,17 @@ impl Session {
             desired_base,
             desired_full,
             bundle,
+            replaced_bundle,
             resolution,
             keys,
         };
         s.installed = s.context(installed_cluster);
         Ok(s)
+    }
+
+    /// The session's bundle's `bundle.json`, if it has a bundle.
+    pub(crate) fn bundle_manifest(&self) -> Option<&kubexm_bundles::manifest::BundleManifest> {
+        self.bundle.as_ref().map(|b| &b.manifest)
     }
 
     /// A context for `cluster` with the session's bundle, PKI directory and resolution.

@@ -1038,7 +1038,7 @@ fn apply_plans_on_both_paths() {
     );
     let change = classify(&l.full.cluster, &edited.cluster, "`cluster.yaml`");
     assert!(change.refused.is_empty(), "{change}");
-    let p = build(&apply_pipeline(&edited), &edited);
+    let p = build(&apply_pipeline(&edited, None), &edited);
     assert_eq!(p.pipeline, "apply");
     assert_eq!(
         hosts(&p, "kubeadm", "kubelet-settings"),
@@ -1081,7 +1081,7 @@ fn apply_plans_on_both_paths() {
     );
     let change = classify(&installed.cluster, &edited.cluster, "`cluster.yaml`");
     assert!(change.refused.is_empty(), "{change}");
-    let p = build(&apply_pipeline(&edited), &edited);
+    let p = build(&apply_pipeline(&edited, None), &edited);
     let cp = phase(&p, "kubexm-control-plane");
     let task = cp
         .tasks
@@ -1102,4 +1102,107 @@ fn apply_plans_on_both_paths() {
         Some("EphemeralContainers=true")
     );
     insta::assert_snapshot!("apply-kubexm", format!("{change}\n{}", outline(&p)));
+}
+
+/// `apply` of a pod network plugin change (flannel to calico on the lab): refused without the
+/// confirmation, with it shown with its warning; the plan removes flannel before the network
+/// module installs calico, removes flannel's traces from every node, then recreates the pods one
+/// node at a time, masters first.
+#[test]
+fn apply_of_a_network_plugin_change_removes_the_old_plugin_first() {
+    use kubexm_install::apply_change::{classify, classify_with, Group};
+    use kubexm_install::pipelines::apply::apply_pipeline;
+    let l = lab();
+    let edited = load(
+        l.work.path(),
+        &lab5_text(|t| t.replace("    plugin: flannel\n", "    plugin: calico\n")),
+        &lab_catalog(),
+    );
+    let refused = classify(&l.full.cluster, &edited.cluster, "`cluster.yaml`");
+    let plugin = refused
+        .refused
+        .iter()
+        .find(|p| p.path == "spec.network.plugin")
+        .unwrap_or_else(|| panic!("the plugin change is refused: {refused}"));
+    assert!(
+        plugin.hint.contains("--allow-network-plugin-change"),
+        "{plugin}"
+    );
+    assert!(
+        plugin.message.contains("from flannel to calico"),
+        "{plugin}"
+    );
+    assert!(refused.plugin_change.is_none());
+
+    let change = classify_with(&l.full.cluster, &edited.cluster, "`cluster.yaml`", true);
+    assert!(change.refused.is_empty(), "{change}");
+    assert!(
+        change
+            .applied
+            .iter()
+            .any(|a| a.group == Group::NetworkPlugin && a.path == "spec.network.plugin"),
+        "{change}"
+    );
+    let shown = change.to_string();
+    assert!(
+        shown.contains("WARNING: the pod network changes from flannel to calico"),
+        "{shown}"
+    );
+
+    let p = build(&apply_pipeline(&edited, change.plugin_change), &edited);
+    let (out, net, pods) = (
+        position(&p, "network-switch-out"),
+        position(&p, "network"),
+        position(&p, "network-switch-pods"),
+    );
+    assert_eq!((out + 1, net + 1), (net, pods), "{}", outline(&p));
+    assert_eq!(
+        hosts(&p, "network-switch-out", "remove-old-network"),
+        ["node1"]
+    );
+    assert_eq!(
+        hosts(&p, "network-switch-out", "remove-old-network-traces"),
+        ["node1", "node2", "node3", "node5", "node4"]
+    );
+    let recreate: Vec<&str> = phase(&p, "network-switch-pods")
+        .tasks
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(
+        recreate,
+        [
+            "recreate-pods-node1",
+            "recreate-pods-node2",
+            "recreate-pods-node3",
+            "recreate-pods-node5",
+            "recreate-pods-node4",
+            "network-switch-end"
+        ]
+    );
+    let text = p.to_text();
+    for want in [
+        "delete --ignore-not-found --timeout=300s -f /etc/kubernetes/kubexm/manifests/kube-flannel.yml",
+        "upgrade --install calico",
+        "spec.nodeName=node4",
+        "grep -vE 'FLANNEL'",
+    ] {
+        assert!(text.contains(want), "{want} missing from the plan");
+    }
+    // The old plugin goes before the new one is installed.
+    let removed = text.find("kube-flannel.yml >/dev/null").expect("removal");
+    let installed = text.find("upgrade --install calico").expect("install");
+    assert!(removed < installed);
+    assert!(
+        !text.contains("grep -vE 'KUBE-"),
+        "kube-proxy's chains stay"
+    );
+    insta::assert_snapshot!(
+        "apply-network-plugin-change",
+        format!("{change}\n{}", outline(&p))
+    );
+
+    // No plugin change: no switch modules.
+    let p = build(&apply_pipeline(&l.full, None), &l.full);
+    assert!(!outline(&p).contains("network-switch"), "{}", outline(&p));
 }

@@ -49,6 +49,7 @@ mod flannel;
 pub mod hybridnet;
 pub mod kube_ovn;
 pub mod multus;
+pub mod switch;
 pub mod traces;
 
 use kubexm_manifests::resolve::Role;

@@ -14,6 +14,8 @@
 //! its daemon's socket, the host ends of its pods' veths (`hybr*`), its VXLAN devices
 //! (`<interface>.vxlan4`/`.vxlan6`) and its `HYBRIDNET-*` chains (its felix's are `cali-*`).
 
+use kubexm_manifests::model::Plugin;
+
 use crate::pipeline::ops::{Op, RunCommand};
 
 /// CNI plugin binaries the network plugins install into `/opt/cni/bin`.
@@ -58,6 +60,178 @@ pub fn remove_pod_network_traces() -> Op {
             "{cni_gone} && for f in {CONFIGS} {STATE} /run/netns/cni-*; do [ ! -e \"$f\" ] || exit 1; done && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && ! {by_pattern} >/dev/null && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done"
         )),
     )
+}
+
+/// What one plugin leaves on a node: a subset of the lists above, removed when `apply` replaces
+/// the plugin with another (kube-proxy's and NodeLocal DNSCache's traces, the pods' network
+/// namespaces, the runtime's CNI binaries and `/var/lib/cni` stay: the pods are recreated under
+/// the new plugin afterwards).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginTraces {
+    /// Binaries in `/opt/cni/bin`.
+    pub binaries: &'static [&'static str],
+    /// CNI configurations (globs under `/etc/cni/net.d`).
+    pub configs: &'static [&'static str],
+    /// State files and directories.
+    pub state: &'static [&'static str],
+    /// Interfaces by name.
+    pub interfaces: &'static [&'static str],
+    /// Interfaces by `ip -o link` name (extended regex), if any.
+    pub interface_pattern: Option<&'static str>,
+    /// iptables rules and chains (extended regex), if any.
+    pub iptables: Option<&'static str>,
+    /// Open vSwitch's kernel datapath (kube-ovn).
+    pub ovs_datapath: bool,
+}
+
+/// The traces of `plugin` (multus: its own, not its delegate's); `None` for `none`, whose CNI
+/// KubeXM did not install.
+pub fn plugin_traces(plugin: Plugin) -> Option<PluginTraces> {
+    let t = match plugin {
+        Plugin::Flannel => PluginTraces {
+            binaries: &["flannel"],
+            configs: &["/etc/cni/net.d/*flannel*"],
+            state: &["/run/flannel"],
+            interfaces: &["cni0", "flannel.1", "flannel-v6.1"],
+            interface_pattern: None,
+            iptables: Some("FLANNEL"),
+            ovs_datapath: false,
+        },
+        Plugin::Calico => PluginTraces {
+            binaries: &["calico", "calico-ipam", "install"],
+            configs: &[
+                "/etc/cni/net.d/*calico*",
+                "/etc/cni/net.d/calico-kubeconfig",
+            ],
+            state: &["/var/run/calico", "/var/lib/calico"],
+            interfaces: &["vxlan.calico", "vxlan-v6.calico"],
+            interface_pattern: None,
+            iptables: Some("cali-"),
+            ovs_datapath: false,
+        },
+        Plugin::Cilium => PluginTraces {
+            binaries: &["cilium-cni"],
+            configs: &["/etc/cni/net.d/*cilium*"],
+            state: &["/var/run/cilium"],
+            interfaces: &["cilium_host", "cilium_net", "cilium_vxlan"],
+            interface_pattern: None,
+            iptables: Some("CILIUM"),
+            ovs_datapath: false,
+        },
+        Plugin::KubeOvn => PluginTraces {
+            binaries: &["kube-ovn"],
+            configs: &["/etc/cni/net.d/*kube-ovn*"],
+            state: &[
+                "/etc/origin/ovn",
+                "/etc/origin/openvswitch",
+                "/etc/origin/ovs_ipsec_keys",
+                "/run/openvswitch",
+                "/run/ovn",
+                "/var/log/kube-ovn",
+                "/var/log/ovn",
+                "/var/log/openvswitch",
+                "/opt/ovs-config",
+            ],
+            interfaces: &["ovn0", "genev_sys_6081", "vxlan_sys_4789", "stt_sys_7471"],
+            interface_pattern: None,
+            iptables: Some("OVN-"),
+            ovs_datapath: true,
+        },
+        Plugin::Hybridnet => PluginTraces {
+            binaries: &["hybridnet"],
+            configs: &["/etc/cni/net.d/*hybridnet*"],
+            state: &["/run/cni/hybridnet.sock"],
+            interfaces: &[],
+            interface_pattern: Some(INTERFACE_PATTERN),
+            iptables: Some("HYBRIDNET-"),
+            ovs_datapath: false,
+        },
+        Plugin::Multus => PluginTraces {
+            binaries: &["multus"],
+            configs: &[
+                "/etc/cni/net.d/00-multus.conf",
+                "/etc/cni/net.d/00-multus.conflist",
+            ],
+            state: &["/etc/cni/net.d/multus.d"],
+            interfaces: &[],
+            interface_pattern: None,
+            iptables: None,
+            ovs_datapath: false,
+        },
+        Plugin::None => return None,
+    };
+    Some(t)
+}
+
+impl PluginTraces {
+    /// Its files under `root` (`""` on a node): binaries, configurations, state.
+    fn files(&self, root: &str) -> Vec<String> {
+        self.binaries
+            .iter()
+            .map(|b| format!("{root}/opt/cni/bin/{b}"))
+            .chain(
+                self.configs
+                    .iter()
+                    .chain(self.state)
+                    .map(|f| format!("{root}{f}")),
+            )
+            .collect()
+    }
+
+    /// The shell command removing its files under `root`.
+    fn remove_files(&self, root: &str) -> String {
+        format!("rm -rf -- {}", self.files(root).join(" "))
+    }
+
+    /// The shell check that none of its files is left under `root`.
+    fn files_gone(&self, root: &str) -> String {
+        format!(
+            "for f in {}; do [ ! -e \"$f\" ] || exit 1; done",
+            self.files(root).join(" ")
+        )
+    }
+
+    /// `ip -o link` names matching its pattern.
+    fn by_pattern(&self) -> Option<String> {
+        self.interface_pattern.map(|p| {
+            format!(
+                "ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | sed 's/@.*//' | grep -E '{p}'"
+            )
+        })
+    }
+
+    /// The op removing these traces on a node; a no-op when none is left.
+    pub fn remove(&self) -> Op {
+        let mut run = vec![self.remove_files("")];
+        let mut check = vec![self.files_gone("")];
+        if self.ovs_datapath {
+            run.push("if command -v ovs-dpctl >/dev/null 2>&1; then ovs-dpctl del-dp ovs-system 2>/dev/null || true; fi".into());
+        }
+        if let Some(list) = self.by_pattern() {
+            run.push(format!(
+                "for i in $({list}); do ip link delete \"$i\" 2>/dev/null || true; done"
+            ));
+            check.push(format!("! {list} >/dev/null"));
+        }
+        if !self.interfaces.is_empty() {
+            let names = self.interfaces.join(" ");
+            run.push(format!(
+                "for i in {names}; do ip link delete \"$i\" 2>/dev/null || true; done"
+            ));
+            check.push(format!(
+                "for i in {names}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done"
+            ));
+        }
+        if let Some(p) = self.iptables {
+            run.push(format!(
+                "for t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{p}'; then $t-save | grep -vE '{p}' | $t-restore; fi\ndone"
+            ));
+            check.push(format!(
+                "for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{p}' || exit 1; done"
+            ));
+        }
+        Op::Run(RunCommand::new(run.join("\n")).unless(check.join(" && ")))
+    }
 }
 
 #[cfg(test)]
@@ -174,5 +348,98 @@ mod tests {
         for name in ["ovn0", "genev_sys_6081", "vxlan_sys_4789"] {
             assert!(INTERFACES.split(' ').any(|i| i == name), "{name}");
         }
+    }
+
+    const PLUGINS: [Plugin; 6] = [
+        Plugin::Flannel,
+        Plugin::Calico,
+        Plugin::Cilium,
+        Plugin::KubeOvn,
+        Plugin::Hybridnet,
+        Plugin::Multus,
+    ];
+
+    /// `delete` removes at least what a plugin change removes: every plugin's traces are in
+    /// the lists of [`remove_pod_network_traces`].
+    #[test]
+    fn every_plugins_traces_are_among_what_delete_removes() {
+        assert!(plugin_traces(Plugin::None).is_none());
+        for p in PLUGINS {
+            let t = plugin_traces(p).expect("traces");
+            for b in t.binaries {
+                assert!(CNI_PLUGIN_BINARIES.split(' ').any(|x| x == *b), "{p:?} {b}");
+            }
+            for f in t.configs {
+                assert!(CONFIGS.split(' ').any(|x| x == *f), "{p:?} {f}");
+            }
+            for f in t.state {
+                assert!(STATE.split(' ').any(|x| x == *f), "{p:?} {f}");
+            }
+            for i in t.interfaces {
+                assert!(INTERFACES.split(' ').any(|x| x == *i), "{p:?} {i}");
+            }
+            if let Some(i) = t.iptables {
+                assert!(IPTABLES_PATTERN.split('|').any(|x| x == i), "{p:?} {i}");
+            }
+            if let Some(i) = t.interface_pattern {
+                assert_eq!(i, INTERFACE_PATTERN, "{p:?}");
+            }
+        }
+    }
+
+    /// A plugin change removes the old plugin's files and nothing of the other plugins', of
+    /// kube-proxy's or of the runtime's (run on a directory standing for `/`).
+    #[test]
+    fn a_plugin_change_removes_the_old_plugins_files_only() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path().to_str().expect("utf-8");
+        let files = [
+            "opt/cni/bin/flannel",
+            "opt/cni/bin/bridge",
+            "opt/cni/bin/calico",
+            "etc/cni/net.d/10-flannel.conflist",
+            "etc/cni/net.d/10-calico.conflist",
+            "var/lib/cni/networks/cbr0/last_reserved_ip.0",
+            "run/flannel/subnet.env",
+        ];
+        for f in files {
+            let p = root.path().join(f);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&p, "x").expect("write");
+        }
+        let sh = |cmd: &str| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .status()
+                .expect("sh")
+                .success()
+        };
+        let flannel = plugin_traces(Plugin::Flannel).expect("flannel");
+        assert!(!sh(&flannel.files_gone(r)), "flannel's files are there");
+        assert!(sh(&flannel.remove_files(r)));
+        assert!(sh(&flannel.files_gone(r)), "flannel's files removed");
+        for (f, kept) in [
+            ("opt/cni/bin/flannel", false),
+            ("etc/cni/net.d/10-flannel.conflist", false),
+            ("run/flannel/subnet.env", false),
+            ("opt/cni/bin/bridge", true),
+            ("opt/cni/bin/calico", true),
+            ("etc/cni/net.d/10-calico.conflist", true),
+            ("var/lib/cni/networks/cbr0/last_reserved_ip.0", true),
+        ] {
+            assert_eq!(root.path().join(f).exists(), kept, "{f}");
+        }
+        // Nothing to remove: the op's command is a no-op with its files gone.
+        assert!(sh(&flannel.remove_files(r)));
+        let Op::Run(op) = flannel.remove() else {
+            panic!("not a command");
+        };
+        let check = op.unless.expect("unless");
+        assert!(
+            check.contains("flannel.1") && check.contains("FLANNEL"),
+            "{check}"
+        );
+        assert!(!op.command.contains("KUBE-") && !op.command.contains("kube-ipvs0"));
     }
 }
