@@ -143,6 +143,7 @@ wait_until 300 "$NN Ready nodes after node1's restart" ready_nodes
 echo "   node1 back: $NN nodes Ready"
 KC_EP=(--server "https://$LAB_IP_node1:$ep_port" --tls-server-name "$ep_host")
 
+if [ "$CNI_CHANGE" = 1 ]; then cni_change; fi
 delete_as_before
 
 step ""
