@@ -22,7 +22,9 @@ use crate::cli::ApplyArgs;
 pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path, trust: &TrustPolicy) -> Result<()> {
     let c = &args.common;
     let allow = args.allow_network_plugin_change;
-    let mut s = Session::open_accepting(c, work_dir, allow.then_some(trust))?;
+    // Another bundle is taken in either way, so that without the confirmation the refusal
+    // names it (exit 2) rather than the bundle's digest.
+    let mut s = Session::open_accepting(c, work_dir, Some(trust))?;
     println!("{}", s.header());
     let membership = diff_nodes(&s.installed.cluster, &s.desired_full, &s.desired_origin);
     let mut refused: Vec<String> = membership.problems.iter().map(|p| p.to_string()).collect();
@@ -55,7 +57,7 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path, trust: &TrustPol
     let version = s.installed.cluster.version.to_string();
     match (&s.replaced_bundle, change.plugin_change) {
         (Some(r), None) => refused.push(format!(
-            "`{}` is not the bundle the cluster was installed with: apply takes another bundle only for a change of the pod network plugin",
+            "`{}` is not the bundle the cluster was installed with: apply takes another bundle only for a change of the pod network plugin, confirmed with --allow-network-plugin-change",
             r.path.display()
         )),
         (Some(r), Some(pc)) => {
