@@ -394,6 +394,16 @@ pub fn classify_with(
     change
 }
 
+/// The bundle file the network `to` needs that `bundle` (none: no bundle) does not hold.
+pub fn missing_plugin_file(
+    bundle: Option<&kubexm_bundles::manifest::BundleManifest>,
+    to: crate::modules::network::switch::NetworkPlugins,
+) -> Option<&'static str> {
+    let component = kubexm_manifests::resolve::network_file(to.primary)?;
+    let held = bundle.is_some_and(|b| b.files.iter().any(|f| f.name == component));
+    (!held).then_some(component)
+}
+
 /// Why `new` (read from `origin`) cannot stand in for the installed bundle (`previous`, when
 /// still unpacked) in a change of the pod network to `to`: it must hold the installed
 /// Kubernetes `version` and the new plugin's file, and every component both bundles hold must be
@@ -413,13 +423,11 @@ pub fn replacement_problems(
             new.kubernetes_version
         ));
     }
-    if let Some(component) = kubexm_manifests::resolve::network_file(to.primary) {
-        if !new.files.iter().any(|f| f.name == component) {
-            out.push(format!(
-                "{origin} holds no {component} for network.plugin {}: build it with `kubexm-build bundle -f` the edited cluster.yaml",
-                to.primary.as_str()
-            ));
-        }
+    if let Some(component) = missing_plugin_file(Some(new), to) {
+        out.push(format!(
+            "{origin} holds no {component} for network.plugin {}: build it with `kubexm-build bundle -f` the edited cluster.yaml",
+            to.primary.as_str()
+        ));
     }
     let Some(previous) = previous else {
         out.push(format!(

@@ -11,7 +11,7 @@
 //! plugin's file, every other component the same file).
 
 use anyhow::Result;
-use kubexm_install::apply_change::{classify_with, replacement_problems};
+use kubexm_install::apply_change::{classify_with, missing_plugin_file, replacement_problems};
 use kubexm_install::change::diff_nodes;
 use kubexm_install::intake::trust::TrustPolicy;
 use kubexm_install::pipelines::apply::apply_pipeline;
@@ -73,14 +73,9 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path, trust: &TrustPol
             }
         }
         (None, Some(pc)) => {
-            let component = kubexm_manifests::resolve::network_file(pc.to.primary);
-            let held = |m: &kubexm_bundles::manifest::BundleManifest| {
-                component.is_none_or(|c| m.files.iter().any(|f| f.name == c))
-            };
-            if !s.bundle_manifest().is_some_and(held) {
+            if let Some(component) = missing_plugin_file(s.bundle_manifest(), pc.to) {
                 refused.push(format!(
-                    "the installed bundle holds no {} for network.plugin {}: build a bundle from {} with `kubexm-build bundle -f` and pass it with --bundle",
-                    component.unwrap_or("files"),
+                    "the installed bundle holds no {component} for network.plugin {}: build a bundle from {} with `kubexm-build bundle -f` and pass it with --bundle",
                     pc.to.primary.as_str(),
                     s.desired_origin
                 ));
