@@ -39,6 +39,19 @@ pub use parse::{ApiNode, EndpointHealth, EtcdMember};
 
 /// How long one probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long kubectl waits for one answer of the API server. An API server that accepts
+/// connections but does not answer (its etcd unreachable, its certificates expired) would
+/// otherwise hold every master's probe for the whole [`PROBE_TIMEOUT`]: a day-2 command on a
+/// broken kubeadm cluster waited about 190 s before its plan, seen in the lab.
+pub const API_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The Node list asked of the API server through `kubectl` on a master, each request bounded.
+fn nodes_query(kubectl: &str) -> String {
+    format!(
+        "{kubectl} --request-timeout={}s get nodes -o json",
+        API_REQUEST_TIMEOUT.as_secs()
+    )
+}
 
 /// etcd as a member reported it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -270,7 +283,7 @@ pub async fn gather(
                 continue;
             }
         };
-        match probe(runner.as_ref(), &format!("{kubectl} get nodes -o json")).await {
+        match probe(runner.as_ref(), &nodes_query(&kubectl)).await {
             Ok((true, out, _)) => match parse::nodes(&out) {
                 Ok(nodes) => {
                     f.api_node = Some(m.clone());
@@ -359,4 +372,20 @@ async fn etcd_facts(runner: &dyn Runner, node: &str, etcdctl: &str) -> Result<Et
         members,
         health,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_list_is_bounded_below_the_probe() {
+        let q = nodes_query("/usr/local/bin/kubectl --kubeconfig /etc/kubernetes/admin.conf");
+        assert_eq!(
+            q,
+            "/usr/local/bin/kubectl --kubeconfig /etc/kubernetes/admin.conf --request-timeout=15s get nodes -o json"
+        );
+        // kubectl gives up, with its own message, before the probe is cut off.
+        assert!(API_REQUEST_TIMEOUT * 2 <= PROBE_TIMEOUT);
+    }
 }

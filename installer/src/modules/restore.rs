@@ -107,8 +107,9 @@ impl Module for StopControlPlaneModule {
 }
 
 /// kube-apiserver, kube-controller-manager and kube-scheduler stopped: their units (kubexm
-/// path) or their static pod manifests moved to [`PARKED`] (kubeadm path), then their processes
-/// awaited gone. Reverted by starting them again.
+/// path) or their static pod manifests moved to [`PARKED`] (kubeadm path: the API server then
+/// killed once the kubelet is stopping its pod, `kill_lingering_apiserver`), then their
+/// processes awaited gone. Reverted by starting them again.
 pub struct StopControlPlane {
     /// Which bootstrap path runs them.
     pub kind: KubernetesType,
@@ -139,20 +140,46 @@ impl Step for StopControlPlane {
             .unless(format!("! ls {MANIFESTS}/kube-*.yaml 2>/dev/null | grep -qE 'kube-(apiserver|controller-manager|scheduler)\\.yaml$'"))
             .undo(unpark()),
         };
-        Ok(vec![
-            Op::Run(stop),
-            Op::Wait(WaitFor {
-                what: "the control plane stopped".into(),
-                check: COMPONENTS
-                    .iter()
-                    .map(|c| format!("! {}", running(c)))
-                    .collect::<Vec<_>>()
-                    .join(" && "),
-                timeout: Duration::from_secs(180),
-                interval: Duration::from_secs(2),
-            }),
-        ])
+        let mut ops = vec![Op::Run(stop)];
+        if self.kind == KubernetesType::Kubeadm {
+            ops.push(Op::Run(kill_lingering_apiserver()));
+        }
+        ops.push(Op::Wait(WaitFor {
+            what: "the control plane stopped".into(),
+            check: COMPONENTS
+                .iter()
+                .map(|c| format!("! {}", running(c)))
+                .collect::<Vec<_>>()
+                .join(" && "),
+            timeout: Duration::from_secs(180),
+            interval: Duration::from_secs(2),
+        }));
+        Ok(ops)
     }
+}
+
+/// kubeadm path: the API server whose manifest is parked, killed once the kubelet is stopping
+/// its pod. On SIGTERM kube-apiserver closes its listener at once but then waits for its open
+/// connections (watches) longer than the static pod's 30 s grace period, so the kubelet kills it
+/// after 30 s anyway (seen in the lab on v1.20.2: the controller-manager and scheduler gone
+/// within a second, the API server killed at 30 s, on every master and every stop). The kubelet
+/// stops the three pods together, in the order their manifests were moved, the API server's
+/// first: so once the controller-manager and the scheduler are gone, the kubelet has taken the
+/// API server's removal too and will not start it again. Before that (either still running after
+/// 20 s) nothing is killed and the wait goes on as before. Run only just after the manifests
+/// were parked.
+fn kill_lingering_apiserver() -> RunCommand {
+    let others = ["kube-controller-manager", "kube-scheduler"]
+        .iter()
+        .map(|c| running(c))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    RunCommand::new(format!(
+        "for i in $(seq 20); do {{ {others}; }} || break; sleep 1; done; \
+         if [ ! -e {MANIFESTS}/kube-apiserver.yaml ] && ! {{ {others}; }} && {}; then pkill -KILL -x kube-apiserver || true; fi",
+        running("kube-apiserver")
+    ))
+    .when_changed()
 }
 
 fn unpark() -> String {
@@ -500,5 +527,74 @@ impl Step for RestartNodeAgents {
                 interval: Duration::from_secs(2),
             }),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The hastened stop run in sh with fake `pgrep`/`pkill` (processes named in a file) and a
+    /// temporary manifest directory: what it kills, and when it leaves the API server alone.
+    fn hasten(running_now: &[&str], manifest_present: bool) -> Vec<String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let procs = d.join("procs");
+        std::fs::write(&procs, running_now.join("\n") + "\n").expect("procs");
+        let killed = d.join("killed");
+        let bin = d.join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        for (name, body) in [
+            (
+                "pgrep",
+                format!("#!/bin/sh\ngrep -qx \"$2\" {}\n", procs.display()),
+            ),
+            (
+                "pkill",
+                format!("#!/bin/sh\necho \"$1 $2 $3\" >>{}\n", killed.display()),
+            ),
+        ] {
+            let f = bin.join(name);
+            std::fs::write(&f, body).expect("fake");
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        }
+        let manifests = d.join("manifests");
+        std::fs::create_dir(&manifests).expect("manifests");
+        if manifest_present {
+            std::fs::write(manifests.join("kube-apiserver.yaml"), "").expect("manifest");
+        }
+        let op = kill_lingering_apiserver();
+        assert!(op.when_changed, "only just after the manifests were parked");
+        let cmd = op
+            .command
+            .replace(MANIFESTS, &manifests.display().to_string())
+            .replace("sleep 1", "sleep 0.01");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .expect("sh");
+        assert!(out.status.success(), "{out:?}");
+        std::fs::read_to_string(&killed)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_lingering_api_server_is_killed_once_its_pod_is_being_stopped() {
+        assert_eq!(
+            hasten(&["kube-apiserver"], false),
+            ["-KILL -x kube-apiserver"]
+        );
+        // The kubelet has not taken the removal yet (the others still run): nothing killed.
+        assert!(hasten(&["kube-apiserver", "kube-scheduler"], false).is_empty());
+        // The manifest is back in place: the kubelet runs it.
+        assert!(hasten(&["kube-apiserver"], true).is_empty());
+        // Already gone.
+        assert!(hasten(&[], false).is_empty());
     }
 }
