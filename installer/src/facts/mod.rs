@@ -39,10 +39,14 @@ pub use parse::{ApiNode, EndpointHealth, EtcdMember};
 
 /// How long one probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long kubectl waits for one answer of the API server. An API server that accepts
-/// connections but does not answer (its etcd unreachable, its certificates expired) would
-/// otherwise hold every master's probe for the whole [`PROBE_TIMEOUT`]: a day-2 command on a
-/// broken kubeadm cluster waited about 190 s before its plan, seen in the lab.
+/// How long the Node list may take on one master. kubectl's own `--request-timeout` bounds
+/// each request but not its retries: an API server that answers 500 (its etcd down, seen in the
+/// lab) is asked again up to ten times, so one master's `kubectl get nodes` ran until the
+/// [`PROBE_TIMEOUT`] cut it, and a day-2 command on a broken cluster spent 3 x 60 s asking the
+/// masters before its plan.
+pub const API_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long kubectl waits for one answer of the API server (below [`API_PROBE_TIMEOUT`], so
+/// that one request that hangs ends with kubectl's own message).
 pub const API_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The Node list asked of the API server through `kubectl` on a master, each request bounded.
@@ -252,10 +256,15 @@ fn excerpt(s: &str) -> String {
 }
 
 async fn probe(runner: &dyn Runner, script: &str) -> Result<(bool, String, String), String> {
-    match runner
-        .exec(&Exec::root(script).with_timeout(PROBE_TIMEOUT))
-        .await
-    {
+    probe_within(runner, script, PROBE_TIMEOUT).await
+}
+
+async fn probe_within(
+    runner: &dyn Runner,
+    script: &str,
+    timeout: Duration,
+) -> Result<(bool, String, String), String> {
+    match runner.exec(&Exec::root(script).with_timeout(timeout)).await {
         Ok(out) => Ok((out.success(), out.stdout, out.stderr)),
         Err(e) => Err(e.to_string()),
     }
@@ -283,7 +292,7 @@ pub async fn gather(
                 continue;
             }
         };
-        match probe(runner.as_ref(), &nodes_query(&kubectl)).await {
+        match probe_within(runner.as_ref(), &nodes_query(&kubectl), API_PROBE_TIMEOUT).await {
             Ok((true, out, _)) => match parse::nodes(&out) {
                 Ok(nodes) => {
                     f.api_node = Some(m.clone());
@@ -385,7 +394,9 @@ mod tests {
             q,
             "/usr/local/bin/kubectl --kubeconfig /etc/kubernetes/admin.conf --request-timeout=15s get nodes -o json"
         );
-        // kubectl gives up, with its own message, before the probe is cut off.
-        assert!(API_REQUEST_TIMEOUT * 2 <= PROBE_TIMEOUT);
+        // One hung request ends with kubectl's own message before the probe is cut off, and
+        // three masters that do not answer cost less than one general probe's limit.
+        assert!(API_REQUEST_TIMEOUT < API_PROBE_TIMEOUT);
+        assert!(API_PROBE_TIMEOUT * 3 <= PROBE_TIMEOUT);
     }
 }
