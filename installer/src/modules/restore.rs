@@ -169,8 +169,9 @@ impl Step for StopControlPlane {
 /// 20 s) nothing is killed and the wait goes on as before. Run only just after the manifests
 /// were parked.
 fn kill_lingering_apiserver() -> RunCommand {
-    let others = ["kube-controller-manager", "kube-scheduler"]
+    let others = COMPONENTS
         .iter()
+        .filter(|c| **c != "kube-apiserver")
         .map(|c| running(c))
         .collect::<Vec<_>>()
         .join(" || ");
