@@ -8,6 +8,7 @@ mod day2;
 mod delete;
 mod dns;
 mod etcd;
+mod facts;
 mod finalize;
 mod guide;
 mod harbor;
