@@ -260,6 +260,7 @@ async fn probe(runner: &dyn Runner, script: &str) -> Result<(bool, String, Strin
     probe_within(runner, script, PROBE_TIMEOUT).await
 }
 
+/// A probe's exit status, stdout and stderr; `Err` is the runner's error, which names the node.
 async fn probe_within(
     runner: &dyn Runner,
     script: &str,
@@ -319,7 +320,8 @@ pub async fn gather(
                 "{m}: `kubectl get nodes` failed: {}",
                 excerpt(&err)
             )),
-            Ok(Err(e)) => f.notes.push(format!("{m}: {e}")),
+            // The runner's error names the node already.
+            Ok(Err(e)) => f.notes.push(e),
         }
     }
     match ctx.cluster.file.spec.etcd.kind {
@@ -379,7 +381,7 @@ async fn etcd_facts(runner: &dyn Runner, node: &str, etcdctl: &str) -> Result<Et
                 excerpt(&err)
             ))
         }
-        Err(e) => return Err(format!("{node}: {e}")),
+        Err(e) => return Err(e),
     };
     // Exits 1 when a member is unhealthy, still printing every endpoint.
     let health = match probe(
@@ -390,7 +392,7 @@ async fn etcd_facts(runner: &dyn Runner, node: &str, etcdctl: &str) -> Result<Et
     {
         Ok((_, out, err)) => parse::etcd_health(&out)
             .map_err(|e| format!("{node}: {e} (stderr: {})", excerpt(&err)))?,
-        Err(e) => return Err(format!("{node}: {e}")),
+        Err(e) => return Err(e),
     };
     Ok(EtcdFacts {
         from: node.to_string(),
