@@ -284,44 +284,36 @@ pub async fn gather(
         ..ClusterFacts::default()
     };
     // Every master is asked at once (a master whose API server hangs costs its whole
-    // API_PROBE_TIMEOUT), then the answers are read in the masters' order, as if asked in turn.
-    let mut asks = Vec::new();
-    for m in ctx.with_role(Role::Master) {
-        let (Some(runner), Some(node)) = (runners.get(&m), ctx.node(&m)) else {
-            continue;
-        };
-        match kubectl_on(ctx, node) {
-            Ok(kubectl) => asks.push((m, Ok((runner.clone(), nodes_query(&kubectl))))),
-            Err(e) => asks.push((m, Err(e))),
-        }
-    }
-    let answers = join_all(asks.into_iter().map(|(m, ask)| async move {
-        let answer = match ask {
-            Ok((runner, query)) => {
-                Ok(probe_within(runner.as_ref(), &query, API_PROBE_TIMEOUT).await)
+    // API_PROBE_TIMEOUT), then the answers are read in the masters' order, as if asked in turn:
+    // each answer is the Node list's JSON or the note saying why there is none.
+    let asks = ctx.with_role(Role::Master).into_iter().filter_map(|m| {
+        let runner = runners.get(&m)?.clone();
+        let kubectl = kubectl_on(ctx, ctx.node(&m)?);
+        Some(async move {
+            let query = nodes_query(&kubectl.map_err(|e| format!("{m}: {e}"))?);
+            match probe_within(runner.as_ref(), &query, API_PROBE_TIMEOUT).await {
+                Ok((true, out, _)) => Ok((m, out)),
+                Ok((false, _, err)) => Err(format!(
+                    "{m}: `kubectl get nodes` failed: {}",
+                    excerpt(&err)
+                )),
+                // The runner's error names the node already.
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
-        };
-        (m, answer)
-    }))
-    .await;
-    for (m, answer) in answers {
-        match answer {
-            Err(e) => f.notes.push(format!("{m}: {e}")),
-            Ok(Ok((true, out, _))) => match parse::nodes(&out) {
-                Ok(nodes) => {
-                    f.api_node = Some(m.clone());
-                    f.nodes = nodes;
-                    break;
-                }
-                Err(e) => f.notes.push(format!("{m}: {e}")),
-            },
-            Ok(Ok((false, _, err))) => f.notes.push(format!(
-                "{m}: `kubectl get nodes` failed: {}",
-                excerpt(&err)
-            )),
-            // The runner's error names the node already.
-            Ok(Err(e)) => f.notes.push(e),
+        })
+    });
+    for answer in join_all(asks).await {
+        match answer.and_then(|(m, out)| {
+            parse::nodes(&out)
+                .map(|nodes| (m.clone(), nodes))
+                .map_err(|e| format!("{m}: {e}"))
+        }) {
+            Ok((m, nodes)) => {
+                f.api_node = Some(m);
+                f.nodes = nodes;
+                break;
+            }
+            Err(note) => f.notes.push(note),
         }
     }
     match ctx.cluster.file.spec.etcd.kind {
