@@ -1,0 +1,345 @@
+//! The product's binaries: built once ([`Tools`]), `kubexm-install` run in the lab's namespace
+//! with the lab's work directory ([`Kubexm`]), its record and journal read as typed JSON.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::command::{check, describe, Output};
+use crate::json::{Event, Installed, Status};
+use crate::Lab;
+
+/// `kubexm-build` and `kubexm-install`, built from this repository.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    /// The directory holding both binaries.
+    pub bin: PathBuf,
+}
+
+impl Tools {
+    /// `cargo build -p kubexm-build -p kubexm-install` (quick when they are up to date), or the
+    /// binaries in `$KUBEXM_LAB_BIN` when set.
+    ///
+    /// # Panics
+    /// When the build fails.
+    #[must_use]
+    pub fn build() -> Tools {
+        if let Some(bin) = std::env::var_os("KUBEXM_LAB_BIN") {
+            return Tools { bin: bin.into() };
+        }
+        let repo = crate::repo_root();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let _ = Output::run(Command::new(cargo).current_dir(&repo).args([
+            "build",
+            "-q",
+            "-p",
+            "kubexm-build",
+            "-p",
+            "kubexm-install",
+        ]))
+        .ok("cargo build kubexm-build and kubexm-install");
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo.join("target"), PathBuf::from);
+        Tools {
+            bin: target.join("debug"),
+        }
+    }
+
+    /// `kubexm-build`.
+    #[must_use]
+    pub fn build_bin(&self) -> PathBuf {
+        self.bin.join("kubexm-build")
+    }
+
+    /// `kubexm-install`.
+    #[must_use]
+    pub fn install_bin(&self) -> PathBuf {
+        self.bin.join("kubexm-install")
+    }
+}
+
+/// `kubexm-install` for one lab cluster: run in the lab's namespace, with the work directory,
+/// the lab's `known_hosts` and the sudo user's password (`KUBEXM_LAB_PASSWORD`).
+#[derive(Debug)]
+pub struct Kubexm<'a> {
+    lab: &'a Lab,
+    bin: PathBuf,
+    /// `--work-dir`.
+    pub work: PathBuf,
+    /// The bundle `install` and `delete` are given.
+    pub bundle: PathBuf,
+    /// The cluster.yaml `install` and `delete` are given.
+    pub cluster: PathBuf,
+}
+
+/// A `kubexm-install` still running (see [`Kubexm::spawn`]).
+#[derive(Debug)]
+pub struct Running {
+    command: String,
+    child: Child,
+}
+
+impl Running {
+    /// Waits for its end.
+    ///
+    /// # Panics
+    /// When it cannot be waited for.
+    #[must_use]
+    pub fn finish(self) -> Output {
+        let out = self
+            .child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("wait for `{}`: {e}", self.command));
+        Output {
+            command: self.command,
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl<'a> Kubexm<'a> {
+    /// `kubexm-install` of `tools` for `lab`, its work directory `work`.
+    #[must_use]
+    pub fn new(lab: &'a Lab, tools: &Tools, work: &Path, bundle: &Path, cluster: &Path) -> Self {
+        Kubexm {
+            lab,
+            bin: tools.install_bin(),
+            work: work.to_path_buf(),
+            bundle: bundle.to_path_buf(),
+            cluster: cluster.to_path_buf(),
+        }
+    }
+
+    /// The same runner with another cluster.yaml for `install` and `delete`.
+    #[must_use]
+    pub fn with_cluster(&self, cluster: &Path) -> Kubexm<'a> {
+        Kubexm {
+            lab: self.lab,
+            bin: self.bin.clone(),
+            work: self.work.clone(),
+            bundle: self.bundle.clone(),
+            cluster: cluster.to_path_buf(),
+        }
+    }
+
+    /// `kubexm-install --work-dir WORK ARGS --known-hosts KNOWN_HOSTS` in the lab namespace.
+    #[must_use]
+    pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
+        let mut c = self.lab.command("env");
+        c.arg(format!(
+            "KUBEXM_LAB_PASSWORD={}",
+            self.lab.env().user_password
+        ))
+        .arg(&self.bin)
+        .arg("--work-dir")
+        .arg(&self.work)
+        .args(args)
+        .arg("--known-hosts")
+        .arg(&self.lab.env().known_hosts);
+        c
+    }
+
+    /// Runs `kubexm-install ARGS` (a verb and its flags) to its end.
+    #[must_use]
+    pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Output {
+        Output::run(&mut self.command(args))
+    }
+
+    /// Starts `kubexm-install ARGS` and returns at once.
+    ///
+    /// # Panics
+    /// When it cannot be started.
+    #[must_use]
+    pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S]) -> Running {
+        let mut c = self.command(args);
+        let command = describe(&c);
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
+        Running { command, child }
+    }
+
+    fn with_bundle(&self, verb: Option<&str>, extra: &[&str]) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = verb.into_iter().map(Into::into).collect();
+        v.extend([
+            "--bundle".into(),
+            self.bundle.clone().into_os_string(),
+            "-f".into(),
+            self.cluster.clone().into_os_string(),
+        ]);
+        v.extend(extra.iter().map(Into::into));
+        v
+    }
+
+    /// `kubexm-install --bundle BUNDLE -f CLUSTER EXTRA` (an install).
+    #[must_use]
+    pub fn install(&self, extra: &[&str]) -> Output {
+        self.run(&self.with_bundle(None, extra))
+    }
+
+    /// The install, started in the background.
+    #[must_use]
+    pub fn spawn_install(&self, extra: &[&str]) -> Running {
+        self.spawn(&self.with_bundle(None, extra))
+    }
+
+    /// `kubexm-install delete --bundle BUNDLE -f CLUSTER EXTRA`.
+    #[must_use]
+    pub fn delete(&self, extra: &[&str]) -> Output {
+        self.run(&self.with_bundle(Some("delete"), extra))
+    }
+
+    /// `kubexm-install status -o json`: the output and the parsed report.
+    #[must_use]
+    pub fn status_json(&self) -> (Output, Status) {
+        let out = self.run(&["status", "-o", "json"]);
+        let status = out.json();
+        (out, status)
+    }
+
+    /// `WORK/clusters/NAME`.
+    #[must_use]
+    pub fn record_dir(&self) -> PathBuf {
+        self.work.join("clusters").join(self.lab.name())
+    }
+
+    /// `WORK/pki/NAME`.
+    #[must_use]
+    pub fn pki(&self) -> PathBuf {
+        self.work.join("pki").join(self.lab.name())
+    }
+
+    /// The installed-cluster record.
+    ///
+    /// # Panics
+    /// When it cannot be read or parsed.
+    #[must_use]
+    pub fn record(&self) -> Installed {
+        let path = self.record_dir().join("installed.json");
+        let text = fs_err::read_to_string(&path).expect("read the installed-cluster record");
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{}: not a record ({e})\n{text}", path.display()))
+    }
+
+    /// The runs' directories (`WORK/runs/*`), oldest first.
+    #[must_use]
+    pub fn runs(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs_err::read_dir(self.work.join("runs"))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// The events of the latest run (none when there is none or its journal is unreadable).
+    #[must_use]
+    pub fn last_events(&self) -> Vec<Event> {
+        self.runs()
+            .last()
+            .map(|r| events(&r.join("events.jsonl")))
+            .unwrap_or_default()
+    }
+
+    /// Waits until a run newer than the first `runs_before` has an event matching `pred`.
+    #[must_use]
+    pub fn wait_for_event(
+        &self,
+        runs_before: usize,
+        timeout: Duration,
+        pred: impl Fn(&Event) -> bool,
+    ) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if self.runs().len() > runs_before && self.last_events().iter().any(&pred) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// What the latest run did, counted from its journal.
+    #[must_use]
+    pub fn last_summary(&self) -> Summary {
+        Summary::of(&self.last_events())
+    }
+
+    /// The journal's last `n` events, one line each (evidence for a failure).
+    #[must_use]
+    pub fn journal_tail(&self, n: usize) -> String {
+        let ev = self.last_events();
+        let mut s = format!("--- journal: last {n} events of the latest run\n");
+        for e in ev.iter().skip(ev.len().saturating_sub(n)) {
+            s.push_str(&format!(
+                "{} {}/{}/{} {} {}\n",
+                e.event,
+                e.module.as_deref().unwrap_or("-"),
+                e.task.as_deref().unwrap_or("-"),
+                e.step.as_deref().unwrap_or("-"),
+                e.node.as_deref().unwrap_or("-"),
+                e.message
+            ));
+        }
+        s
+    }
+
+    /// `out` when it succeeded; else fails with it and the journal's tail.
+    ///
+    /// # Panics
+    /// When `out` failed.
+    #[must_use]
+    #[track_caller]
+    pub fn ok(&self, out: Output, what: &str) -> Output {
+        if !out.success() {
+            check(false, what, &format!("{out}{}", self.journal_tail(25)));
+        }
+        out
+    }
+}
+
+/// What a run did, from its journal (the counts the run's summary line prints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Steps that changed something (`StepSucceeded` "changed").
+    pub changed: usize,
+    /// Tasks skipped as done in an earlier run (`--resume`).
+    pub resumed: usize,
+    /// Whether the pipeline succeeded.
+    pub succeeded: bool,
+}
+
+impl Summary {
+    /// Counts `events`.
+    #[must_use]
+    pub fn of(events: &[Event]) -> Summary {
+        Summary {
+            changed: events
+                .iter()
+                .filter(|e| e.event == "StepSucceeded" && e.message == "changed")
+                .count(),
+            resumed: events
+                .iter()
+                .filter(|e| e.event == "TaskSkipped" && e.message.contains("earlier run"))
+                .count(),
+            succeeded: events.iter().any(|e| e.event == "PipelineSucceeded"),
+        }
+    }
+}
+
+/// The events of one `events.jsonl` (unparsable lines skipped: a run may be writing it).
+#[must_use]
+pub fn events(path: &Path) -> Vec<Event> {
+    fs_err::read_to_string(path)
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
