@@ -80,8 +80,21 @@ pub enum ManifestProblem {
         /// Why.
         problem: String,
     },
+    /// An `osRepos[]` entry whose names would leave its directory on the nodes or change the
+    /// files written from them (`/var/lib/kubexm/repos/<release>`, `kubexm.sources`).
+    #[error("`bundle.json` osRepos entry `{}`: {field} `{}` {problem}", Untrusted(.release), Untrusted(.value))]
+    OsRepo {
+        /// The entry's `release`, as written.
+        release: String,
+        /// The field (`release`, `path`, `family`, `packages[].path`, …).
+        field: &'static str,
+        /// Its value, as written.
+        value: String,
+        /// Why it is refused.
+        problem: String,
+    },
     /// `images` is not empty but the OCI layout is incomplete.
-    #[error("`bundle.json` lists images but `{path}` is missing")]
+    #[error("`bundle.json` lists images but `{}` is missing", Untrusted(.path))]
     ImageLayout {
         /// The missing layout file.
         path: String,
@@ -126,6 +139,9 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
             }
         }
     }
+    for repo in &manifest.os_repos {
+        os_repo(repo)?;
+    }
     let repo_files = manifest.os_repos.iter().flat_map(|r| {
         r.packages
             .iter()
@@ -163,6 +179,104 @@ pub(crate) fn manifest(manifest: &BundleManifest, sums: &Sums) -> Result<(), Man
             let path = format!("{IMAGES_DIR}/{name}");
             if !sums.contains_key(&path) {
                 return Err(ManifestProblem::ImageLayout { path });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Longest `release`, `osId` or `versionId` of an OS repository.
+const OS_NAME_MAX: usize = 64;
+
+/// Whether `s` is a plain name: 1 to [`OS_NAME_MAX`] ASCII letters, digits, `.`, `_` and `-`,
+/// not starting with `.` (what every catalog release, `/etc/os-release` `ID` and `VERSION_ID`
+/// is made of: `debian-12`, `ubuntu-24.04`, `rocky`, `9.4`). Safe as a path component, in a
+/// deb822 or INI value and in a shell word.
+fn plain_name(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("is empty".into());
+    }
+    if s.len() > OS_NAME_MAX {
+        return Err(format!("is longer than {OS_NAME_MAX} bytes"));
+    }
+    if s.starts_with('.') {
+        return Err("starts with `.`".into());
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("may hold only ASCII letters, digits, `.`, `_` and `-`".into());
+    }
+    Ok(())
+}
+
+/// An OS repository's names: `release` (its directory on every node, named in `kubexm.sources`
+/// and `kubexm.repo`) a plain name, `path` exactly `repos/<release>`, every package under it,
+/// the keys under `repos/`, and no control character in what is shown of its packages. The
+/// installer uploads to and deletes `/var/lib/kubexm/repos/<release>`: nothing else may be named.
+fn os_repo(repo: &crate::manifest::OsRepoRecord) -> Result<(), ManifestProblem> {
+    let refuse = |field: &'static str, value: &str, problem: String| ManifestProblem::OsRepo {
+        release: repo.release.clone(),
+        field,
+        value: value.to_owned(),
+        problem,
+    };
+    for (field, value) in [
+        ("release", &repo.release),
+        ("osId", &repo.os_id),
+        ("versionId", &repo.version_id),
+    ] {
+        plain_name(value).map_err(|p| refuse(field, value, p))?;
+    }
+    if !matches!(repo.family.as_str(), "deb" | "rpm") {
+        return Err(refuse(
+            "family",
+            &repo.family,
+            "is neither `deb` nor `rpm`".into(),
+        ));
+    }
+    let dir = format!("{}/{}", crate::manifest::REPOS_DIR, repo.release);
+    if repo.path != dir {
+        return Err(refuse("path", &repo.path, format!("is not `{dir}`")));
+    }
+    let under = |field: &'static str, path: &str, prefix: &str| {
+        crate::path::check(path).map_err(|p| refuse(field, path, p.to_string()))?;
+        if !path
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('/'))
+        {
+            return Err(refuse(field, path, format!("is not under `{prefix}/`")));
+        }
+        Ok(())
+    };
+    for key in [&repo.signing_key.armored, &repo.signing_key.binary] {
+        under("signingKey", key, crate::manifest::REPOS_DIR)?;
+    }
+    if !repo
+        .signing_key
+        .fingerprint
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        || repo.signing_key.fingerprint.is_empty()
+    {
+        return Err(refuse(
+            "signingKey.fingerprint",
+            &repo.signing_key.fingerprint,
+            "is not hexadecimal".into(),
+        ));
+    }
+    for p in &repo.packages {
+        under("packages[].path", &p.path, &dir)?;
+        for (field, value) in [
+            ("packages[].name", &p.name),
+            ("packages[].version", &p.version),
+            ("packages[].arch", &p.arch),
+            ("packages[].url", &p.url),
+            ("packages[].reason", &p.reason),
+        ] {
+            if value.chars().any(kubexm_manifests::display::needs_escape) {
+                return Err(refuse(field, value, "contains a control character".into()));
             }
         }
     }
@@ -311,6 +425,116 @@ pub(crate) mod tests {
             .expect_err("twice")
             .to_string()
             .contains("listed twice"));
+    }
+
+    /// A bundle with one Debian repository whose files are all in `SHA256SUMS`.
+    fn with_repo(edit: impl FnOnce(&mut crate::manifest::OsRepoRecord)) -> (BundleManifest, Sums) {
+        use crate::manifest::{OsPackageRecord, OsRepoRecord, SigningKeyRecord};
+        let mut repo = OsRepoRecord {
+            release: "debian-12".into(),
+            family: "deb".into(),
+            os_id: "debian".into(),
+            version_id: "12".into(),
+            path: "repos/debian-12".into(),
+            signing_key: SigningKeyRecord {
+                fingerprint: "0123456789ABCDEF".into(),
+                armored: "repos/kubexm-repo-key.asc".into(),
+                binary: "repos/kubexm-repo-key.gpg".into(),
+            },
+            sources: vec![],
+            packages: vec![OsPackageRecord {
+                name: "socat".into(),
+                version: "1.7.4.4-2".into(),
+                arch: "amd64".into(),
+                path: "repos/debian-12/pool/socat.deb".into(),
+                sha256: H.into(),
+                size: 0,
+                url: "https://deb.debian.org/pool/socat.deb".into(),
+                reason: "requested by node preparation".into(),
+            }],
+        };
+        edit(&mut repo);
+        let mut m = bundle();
+        let mut sums = Sums::new();
+        sums.insert(m.files[0].path.clone(), H.into());
+        for p in [&repo.signing_key.armored, &repo.signing_key.binary] {
+            sums.insert(p.clone(), H.into());
+        }
+        for p in &repo.packages {
+            sums.insert(p.path.clone(), H.into());
+        }
+        m.os_repos.push(repo);
+        (m, sums)
+    }
+
+    #[test]
+    fn os_repository_names_stay_in_their_directory() {
+        let (m, sums) = with_repo(|_| {});
+        assert_eq!(manifest(&m, &sums), Ok(()));
+        let walk = "../../../../etc/cron.d";
+        for (edit, field) in [
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| {
+                    r.release = walk.into();
+                    r.path = format!("repos/{walk}");
+                }) as Box<dyn FnOnce(&mut crate::manifest::OsRepoRecord)>,
+                "release",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| {
+                    r.release = "debian-12\nTrusted: yes".into();
+                    r.path = format!("repos/{}", r.release);
+                }),
+                "release",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| r.path = "repos/../etc".into()),
+                "path",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| r.path = "repos/debian-13".into()),
+                "path",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| r.os_id = "debian\n".into()),
+                "osId",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| r.family = "deb rpm".into()),
+                "family",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| {
+                    r.packages[0].path = "repos/debian-12/../../files/x.deb".into();
+                }),
+                "packages[].path",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| {
+                    r.packages[0].path = "files/x.deb".into();
+                }),
+                "packages[].path",
+            ),
+            (
+                Box::new(|r: &mut crate::manifest::OsRepoRecord| {
+                    r.packages[0].reason = "\u{1b}[2Jok".into();
+                }),
+                "packages[].reason",
+            ),
+        ] {
+            let (m, sums) = with_repo(edit);
+            let err = manifest(&m, &sums).expect_err(field);
+            assert!(
+                matches!(&err, ManifestProblem::OsRepo { field: f, .. } if *f == field),
+                "{field}: {err:?}"
+            );
+            let text = err.to_string();
+            assert!(
+                !text.contains('\n') && !text.contains('\u{1b}'),
+                "escaped: {text:?}"
+            );
+            assert!(text.starts_with("`bundle.json` osRepos entry `"), "{text}");
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -145,7 +146,7 @@ pub struct DeltaManifest {
 #[non_exhaustive]
 pub enum DeltaError {
     /// The inventory cannot be read.
-    #[error("cannot read the site inventory `{}`", path.display())]
+    #[error("cannot read the site inventory `{}`", shown(path))]
     ReadInventory {
         /// File.
         path: PathBuf,
@@ -154,7 +155,7 @@ pub enum DeltaError {
         source: io::Error,
     },
     /// The inventory or `delta.json` is malformed.
-    #[error("`{what}` is not valid: {reason}")]
+    #[error("`{}` is not valid: {}", UntrustedMax(.what, 1000), UntrustedMax(.reason, 1000))]
     Invalid {
         /// `delta.json` or the inventory file.
         what: String,
@@ -168,7 +169,7 @@ pub enum DeltaError {
         missing: Vec<String>,
     },
     /// A source file for an entry does not match.
-    #[error("`{path}`: its source `{}` has sha256 {actual}, expected {expected}", from.display())]
+    #[error("`{}`: its source `{}` has sha256 {actual}, expected {}", Untrusted(.path), shown(from), Untrusted(.expected))]
     Mismatch {
         /// Entry path.
         path: String,
@@ -180,7 +181,7 @@ pub enum DeltaError {
         actual: String,
     },
     /// A source file for an entry has another size than the entry.
-    #[error("`{path}`: its source `{}` has {actual} bytes, expected {expected}", from.display())]
+    #[error("`{}`: its source `{}` has {actual} bytes, expected {expected}", Untrusted(.path), shown(from))]
     Size {
         /// Entry path.
         path: String,
@@ -195,7 +196,7 @@ pub enum DeltaError {
     #[error("the bundle rebuilt from the delta is refused")]
     Verify(#[source] Box<VerifyError>),
     /// The rebuilt bundle is another bundle than the delta's target.
-    #[error("the rebuilt bundle has content digest sha256:{actual}, the delta targets sha256:{expected}")]
+    #[error("the rebuilt bundle has content digest sha256:{actual}, the delta targets sha256:{}", Untrusted(.expected))]
     Digest {
         /// The target's.
         expected: String,
@@ -203,7 +204,7 @@ pub enum DeltaError {
         actual: String,
     },
     /// Reading or writing failed.
-    #[error("`{}`", path.display())]
+    #[error("`{}`", shown(path))]
     Io {
         /// The file.
         path: PathBuf,
@@ -213,12 +214,17 @@ pub enum DeltaError {
     },
 }
 
+/// A path from a bundle, an index or the command line, escaped for a message.
+fn shown(path: &Path) -> UntrustedMax<std::borrow::Cow<'_, str>> {
+    UntrustedMax(path.to_string_lossy(), 1000)
+}
+
 fn list(items: &[String]) -> String {
     const SHOWN: usize = 20;
     let mut out: Vec<String> = items
         .iter()
         .take(SHOWN)
-        .map(|m| format!("  - {m}"))
+        .map(|m| format!("  - {}", UntrustedMax(m, 1000)))
         .collect();
     if items.len() > SHOWN {
         out.push(format!("  … and {} more", items.len() - SHOWN));
@@ -237,7 +243,7 @@ impl SiteInventory {
             path: path.to_owned(),
             source,
         };
-        let file = fs_err::File::open(path).map_err(read)?;
+        let file = crate::regular::open(path).map_err(read)?;
         let mut bytes = Vec::new();
         file.take(MAX_INVENTORY + 1)
             .read_to_end(&mut bytes)
@@ -653,7 +659,7 @@ fn append_source<W: Write>(
             actual,
         })
     };
-    let input = fs_err::File::open(from).map_err(io_err)?;
+    let input = crate::regular::open(from).map_err(io_err)?;
     let actual_size = input.metadata().map_err(io_err)?.len();
     if actual_size != e.size {
         return Err(size_err(actual_size));

@@ -31,6 +31,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -84,7 +85,7 @@ pub struct Part {
 #[non_exhaustive]
 pub enum SplitError {
     /// The index cannot be read.
-    #[error("cannot read the split index `{}`", path.display())]
+    #[error("cannot read the split index `{}`", shown(path))]
     Read {
         /// The index.
         path: PathBuf,
@@ -93,7 +94,7 @@ pub enum SplitError {
         source: io::Error,
     },
     /// The index is not a valid split index.
-    #[error("`{}` is not a valid split index: {reason}", path.display())]
+    #[error("`{}` is not a valid split index: {}", shown(path), UntrustedMax(.reason, 1000))]
     Index {
         /// The index.
         path: PathBuf,
@@ -101,7 +102,10 @@ pub enum SplitError {
         reason: String,
     },
     /// A part is missing or unreadable.
-    #[error("part {number} of {total}, `{}`, cannot be read; copy it again from the original media", path.display())]
+    #[error(
+        "part {number} of {total}, `{}`, cannot be read; copy it again from the original media",
+        shown(path)
+    )]
     Missing {
         /// 1-based.
         number: usize,
@@ -114,7 +118,7 @@ pub enum SplitError {
         source: io::Error,
     },
     /// A part has the wrong size.
-    #[error("part {number} of {total}, `{}`, is {actual} bytes, the index says {expected}; copy it again", path.display())]
+    #[error("part {number} of {total}, `{}`, is {actual} bytes, the index says {expected}; copy it again", shown(path))]
     Size {
         /// 1-based.
         number: usize,
@@ -128,7 +132,7 @@ pub enum SplitError {
         actual: u64,
     },
     /// A part's content does not match its sha256.
-    #[error("part {number} of {total}, `{}`, is damaged: sha256 {actual}, the index says {expected}; copy this part again", path.display())]
+    #[error("part {number} of {total}, `{}`, is damaged: sha256 {actual}, the index says {}; copy this part again", shown(path), Untrusted(.expected))]
     Damaged {
         /// 1-based.
         number: usize,
@@ -142,7 +146,7 @@ pub enum SplitError {
         actual: String,
     },
     /// Writing the parts failed.
-    #[error("cannot write `{}`", path.display())]
+    #[error("cannot write `{}`", shown(path))]
     Write {
         /// The file.
         path: PathBuf,
@@ -164,7 +168,7 @@ impl SplitIndex {
             path: path.to_owned(),
             source,
         };
-        let file = fs_err::File::open(path).map_err(read)?;
+        let file = crate::regular::open(path).map_err(read)?;
         let mut bytes = Vec::new();
         file.take(MAX_INDEX + 1)
             .read_to_end(&mut bytes)
@@ -259,7 +263,7 @@ impl SplitIndex {
                     path: path.clone(),
                     source,
                 };
-                let mut file = fs_err::File::open(&path).map_err(missing)?;
+                let mut file = crate::regular::open(&path).map_err(missing)?;
                 let actual_size = file.metadata().map_err(missing)?.len();
                 if actual_size != part.size {
                     return Err(SplitError::Size {
@@ -310,6 +314,11 @@ pub fn index_path(bundle: &Path) -> PathBuf {
     let mut s = bundle.as_os_str().to_owned();
     s.push(INDEX_SUFFIX);
     PathBuf::from(s)
+}
+
+/// A path from an index or the command line, escaped for a message.
+fn shown(path: &Path) -> UntrustedMax<std::borrow::Cow<'_, str>> {
+    UntrustedMax(path.to_string_lossy(), 1000)
 }
 
 fn is_file_name(s: &str) -> bool {
@@ -364,7 +373,7 @@ pub fn split(
         let path = path.to_owned();
         move |source| SplitError::Write { path, source }
     };
-    let mut input = fs_err::File::open(bundle).map_err(werr(bundle))?;
+    let mut input = crate::regular::open(bundle).map_err(werr(bundle))?;
     let size = input.metadata().map_err(werr(bundle))?.len();
     let count = usize::try_from(size.div_ceil(part_size).max(1)).unwrap_or(usize::MAX);
     if count > MAX_PARTS {
@@ -497,7 +506,7 @@ impl PartsReader {
         let i = self.next;
         let total = self.index.parts.len();
         let path = self.index.part_path(&self.index_path, i);
-        let file = match fs_err::File::open(&path) {
+        let file = match crate::regular::open(&path) {
             Ok(f) => f,
             Err(source) => {
                 return Err(self.fail(SplitError::Missing {
