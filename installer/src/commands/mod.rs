@@ -197,6 +197,11 @@ pub(crate) fn run_and_report(
         report.steps_unchanged,
         journal.paths().log.parent().map(|p| p.display().to_string()).unwrap_or_default()
     );
+    // Where the wall time went: the tasks, on the nodes that finished them last.
+    match kubexm_install::pipeline::critical_path::CriticalPath::from_log(&journal.paths().log) {
+        Ok(path) => print!("{}", path.display(12)),
+        Err(e) => eprintln!("warning: {:#}", anyhow::Error::from(e)),
+    }
     Ok(())
 }
 pub(crate) fn run_options(

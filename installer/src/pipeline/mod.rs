@@ -9,6 +9,7 @@
 //! * A **module** ([`Module`]) only decides whether it runs and which tasks it has.
 //! * A **pipeline** ([`Pipeline`]) is an ordered list of modules, run by [`executor::Executor`].
 
+pub mod critical_path;
 pub mod executor;
 pub mod journal;
 pub mod ops;
