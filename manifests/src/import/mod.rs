@@ -36,6 +36,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::catalog::Catalog;
+use crate::display::Untrusted;
 use crate::model::ClusterFile;
 use crate::secret::Secret;
 use crate::validate::{validate, Problem};
@@ -165,7 +166,7 @@ pub enum ImportError {
     #[error(transparent)]
     Yaml(#[from] YamlError),
     /// A file is not a KubeKey document this importer reads.
-    #[error("`{file}` is not a KubeKey configuration (apiVersion `{api_version}`, kind `{kind}`)")]
+    #[error("`{}` is not a KubeKey configuration (apiVersion `{}`, kind `{}`)", Untrusted(.file), Untrusted(.api_version), Untrusted(.kind))]
     NotKubeKey {
         /// File.
         file: String,
@@ -173,6 +174,23 @@ pub enum ImportError {
         api_version: String,
         /// Its kind.
         kind: String,
+    },
+    /// A file could not be read.
+    #[error("cannot read `{}`", Untrusted(.file))]
+    Read {
+        /// File.
+        file: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is larger than any KubeKey configuration.
+    #[error("`{}` is {size} bytes or more; a KubeKey configuration is at most {MAX_KUBEKEY_FILE} bytes (as a cluster.yaml is)", Untrusted(.file))]
+    TooLarge {
+        /// File.
+        file: String,
+        /// Its size (at least).
+        size: u64,
     },
     /// The files given do not make one configuration.
     #[error("{message}")]
@@ -211,6 +229,41 @@ fn render_problems(problems: &[Problem]) -> String {
         .join("\n")
 }
 
+/// Largest KubeKey file imported: the same bound as `cluster.yaml`'s
+/// ([`crate::load::MAX_CLUSTER_YAML`]), which describes the same cluster.
+pub const MAX_KUBEKEY_FILE: u64 = crate::load::MAX_CLUSTER_YAML;
+
+/// Reads a KubeKey file to import, at most [`MAX_KUBEKEY_FILE`] bytes (a larger file is refused
+/// without being read whole).
+///
+/// # Errors
+///
+/// [`ImportError::Read`] or [`ImportError::TooLarge`].
+pub fn read_input(path: &std::path::Path) -> Result<String, ImportError> {
+    use std::io::Read;
+    let file = path.display().to_string();
+    let read_err = |source| ImportError::Read {
+        file: file.clone(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(read_err)?
+        .take(MAX_KUBEKEY_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_KUBEKEY_FILE {
+        let size = std::fs::metadata(path).map_or(bytes.len() as u64, |m| m.len());
+        return Err(ImportError::TooLarge { file, size });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text: {e}"),
+        ))
+    })
+}
+
 /// Imports KubeKey files: one v1alpha2 `Cluster`, or a v4 `Config` and `Inventory` (in any
 /// order). Each input is `(file name, text)`.
 ///
@@ -227,6 +280,12 @@ pub fn import_kubekey(
     let mut config = None;
     let mut inventory = None;
     for (file, text) in inputs {
+        if text.len() as u64 > MAX_KUBEKEY_FILE {
+            return Err(ImportError::TooLarge {
+                file: (*file).to_owned(),
+                size: text.len() as u64,
+            });
+        }
         let value: Value = yaml::from_str(text, file)?;
         let api = value
             .get("apiVersion")
@@ -282,5 +341,51 @@ pub fn import_kubekey(
     match valid {
         Ok(_) => Ok(imported),
         Err(problems) => Err(ImportError::Invalid { problems }),
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    #[test]
+    fn a_kubekey_file_is_bounded_like_cluster_yaml() {
+        let dir = std::env::temp_dir().join(format!("kubexm-import-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let big = dir.join("config-sample.yaml");
+        let mut text = String::from("apiVersion: kubekey.kubesphere.io/v1alpha2\nkind: Cluster\n");
+        while text.len() as u64 <= MAX_KUBEKEY_FILE {
+            text.push_str("# padding padding padding padding padding padding padding\n");
+        }
+        std::fs::write(&big, &text).expect("write");
+        let err = read_input(&big).expect_err("too large");
+        assert!(
+            matches!(err, ImportError::TooLarge { size, .. } if size == text.len() as u64),
+            "{err}"
+        );
+        assert!(err.to_string().contains("at most 1048576 bytes"), "{err}");
+        let err = import_kubekey(
+            &[("config-sample.yaml", text.as_str())],
+            &ImportOptions::new("x.secrets"),
+            &Catalog::builtin().expect("catalog"),
+        )
+        .expect_err("too large");
+        assert!(matches!(err, ImportError::TooLarge { .. }), "{err}");
+        let small = dir.join("small.yaml");
+        std::fs::write(&small, "kind: Cluster\n").expect("write");
+        assert_eq!(read_input(&small).expect("read"), "kind: Cluster\n");
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let err = import_kubekey(
+            &[("f.yaml", "apiVersion: \"\\e[2Jv1\"\nkind: \"\\rX\"\n")],
+            &ImportOptions::new("x.secrets"),
+            &Catalog::builtin().expect("catalog"),
+        )
+        .expect_err("not KubeKey");
+        let shown = err.to_string();
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\r'),
+            "{shown:?}"
+        );
     }
 }
