@@ -135,16 +135,21 @@ impl Lab {
     pub fn up(spec: &LabSpec) -> Lab {
         let script = crate::lab_dir().join("lab");
         // Nodes share the host kernel: load the modules Kubernetes needs here (a node cannot).
-        let _ = Output::run(Command::new("modprobe").args([
-            "-a",
-            "br_netfilter",
-            "overlay",
-            "ip_vs",
-            "ip_vs_rr",
-            "ip_vs_wrr",
-            "ip_vs_sh",
-            "nf_conntrack",
-        ]));
+        // Best effort, as before: a host without modprobe has them built in or cannot load them.
+        let _ = Command::new("modprobe")
+            .args([
+                "-a",
+                "br_netfilter",
+                "overlay",
+                "ip_vs",
+                "ip_vs_rr",
+                "ip_vs_wrr",
+                "ip_vs_sh",
+                "nf_conntrack",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = Output::run(Command::new(&script).args(["down", &spec.name]));
         let keep = std::env::var("KEEP_LAB").is_ok_and(|v| v == "1");
         // From here on Drop tears down whatever `up` started, even if it fails half-way.
