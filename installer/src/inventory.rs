@@ -21,7 +21,7 @@ pub enum InventoryError {
         var: String,
     },
     /// `passwordFile` cannot be read.
-    #[error("spec.hosts[{host}].passwordFile: cannot read {path}: {source}")]
+    #[error("spec.hosts[{host}].passwordFile: cannot read {path}")]
     PasswordFile {
         /// Host.
         host: String,

@@ -40,7 +40,7 @@ pub const RENEW_BEFORE_DAYS: i64 = 30;
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -67,7 +67,7 @@ pub enum PkiError {
     #[error("the CA rotation in progress")]
     Rotation(#[from] crate::rotation::RotationError),
     /// rcgen refused the parameters (a bad SAN, for example).
-    #[error("certificate {name}: {source}")]
+    #[error("certificate {name}")]
     Generate {
         /// Common name or file stem.
         name: String,

@@ -46,10 +46,10 @@ pub enum InstallError {
     #[error(transparent)]
     Inventory(#[from] InventoryError),
     /// One or more nodes could not be reached (every one is listed).
-    #[error("cannot connect to {} node(s):{}", .0.len(), .0.iter().map(|e| format!("\n  {e}")).collect::<String>())]
+    #[error("cannot connect to {} node(s):{}", .0.len(), .0.iter().map(|e| format!("\n  {}", crate::error_chain::Chain(e))).collect::<String>())]
     Connect(Vec<RunError>),
     /// The journal could not be created.
-    #[error("cannot write the run journal under {path}: {source}")]
+    #[error("cannot write the run journal under {path}")]
     Journal {
         /// Work directory.
         path: PathBuf,

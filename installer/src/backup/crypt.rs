@@ -55,7 +55,7 @@ pub enum CryptError {
     #[error("the backup is larger than this format allows (4 PiB)")]
     TooLarge,
     /// Reading or writing failed.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         /// What was being done.
         context: String,

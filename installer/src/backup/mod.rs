@@ -73,10 +73,10 @@ pub enum BackupError {
     #[error(transparent)]
     Crypt(#[from] CryptError),
     /// The archive inside does not match its manifest.
-    #[error("the backup's archive is not valid: {0}")]
+    #[error("the backup's archive is not valid: {}", kubexm_manifests::display::UntrustedMax(.0, 1000))]
     Invalid(String),
     /// Reading or writing failed.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         /// What was being done.
         context: String,

@@ -357,8 +357,10 @@ pub fn context_certificates(
         .filter(|n| n.has_role(Role::Master))
         .cloned()
         .collect();
-    certificates(layout, &masters, &ctx.key_dir().join("etcd"))
-        .map_err(|e| StepError::Invalid(format!("etcd certificates: {e}")))
+    certificates(layout, &masters, &ctx.key_dir().join("etcd")).map_err(|source| StepError::Pki {
+        what: "etcd certificates",
+        source,
+    })
 }
 
 /// Restarts a running etcd without waiting (a member of a quorum-less cluster would block).

@@ -319,7 +319,10 @@ impl Module for RotateFrontProxyModule {
                     RotatedCa::FrontProxy.name(),
                     RotatedCa::FrontProxy.common_name(),
                 )
-                .map_err(|e| StepError::Invalid(format!("front-proxy CA: {e}")))?;
+                .map_err(|source| StepError::Pki {
+                    what: "front-proxy CA",
+                    source,
+                })?;
             tasks.push(
                 Task::new("aggregation-trust-new-ca", [first]).step(AggregationTrust {
                     key: REQUESTHEADER_CA,
@@ -452,7 +455,10 @@ pub struct KubeadmFrontProxyFiles {
 impl KubeadmFrontProxyFiles {
     /// The files of `phase` from the CA in `keys`.
     pub fn new(keys: &KeyDir, phase: Phase) -> Result<Self, StepError> {
-        let pki = |e: crate::pki::PkiError| StepError::Invalid(format!("front-proxy CA: {e}"));
+        let pki = |source: crate::pki::PkiError| StepError::Pki {
+            what: "front-proxy CA",
+            source,
+        };
         let ca = keys
             .ca(
                 RotatedCa::FrontProxy.name(),

@@ -88,7 +88,10 @@ pub fn separate_signer(ctx: &InstallContext) -> Result<bool, StepError> {
         .key_dir()
         .join(KUBEADM_CA_DIR)
         .rotation_phase(RotatedCa::Kubernetes.name())
-        .map_err(|e| StepError::Invalid(format!("the cluster CA's rotation state: {e}")))?;
+        .map_err(|source| StepError::Pki {
+            what: "the cluster CA's rotation state",
+            source,
+        })?;
     Ok(matches!(phase, Some(Phase::TrustBoth | Phase::Reissue)))
 }
 
@@ -138,7 +141,10 @@ impl Module for RotateKubeadmCaModule {
                 RotatedCa::Kubernetes.name(),
                 RotatedCa::Kubernetes.common_name(),
             )
-            .map_err(|e| StepError::Invalid(format!("cluster CA: {e}")))?;
+            .map_err(|source| StepError::Pki {
+                what: "cluster CA",
+                source,
+            })?;
         let masters = ctx.with_role(Role::Master);
         let workers: Vec<String> = ctx
             .with_role(Role::Worker)
@@ -233,7 +239,7 @@ impl Module for RotateKubeadmCaModule {
             tasks.extend(serving_renewal_tasks(
                 &first,
                 &kubelets,
-                &ctx.nodes,
+                ctx,
                 self.0.phase_marker("kubelet-serving"),
                 serving_set_aside(&r.id.to_string()),
             ));

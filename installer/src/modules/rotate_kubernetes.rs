@@ -77,7 +77,10 @@ impl Module for RotateKubernetesModule {
                 RotatedCa::Kubernetes.name(),
                 RotatedCa::Kubernetes.common_name(),
             )
-            .map_err(|e| StepError::Invalid(format!("cluster CA: {e}")))?;
+            .map_err(|source| StepError::Pki {
+                what: "cluster CA",
+                source,
+            })?;
         let upload = Arc::new(KubernetesCertificates {
             layout: k.layout.clone(),
             files: certificates(&k, &keys)?,

@@ -15,6 +15,7 @@ use super::journal::{At, Event, Journal};
 use super::ops::{Op, OpPlan};
 use super::state::{inputs_hash, StateError, StateFile};
 use super::{Facts, Node, Pipeline, Step, StepError, Task};
+use crate::error_chain::{chain, Chain};
 use crate::runner::{Exec, Runner};
 
 /// How to run.
@@ -59,7 +60,7 @@ pub enum PipelineError {
         failures: Vec<HostFailure>,
     },
     /// A module could not build its tasks.
-    #[error("module {module}: {source}")]
+    #[error("module {module}")]
     Build {
         /// Module.
         module: String,
@@ -215,7 +216,7 @@ impl Executor {
             Err(e) => self.journal.record(
                 Event::PipelineFailed,
                 &At::default(),
-                &e.to_string(),
+                &chain(e),
                 Some(elapsed),
             ),
         }
@@ -371,7 +372,7 @@ impl Executor {
         for step in &task.steps {
             let ops = step
                 .ops(node, &self.facts)
-                .map_err(|e| fail(step.name(), e.to_string()))?;
+                .map_err(|e| fail(step.name(), chain(&e)))?;
             built.push((step, ops));
         }
         let plans: Vec<(String, Vec<OpPlan>)> = built
@@ -420,7 +421,7 @@ impl Executor {
                 Ok(StepOutcome::Checked) => checked += 1,
                 Ok(StepOutcome::Unchanged) => unchanged += 1,
                 Err(e) => {
-                    let mut failure = fail(step.name(), e.to_string());
+                    let mut failure = fail(step.name(), chain(&e));
                     self.rollback(runner.as_ref(), &at, &mut ledger.stack, &mut failure)
                         .await;
                     if let Ok(mut s) = state.lock() {
@@ -438,7 +439,7 @@ impl Executor {
         }
         if let Ok(mut s) = state.lock() {
             s.record(key, host, &inputs)
-                .map_err(|e| fail("-", e.to_string()))?;
+                .map_err(|e| fail("-", chain(&e)))?;
         }
         Ok(HostRun::Ran {
             changed,
@@ -520,7 +521,8 @@ impl Executor {
                         Event::StepRetried,
                         at,
                         &format!(
-                            "attempt {attempt}/{attempts} failed: {e}; retrying in {:?}",
+                            "attempt {attempt}/{attempts} failed: {}; retrying in {:?}",
+                            Chain(&e),
                             policy.retry_delay
                         ),
                         None,
@@ -529,12 +531,8 @@ impl Executor {
                     tokio::time::sleep(policy.retry_delay).await;
                 }
                 Err(e) => {
-                    self.journal.record(
-                        Event::StepFailed,
-                        at,
-                        &e.to_string(),
-                        Some(started.elapsed()),
-                    );
+                    self.journal
+                        .record(Event::StepFailed, at, &chain(&e), Some(started.elapsed()));
                     return Err(e);
                 }
             }
@@ -586,9 +584,12 @@ impl Executor {
                     failure.revert_errors.push(msg);
                 }
                 Err(e) => {
-                    let msg = self
-                        .journal
-                        .redact(&format!("{}: revert of {}: {e}", r.step, r.op));
+                    let msg = self.journal.redact(&format!(
+                        "{}: revert of {}: {}",
+                        r.step,
+                        r.op,
+                        Chain(&e)
+                    ));
                     self.journal
                         .record(Event::RevertFailed, &step_at, &msg, None);
                     failure.revert_errors.push(msg);

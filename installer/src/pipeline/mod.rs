@@ -69,6 +69,15 @@ pub enum StepError {
     /// The step cannot be built for this node (bad input; names what to fix).
     #[error("{0}")]
     Invalid(String),
+    /// Certificates or keys could not be made or read (the cause says which file and why).
+    #[error("{what}")]
+    Pki {
+        /// Which certificates (e.g. "Kubernetes certificates").
+        what: &'static str,
+        /// Cause.
+        #[source]
+        source: crate::pki::PkiError,
+    },
 }
 
 impl StepError {
@@ -78,6 +87,7 @@ impl StepError {
             self,
             StepError::Template { .. }
                 | StepError::Invalid(_)
+                | StepError::Pki { .. }
                 | StepError::Check { .. }
                 | StepError::Run(RunError::Auth { .. })
                 | StepError::Run(RunError::HostKey { .. })

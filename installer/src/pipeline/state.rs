@@ -17,7 +17,7 @@ use super::ops::OpPlan;
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// Reading or writing failed.
-    #[error("state file {path}: {source}")]
+    #[error("state file {path}")]
     Io {
         /// The file.
         path: PathBuf,

@@ -33,7 +33,7 @@ pub enum FetchError {
         why: String,
     },
     /// Writing the local copy failed.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Local {
         /// Local path.
         path: String,

@@ -158,7 +158,7 @@ pub enum RunError {
         message: String,
     },
     /// A local I/O error (reading a file to upload, spawning a process).
-    #[error("{node}: {context}: {source}")]
+    #[error("{node}: {context}")]
     Io {
         /// Node name.
         node: String,

@@ -7,6 +7,7 @@ mod cli;
 mod day2;
 mod delete;
 mod dns;
+mod errors;
 mod etcd;
 mod facts;
 mod finalize;

@@ -162,7 +162,10 @@ pub fn certificates(
     k: &KubexmCluster,
     keys: &KeyDir,
 ) -> Result<BTreeMap<String, Vec<NodeFile>>, StepError> {
-    let pki = |e: PkiError| StepError::Invalid(format!("Kubernetes certificates: {e}"));
+    let pki = |source: PkiError| StepError::Pki {
+        what: "Kubernetes certificates",
+        source,
+    };
     let l = &k.layout;
     let ca = keys.ca("kubernetes", "kubernetes").map_err(pki)?;
     let front_proxy_ca = keys.ca("front-proxy", "front-proxy-ca").map_err(pki)?;

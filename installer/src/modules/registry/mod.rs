@@ -111,7 +111,10 @@ impl RegistryModule {
                 StepError::Invalid("spec.roleGroups.registry: name the registry host".into())
             })?;
             let dir = ctx.key_dir().join("registry");
-            let pki = |e: crate::pki::PkiError| StepError::Invalid(e.to_string());
+            let pki = |source: crate::pki::PkiError| StepError::Pki {
+                what: "the registry's certificates",
+                source,
+            };
             let ca = dir
                 .ca("registry", &format!("kubexm-{cluster}-registry-ca"))
                 .map_err(pki)?;

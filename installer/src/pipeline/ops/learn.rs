@@ -158,7 +158,9 @@ impl GenericStep for FetchFile {
             .await
             .map_err(|e| match e {
                 crate::runner::fetch::FetchError::Run(r) => StepError::from(r),
-                other => StepError::Verify(format!("{other}; run again")),
+                other => {
+                    StepError::Verify(format!("{}; run again", crate::error_chain::Chain(&other)))
+                }
             })?;
         std::fs::set_permissions(&part, std::fs::Permissions::from_mode(self.mode))
             .map_err(local)?;
