@@ -3,6 +3,7 @@
 //! They need Debian's docker-registry, skopeo, umoci, busybox-static, apache2-utils,
 //! openssl and curl (tests/run-all installs them).
 
+mod deps;
 mod images;
 mod mirror;
 mod registry;
