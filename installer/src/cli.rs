@@ -74,6 +74,10 @@ pub(crate) struct InstallArgs {
     /// for the day-2 commands).
     #[arg(long)]
     pub(crate) security_enhancement: bool,
+    /// After the install, run `verify-cluster` against the cluster (off by default for now);
+    /// a failed check then fails the command (exit 7).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub(crate) verify: bool,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
 }
@@ -207,6 +211,15 @@ pub(crate) enum Command {
     /// that cannot be reached is shown as unreachable; the command then exits 7 (partial).
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
+    /// Prove the installed cluster works: every node Ready at the recorded versions, the
+    /// control plane and etcd healthy, certificates valid, probe pods (the bundle's probe image)
+    /// reaching each other across nodes, a ClusterIP Service from every node, DNS through
+    /// NodeLocal DNS, exec and logs through every kubelet, metrics where metrics-server runs.
+    /// Each check passes, fails or is skipped, with its evidence and time; the probes are
+    /// deleted at the end (also on Ctrl-C). Exits 0 when all pass, 7 when one fails, 8 when
+    /// the time limit or an interrupt stopped it.
+    #[command(after_help = VERIFY_EXAMPLES)]
+    VerifyCluster(VerifyArgs),
     /// Print a shell completion script.
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions {
@@ -604,6 +617,32 @@ const STATUS_EXAMPLES: &str = "Examples:
   kubexm-install status --cluster prod -o json | jq '.nodes[] | select(.reachable | not)'
 
 The JSON form is documented in installer/docs/guide.md (\"kubexm-install status -o json\").";
+
+const VERIFY_EXAMPLES: &str = "Examples:
+  kubexm-install verify-cluster
+  kubexm-install verify-cluster --cluster prod -o json --timeout 600 | jq '.checks[] | select(.status == \"fail\")'
+
+The JSON form is documented in installer/docs/guide.md (\"kubexm-install verify-cluster\").";
+
+/// `verify-cluster` options.
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The cluster, when the work directory records several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// The bundle, when the one the cluster was installed with is no longer unpacked in the
+    /// work directory.
+    #[arg(long, value_name = "FILE.tar.zst")]
+    pub(crate) bundle: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = PlanFormat::Text)]
+    pub(crate) output: PlanFormat,
+    /// The checks' time limit in seconds (deleting the probes afterwards has its own).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=3600))]
+    pub(crate) timeout: u64,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
 
 const COMPLETIONS_EXAMPLES: &str = "Examples:
   kubexm-install completions bash > /etc/bash_completion.d/kubexm-install

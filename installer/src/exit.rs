@@ -31,6 +31,9 @@ pub(crate) enum ExitStatus {
     /// The command finished, but not everywhere: `status` found nodes unreachable or
     /// something unhealthy.
     Partial = 7,
+    /// `verify-cluster` (or `install --verify`) did not finish its checks: the time limit
+    /// (`--timeout`) ran out or it was interrupted; the checks not run count as failed.
+    Unverified = 8,
 }
 
 /// A usage mistake the parser cannot see (e.g. `install` without `--bundle`).
@@ -42,6 +45,11 @@ pub(crate) struct UsageError(pub(crate) String);
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct PartialError(pub(crate) String);
+
+/// `verify-cluster` stopped before its checks were done (time limit, interrupt).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UnverifiedError(pub(crate) String);
 
 /// Nodes a day-2 command needs could not be reached over SSH.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +70,9 @@ impl ExitStatus {
         }
         if e.is::<PartialError>() {
             return Some(Self::Partial);
+        }
+        if e.is::<UnverifiedError>() {
+            return Some(Self::Unverified);
         }
         if e.is::<UnreachableError>() {
             return Some(Self::CannotConnect);
@@ -131,5 +142,14 @@ mod tests {
             ExitStatus::of(&anyhow::anyhow!("something else")),
             ExitStatus::Failure
         );
+    }
+
+    #[test]
+    fn verify_cluster_exits_7_when_a_check_fails_and_8_when_it_did_not_finish() {
+        let err = anyhow::Error::new(PartialError("dns failed".into())).context("outer");
+        assert_eq!(ExitStatus::of(&err), ExitStatus::Partial);
+        let err = anyhow::Error::new(UnverifiedError("timed out".into())).context("outer");
+        assert_eq!(ExitStatus::of(&err), ExitStatus::Unverified);
+        assert_eq!(ExitStatus::Unverified as u8, 8);
     }
 }

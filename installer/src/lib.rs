@@ -35,3 +35,4 @@ pub mod runner;
 pub mod seed;
 pub mod templates;
 pub mod unpack;
+pub mod verify;

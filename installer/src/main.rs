@@ -62,6 +62,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         (Some(Command::Upgrade(args)), _) => commands::upgrade::run(&args, &cli.work_dir, &trust),
         (Some(Command::Status(args)), _) => commands::status::run(&args, &cli.work_dir),
+        (Some(Command::VerifyCluster(args)), _) => commands::verify::run(&args, &cli.work_dir),
         (Some(Command::Completions { .. } | Command::Man { .. }), _) => Ok(()),
         // The original form: `kubexm-install --bundle FILE [install flags]` means `install`.
         (None, Some(bundle)) => {

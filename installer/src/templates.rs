@@ -74,6 +74,7 @@ pub const TEMPLATES: &[(&str, &str)] = embed![
     "storage/exports-block.tera",
     "storage/local-volume.yaml.tera",
     "storage/nfs-provisioner.yaml.tera",
+    "verify/probe.yaml.tera",
 ];
 
 /// Renders one embedded template.

@@ -35,5 +35,9 @@ pub(crate) fn run(
         "install",
         "Install failed",
         "installed",
-    )
+    )?;
+    if args.verify {
+        super::verify::after_install(ctx.cluster.cluster_name(), &args.connect, work_dir)?;
+    }
+    Ok(())
 }

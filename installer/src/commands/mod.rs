@@ -20,6 +20,7 @@ pub(crate) mod seed;
 pub(crate) mod status;
 pub(crate) mod unpack;
 pub(crate) mod upgrade;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 

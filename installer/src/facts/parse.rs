@@ -80,7 +80,7 @@ pub enum ParseError {
     },
 }
 
-pub(super) fn json_err(
+pub(crate) fn json_err(
     what: &'static str,
     command: &'static str,
 ) -> impl FnOnce(serde_json::Error) -> ParseError {

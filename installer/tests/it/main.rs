@@ -38,4 +38,5 @@ mod storage;
 mod terminal;
 mod unpack;
 mod upgrade;
+mod verify;
 mod versions;
