@@ -1,7 +1,7 @@
 //! What each Kubernetes version does differently, as facts the installer reads instead of
 //! comparing version numbers itself.
 //!
-//! Every answer is an upstream fact for the range KubeXM supports (v1.20 → v1.36); the unit tests
+//! Every answer is an upstream fact for the range KubeXM supports (v1.20 → v1.37); the unit tests
 //! below pin each one and name its source. Boundaries are `major.minor` unless a fact changed in a
 //! patch release (the image registry), where the patch is part of the rule.
 //!
@@ -25,8 +25,8 @@ use crate::version::KubeVersion;
 
 /// The oldest Kubernetes version KubeXM installs.
 pub const OLDEST_SUPPORTED: KubeVersion = KubeVersion::new(1, 20, 0);
-/// The newest Kubernetes minor KubeXM installs (`1.36`).
-pub const NEWEST_SUPPORTED_MINOR: (u32, u32) = (1, 36);
+/// The newest Kubernetes minor KubeXM installs (`1.37`).
+pub const NEWEST_SUPPORTED_MINOR: (u32, u32) = (1, 37);
 
 /// The registry kubeadm pulled its images from before v1.25 (and the backports below).
 pub const K8S_GCR_IO: &str = "k8s.gcr.io";
@@ -208,7 +208,7 @@ impl KubeadmImages {
 }
 
 impl KubeVersion {
-    /// Whether this is in the range KubeXM installs (v1.20.0 → v1.36.x).
+    /// Whether this is in the range KubeXM installs (v1.20.0 → v1.37.x).
     pub fn is_supported(self) -> bool {
         self >= OLDEST_SUPPORTED && (self.major, self.minor) <= NEWEST_SUPPORTED_MINOR
     }
@@ -348,9 +348,13 @@ impl KubeVersion {
         self.at_least(1, 35)
     }
 
-    /// Whether containerd 1.x is supported: v1.35 is the last release that supports it.
+    /// Whether containerd 1.x is supported: up to v1.37. The removal announced for v1.36 was
+    /// deferred twice: the v1.36 kubelet reports a CRI runtime without the `RuntimeConfig` call
+    /// (containerd 1.x) as losing support in 1.37.0, the v1.37 kubelet says 1.38.0
+    /// (`kubelet_cri_losing_support`, cmd/kubelet/app/server.go of k8s.io/kubernetes v1.36.3
+    /// and v1.37.2).
     pub fn supports_containerd_1x(self) -> bool {
-        !self.at_least(1, 36)
+        !self.at_least(1, 38)
     }
 
     /// How far kube-proxy supports `mode` in this version: nftables is alpha behind the
@@ -412,11 +416,13 @@ mod tests {
     }
 
     #[test]
-    fn supported_range_is_v1_20_to_v1_36() {
+    fn supported_range_is_v1_20_to_v1_37() {
         assert!(v("v1.20.0").is_supported());
         assert!(v("v1.36.9").is_supported());
+        assert!(v("v1.37.0").is_supported());
+        assert!(v("v1.37.2").is_supported());
         assert!(!v("v1.19.16").is_supported());
-        assert!(!v("v1.37.0").is_supported());
+        assert!(!v("v1.38.0").is_supported());
     }
 
     /// kubeadm CHANGELOGs: v1beta3 added in v1.22, v1beta2 removed in v1.26, v1beta4 added in v1.31.
@@ -552,14 +558,18 @@ mod tests {
         assert!(KernelVersion::new(3, 10) < KernelVersion::new(4, 19));
     }
 
-    /// kubelet failCgroupV1 defaults to true from v1.35; v1.35 is the last release supporting
-    /// containerd 1.x (issue 13 items 2 and 10, Kubernetes v1.35 release notes).
+    /// kubelet failCgroupV1 defaults to true from v1.35 (issue 13 item 2). containerd 1.x: the
+    /// removal announced for v1.36 was deferred; the v1.36.3 kubelet names 1.37.0, the v1.37.2
+    /// kubelet 1.38.0 as the release that drops a runtime without RuntimeConfig (issue 33 item 8).
     #[test]
     fn cgroup_v1_and_containerd_1x() {
         assert!(!v("v1.34.11").kubelet_fails_on_cgroup_v1());
         assert!(v("v1.35.0").kubelet_fails_on_cgroup_v1());
+        assert!(v("v1.37.2").kubelet_fails_on_cgroup_v1());
         assert!(v("v1.35.8").supports_containerd_1x());
-        assert!(!v("v1.36.0").supports_containerd_1x());
+        assert!(v("v1.36.0").supports_containerd_1x());
+        assert!(v("v1.37.2").supports_containerd_1x());
+        assert!(!v("v1.38.0").supports_containerd_1x());
         assert!(!v("v1.30.14").kubelet_has_fail_cgroup_v1());
         assert!(v("v1.31.0").kubelet_has_fail_cgroup_v1());
     }

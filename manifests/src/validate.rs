@@ -1185,7 +1185,7 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
             {
                 c.add(
                     "spec.runtime.version",
-                    format!("containerd {ver} is 1.x, and Kubernetes v1.35 was the last release to support containerd 1.x"),
+                    format!("containerd {ver} is 1.x, and Kubernetes v1.37 is the last release to support containerd 1.x"),
                     "remove runtime.version to use the catalog's containerd 2.x, or set a 2.x version",
                 );
             }

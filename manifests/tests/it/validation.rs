@@ -212,7 +212,7 @@ fn kubernetes() {
         "{:?}",
         problems[0]
     );
-    // Outside v1.20 → v1.36, even when a user catalog carries it.
+    // Outside v1.20 → v1.37, even when a user catalog carries it.
     let mut old_cat = builtin();
     old_cat
         .merge(
@@ -228,6 +228,31 @@ fn kubernetes() {
         |f| f.spec.kubernetes.version = "v1.19.16".into(),
         "spec.kubernetes.version",
         "KubeXM does not install Kubernetes v1.19.16",
+    );
+    // v1.37 is supported (issue 31), but the built-in catalog lists no v1.37 release (no public
+    // sum table covers it yet): a user catalog that pins one validates; v1.38 does not.
+    expect(
+        |f| f.spec.kubernetes.version = "v1.37.2".into(),
+        "spec.kubernetes.version",
+        "v1.37.2 is not in the catalog",
+    );
+    let mut new_cat = builtin();
+    new_cat
+        .merge(
+            serde_saphyr::from_str(
+                "kubernetes:\n  - {version: v1.37.2, pause: '3.10.2', coredns: v1.14.6, etcdImage: 3.7.0-0, defaults: {containerd: '1.7.34', runc: v1.3.6, etcd: v3.6.14, crictl: v1.36.0, cni-plugins: v1.9.1, calico: v3.31.3, calicoctl: v3.31.3, helm: v3.18.4}}\n  - {version: v1.38.0, pause: '3.10.2', coredns: v1.14.6, etcdImage: 3.7.0-0}\n",
+            )
+            .expect("override parses"),
+            "test override",
+        )
+        .expect("override merges");
+    let problems = problems_with(&new_cat, |f| f.spec.kubernetes.version = "v1.37.2".into());
+    assert!(problems.is_empty(), "v1.37.2 with containerd 1.7.34: {problems:?}");
+    expect_in(
+        &new_cat,
+        |f| f.spec.kubernetes.version = "v1.38.0".into(),
+        "spec.kubernetes.version",
+        "KubeXM does not install Kubernetes v1.38.0",
     );
     // The oldest and newest supported minors validate with the built-in catalog (v1.20 without a
     // network plugin default: plugin none).
@@ -894,20 +919,15 @@ fn versions_refuse_what_cannot_work() {
         "spec.runtime.type",
         "cri-o for Kubernetes v1.30.14 is not supported",
     );
-    // containerd 1.x refused from v1.36, accepted on v1.35.
-    expect(
-        |f| {
-            f.spec.kubernetes.version = "v1.36.0".into();
+    // containerd 1.x is accepted through v1.37 (issue 33 item 8: upstream deferred its removal;
+    // the v1.37 kubelet names v1.38 as the release that drops it), on v1.36 too.
+    for version in ["v1.35.0", "v1.36.0", "v1.36.4"] {
+        let problems = problems_with(&builtin(), |f| {
+            f.spec.kubernetes.version = version.into();
             f.spec.runtime.version = Some("1.7.30".into());
-        },
-        "spec.runtime.version",
-        "containerd 1.7.30 is 1.x",
-    );
-    assert!(problems_with(&builtin(), |f| {
-        f.spec.kubernetes.version = "v1.35.0".into();
-        f.spec.runtime.version = Some("1.7.30".into());
-    })
-    .is_empty());
+        });
+        assert!(problems.is_empty(), "{version}: {problems:?}");
+    }
     // Kata Containers: containerd only (its handler is written into containerd's config).
     for kind in [RuntimeType::Docker, RuntimeType::CriO, RuntimeType::Isulad] {
         expect(
