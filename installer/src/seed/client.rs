@@ -3,13 +3,19 @@
 //! bearer-token flow (`WWW-Authenticate: Bearer realm=…`) are handled; every request is retried
 //! with backoff on 5xx and connection errors.
 //!
-//! The registry is not trusted:
-//! - credentials go to the registry itself and to a token realm only over https, or over plain
-//!   http to the very origin the user named with `--plain-http` ([`realm_allowed`]); a realm
-//!   on another host is logged;
+//! The registry is not trusted, and this client is the one place KubeXM's installer talks HTTP
+//! (a test greps the code for `reqwest` anywhere else):
+//! - every request goes to the origin the operator named (scheme, host and port): an upload
+//!   `Location` on another origin (or a relative one that would change the host) is refused
+//!   before anything is sent ([`same_origin`]), so the credentials never follow it; redirects
+//!   to another origin lose them (reqwest drops `Authorization` there);
+//! - credentials go to a token realm only over https, or over plain http to the very origin the
+//!   user named with `--plain-http` ([`realm_allowed`]); a realm on another host is logged;
 //! - every request has a stall timeout (no byte for [`Deadlines::stall`]), a total deadline
 //!   scaled by its size, and all tries of one request share [`Deadlines::retry_budget`]; when
 //!   they run out the error names the registry, the repository and the blob or manifest;
+//! - every answer read into memory has a size limit: error bodies and tokens
+//!   [`MAX_BODY_READ`], Harbor's API [`MAX_API_BODY`], `get_small` its caller's;
 //! - whatever the registry sends back is shown through [`Untrusted`] (escaped and cut).
 
 use std::collections::HashMap;
@@ -70,6 +76,14 @@ impl Deadlines {
     }
 }
 
+/// Whether `url` has the origin (scheme, host, port) of `base`: the only place requests that
+/// may carry the operator's credentials go.
+pub fn same_origin(base: &reqwest::Url, url: &reqwest::Url) -> bool {
+    url.scheme() == base.scheme()
+        && url.host_str() == base.host_str()
+        && url.port_or_known_default() == base.port_or_known_default()
+}
+
 /// Whether credentials may be sent to the token `realm` of a registry at `base`
 /// (`https://host:port` or, with `--plain-http`, `http://host:port`): an https realm anywhere,
 /// or the plain-http registry's own origin.
@@ -103,6 +117,7 @@ pub enum BlobOutcome {
 pub struct PushClient {
     http: reqwest::Client,
     base: String,
+    base_url: reqwest::Url,
     host: String,
     username: Option<String>,
     password: Option<kubexm_manifests::secret::Secret>,
@@ -154,9 +169,20 @@ impl PushClient {
             .build()
             .map_err(|e| SeedError::Setup(e.to_string()))?;
         let scheme = if target.plain_http { "http" } else { "https" };
+        let base = format!("{scheme}://{}", target.host);
+        let base_url = reqwest::Url::parse(&base)
+            .ok()
+            .filter(|u| u.path() == "/" && u.username().is_empty() && u.query().is_none())
+            .ok_or_else(|| {
+                SeedError::Setup(format!(
+                    "`{}` is not a registry address (host[:port])",
+                    Untrusted(&target.host)
+                ))
+            })?;
         Ok(Self {
             http,
-            base: format!("{scheme}://{}", target.host),
+            base,
+            base_url,
             host: target.host.clone(),
             username: target.username.clone(),
             password: target.password.clone(),
@@ -174,9 +200,76 @@ impl PushClient {
         &self.base
     }
 
-    /// The shared HTTP client (for Harbor's API).
-    pub fn http(&self) -> &reqwest::Client {
-        &self.http
+    /// The registry's `host[:port]` as the operator named it.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// `path_or_url` (a `/v2/…` or `/api/…` path, or a URL the registry sent) resolved against
+    /// the registry's base, when it stays on the registry's origin.
+    ///
+    /// # Errors
+    ///
+    /// [`SeedError::Origin`] naming the URL otherwise.
+    fn url(&self, path_or_url: &str) -> Result<reqwest::Url, SeedError> {
+        let refused = || SeedError::Origin {
+            registry: self.host.clone(),
+            url: path_or_url.to_owned(),
+        };
+        let url = self.base_url.join(path_or_url).map_err(|_| refused())?;
+        if !same_origin(&self.base_url, &url) || !url.username().is_empty() {
+            return Err(refused());
+        }
+        Ok(url)
+    }
+
+    /// One call of an HTTP API of the registry (Harbor's `/api/v2.0/…`): the request to the
+    /// registry's own origin with the operator's credentials (Basic), the whole exchange within
+    /// [`Deadlines::base`], the answer's body at most [`MAX_API_BODY`] bytes. Not retried.
+    ///
+    /// # Errors
+    ///
+    /// [`SeedError::Protocol`] for a transport error, a deadline passed or a body too large;
+    /// [`SeedError::Origin`] for a path that leaves the registry.
+    pub async fn api(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        json: Option<&serde_json::Value>,
+    ) -> Result<(StatusCode, Vec<u8>), SeedError> {
+        let url = self.url(path)?;
+        let deadline = self.deadlines.base;
+        let what = format!("{method} {}", Untrusted(path));
+        let fail = |detail: String| SeedError::Protocol {
+            registry: self.host.clone(),
+            detail: format!("{what}: {detail}"),
+        };
+        let mut req = self
+            .http
+            .request(method.clone(), url)
+            .query(query)
+            .timeout(deadline);
+        if let Some(body) = json {
+            req = req.json(body);
+        }
+        if let Some(auth) = self.basic() {
+            req = req.header(AUTHORIZATION, auth);
+        }
+        let exchange = async {
+            let resp = req.send().await.map_err(|e| fail(chain(&e)))?;
+            let status = resp.status();
+            let body = read_limited(resp, MAX_API_BODY)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            Ok::<_, SeedError>((status, body))
+        };
+        match tokio::time::timeout(deadline, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(fail(format!(
+                "no complete answer within {deadline:?}; check that the registry is Harbor and reachable"
+            ))),
+        }
     }
 
     /// Makes sure `digest` (content at `path`, `size` bytes) is in `repo`; mounts from `from` when given.
@@ -540,6 +633,8 @@ impl PushClient {
         Ok(())
     }
 
+    /// The upload URL of a `Location` answer, resolved against the registry and refused when it
+    /// leaves the registry's origin.
     fn location(&self, resp: &reqwest::Response, repo: &str) -> Result<String, SeedError> {
         let loc = resp
             .headers()
@@ -549,13 +644,7 @@ impl PushClient {
                 registry: self.host.clone(),
                 detail: format!("upload to {repo} answered without a Location header"),
             })?;
-        Ok(
-            if loc.starts_with("http://") || loc.starts_with("https://") {
-                loc.to_owned()
-            } else {
-                format!("{}{loc}", self.base)
-            },
-        )
+        Ok(self.url(loc)?.to_string())
     }
 
     async fn status_error(
@@ -586,11 +675,7 @@ impl PushClient {
         body: Body,
     ) -> Result<reqwest::Response, SeedError> {
         let repo = op.repo;
-        let url = if path_or_url.starts_with("http") {
-            path_or_url.to_owned()
-        } else {
-            format!("{}{path_or_url}", self.base)
-        };
+        let url = self.url(path_or_url)?;
         let started = Instant::now();
         let budget = self.deadlines.retry_budget;
         let per_request = self.deadlines.for_size(op.bytes);
@@ -615,7 +700,7 @@ impl PushClient {
             };
             let mut req = self
                 .http
-                .request(method.clone(), &url)
+                .request(method.clone(), url.clone())
                 .timeout(per_request.min(left))
                 .headers(headers.clone());
             req = match &body {
@@ -637,14 +722,22 @@ impl PushClient {
                 {
                     return Err(SeedError::Unauthorized {
                         registry: self.host.clone(),
-                        detail: format!("{method} {} answered {}", Untrusted(&url), resp.status()),
+                        detail: format!(
+                            "{method} {} answered {}",
+                            Untrusted(url.as_str()),
+                            resp.status()
+                        ),
                     });
                 }
                 Ok(resp)
                     if resp.status().is_server_error()
                         || resp.status() == StatusCode::TOO_MANY_REQUESTS =>
                 {
-                    last = format!("{method} {} answered {}", Untrusted(&url), resp.status());
+                    last = format!(
+                        "{method} {} answered {}",
+                        Untrusted(url.as_str()),
+                        resp.status()
+                    );
                     last_status = Some(resp.status());
                     tracing::warn!(registry = %self.host, repo, object = op.object, attempt, error = %last, "retrying");
                 }
@@ -659,7 +752,7 @@ impl PushClient {
                     } else {
                         chain(&e)
                     };
-                    last = format!("{method} {}: {}", Untrusted(&url), Untrusted(&why));
+                    last = format!("{method} {}: {}", Untrusted(url.as_str()), Untrusted(&why));
                     last_status = None;
                     tracing::warn!(registry = %self.host, repo, object = op.object, attempt, error = %last, "retrying");
                 }
@@ -807,7 +900,25 @@ struct Op<'a> {
 }
 
 /// Largest response body read for an error message or a token.
-const MAX_BODY_READ: usize = 64 * 1024;
+pub const MAX_BODY_READ: usize = 64 * 1024;
+
+/// Largest answer of Harbor's API read ([`PushClient::api`]): a project list of one name.
+pub const MAX_API_BODY: u64 = 1 << 20;
+
+/// The body of `resp`, refused past `max` bytes (the request's own deadline bounds the time).
+async fn read_limited(mut resp: reqwest::Response, max: u64) -> Result<Vec<u8>, String> {
+    if resp.content_length().is_some_and(|n| n > max) {
+        return Err(format!("the answer is larger than {max} bytes"));
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| chain(&e))? {
+        if out.len() as u64 + chunk.len() as u64 > max {
+            return Err(format!("the answer is larger than {max} bytes"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
 
 /// At most [`MAX_BODY_READ`] bytes of a response body, within `stall` per chunk.
 async fn read_capped(mut resp: reqwest::Response, stall: Duration) -> Vec<u8> {

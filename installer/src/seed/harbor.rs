@@ -1,50 +1,39 @@
-//! Harbor project creation through its v2.0 API (`GET/POST /api/v2.0/projects`).
+//! Harbor project creation through its v2.0 API (`GET/POST /api/v2.0/projects`), over
+//! [`PushClient::api`]: the registry's own origin, a total deadline and a size limit on every
+//! answer; whatever Harbor says is escaped when shown.
 
-use base64::Engine;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 
-use super::{RegistryTarget, SeedError};
+use super::{PushClient, SeedError};
 
 /// Creates every project in `projects` that Harbor does not have yet; returns those created.
+///
+/// # Errors
+///
+/// [`SeedError::Harbor`] naming the request and what Harbor answered; [`SeedError::Protocol`]
+/// for an answer too slow or too large.
 pub async fn ensure_projects(
-    http: &reqwest::Client,
-    base: &str,
-    target: &RegistryTarget,
+    client: &PushClient,
     projects: &[String],
     public: bool,
 ) -> Result<Vec<String>, SeedError> {
-    let auth = match (&target.username, &target.password) {
-        (Some(u), Some(p)) => Some(format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{}", p.expose()))
-        )),
-        _ => None,
-    };
     let err = |detail: String| SeedError::Harbor {
-        registry: target.host.clone(),
+        registry: client.host().to_owned(),
         detail,
     };
     let mut created = Vec::new();
     for project in projects {
-        let mut req = http
-            .get(format!("{base}/api/v2.0/projects"))
-            .query(&[("name", project.as_str())]);
-        if let Some(a) = &auth {
-            req = req.header(reqwest::header::AUTHORIZATION, a);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| err(format!("GET /api/v2.0/projects?name={project}: {e}")))?;
-        let status = resp.status();
-        let body = resp.text().await.unwrap_or_default();
+        let path = "/api/v2.0/projects";
+        let (status, body) = client
+            .api(Method::GET, path, &[("name", project.as_str())], None)
+            .await?;
         if !status.is_success() {
             return Err(err(format!(
-                "GET /api/v2.0/projects?name={project} answered {status}: {}",
+                "GET {path}?name={project} answered {status}: {}",
                 harbor_message(&body)
             )));
         }
-        let list: serde_json::Value = serde_json::from_str(&body)
+        let list: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| err(format!("project list is not JSON: {e}")))?;
         let exists = list.as_array().is_some_and(|a| {
             a.iter()
@@ -57,21 +46,13 @@ pub async fn ensure_projects(
             "project_name": project,
             "metadata": { "public": if public { "true" } else { "false" } },
         });
-        let mut req = http
-            .post(format!("{base}/api/v2.0/projects"))
-            .json(&payload);
-        if let Some(a) = &auth {
-            req = req.header(reqwest::header::AUTHORIZATION, a);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| err(format!("POST /api/v2.0/projects: {e}")))?;
-        match resp.status() {
+        let (status, body) = client
+            .api(Method::POST, "/api/v2.0/projects", &[], Some(&payload))
+            .await?;
+        match status {
             StatusCode::CREATED => created.push(project.clone()),
             StatusCode::CONFLICT => {}
             s => {
-                let body = resp.text().await.unwrap_or_default();
                 let hint = if s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN {
                     "; the user needs the right to create projects (e.g. the Harbor admin)"
                 } else {
@@ -87,15 +68,17 @@ pub async fn ensure_projects(
     Ok(created)
 }
 
-/// Harbor's `{"errors":[{"code":…,"message":…}]}` as `code: message`, else the raw body.
-fn harbor_message(body: &str) -> String {
-    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+/// Harbor's `{"errors":[{"code":…,"message":…}]}` as `code: message`, else the raw body (its
+/// start); shown through [`SeedError::Harbor`], which escapes it.
+fn harbor_message(body: &[u8]) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let msgs: Vec<String> = parsed
         .as_ref()
         .and_then(|v| v.get("errors"))
         .and_then(|e| e.as_array())
         .map(|a| {
             a.iter()
+                .take(10)
                 .map(|e| {
                     format!(
                         "{}: {}",
@@ -107,7 +90,10 @@ fn harbor_message(body: &str) -> String {
         })
         .unwrap_or_default();
     if msgs.is_empty() {
-        body.chars().take(300).collect()
+        String::from_utf8_lossy(&body[..body.len().min(1200)])
+            .chars()
+            .take(300)
+            .collect()
     } else {
         msgs.join("; ")
     }

@@ -25,7 +25,9 @@ use kubexm_manifests::model::RewriteMode;
 use kubexm_manifests::secret::Secret;
 use serde::Deserialize;
 
-pub use client::{realm_allowed, BlobOutcome, Deadlines, PushClient, CATALOG, CHUNK};
+pub use client::{
+    realm_allowed, same_origin, BlobOutcome, Deadlines, PushClient, CATALOG, CHUNK, MAX_API_BODY,
+};
 
 /// The registry to seed.
 #[derive(Debug, Clone)]
@@ -92,7 +94,7 @@ pub enum SeedError {
     #[error("{0}")]
     Setup(String),
     /// A layout file could not be read.
-    #[error("cannot read `{path}` from the unpacked bundle")]
+    #[error("cannot read `{}` from the unpacked bundle", UntrustedMax(.path.to_string_lossy(), 1000))]
     Read {
         /// File.
         path: PathBuf,
@@ -121,6 +123,18 @@ pub enum SeedError {
         registry: String,
         /// The realm of the Bearer challenge.
         realm: String,
+    },
+    /// A URL the registry sent (an upload `Location`) leaves the origin the operator named:
+    /// nothing is sent there, with or without credentials.
+    #[error(
+        "registry {registry}: refusing to follow `{}`: it is not on the registry's own origin (the scheme, host and port given), and requests there would carry the credentials; check the registry's external URL setting",
+        UntrustedMax(.url, 500)
+    )]
+    Origin {
+        /// Registry.
+        registry: String,
+        /// The URL, as sent.
+        url: String,
     },
     /// Unexpected status.
     #[error("registry {registry}: {what} in {} answered {status}: {}", Untrusted(.repo), Untrusted(.body))]
@@ -292,16 +306,9 @@ pub async fn seed_with(
             if projects.is_empty() {
                 continue;
             }
-            report.projects_created.extend(
-                harbor::ensure_projects(
-                    client.http(),
-                    client.base(),
-                    &opts.target,
-                    &projects,
-                    visibility,
-                )
-                .await?,
-            );
+            report
+                .projects_created
+                .extend(harbor::ensure_projects(&client, &projects, visibility).await?);
         }
     }
 

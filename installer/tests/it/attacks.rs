@@ -49,6 +49,8 @@ enum Reply {
     Send(u16, Vec<(String, String)>, Vec<u8>),
     /// Send `bytes` one at a time, `every` apart (a registry that is never quite silent).
     Trickle(Vec<u8>, Duration),
+    /// Send `head`, then spaces for as long as the client reads (an answer without end).
+    Endless(Vec<u8>),
 }
 
 type Handler = dyn Fn(&Seen) -> Reply + Send + Sync;
@@ -151,6 +153,14 @@ fn serve(stream: TcpStream, handler: &Handler, record: &Mutex<Vec<Seen>>) {
                         return;
                     }
                 }
+                return;
+            }
+            Reply::Endless(head) => {
+                if out.write_all(&head).is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 64 << 10];
+                while out.write_all(&chunk).is_ok() {}
                 return;
             }
         }
@@ -553,5 +563,353 @@ fn attack_inline_password_world_readable_after_unpack() {
         mode(&work),
         0o700,
         "a work directory KubeXM creates is private"
+    );
+}
+
+/// A registry that asks for Basic credentials, then answers every upload start with `location`.
+fn basic_registry_sending_uploads_to(location: String) -> StandIn {
+    StandIn::start(move |seen| {
+        if seen.header("authorization").is_none() {
+            return send(401, &[("www-authenticate", r#"Basic realm="r""#)], b"");
+        }
+        match seen.method.as_str() {
+            "POST" => send(202, &[("location", location.as_str())], b""),
+            _ => accepting(seen),
+        }
+    })
+}
+
+#[test]
+fn attack_upload_location_takes_the_credentials_to_another_host() {
+    // The registry sends the upload to another address over plain http: before the fix, the
+    // PATCH/PUT carried the Basic `Authorization` there. Three spellings of another origin:
+    // absolute, scheme-relative, and a relative one that the old concatenation
+    // (`http://127.0.0.1:PORT` + `@127.0.0.1:THIEF/…`) turned into a URL whose host is the thief.
+    let thief = StandIn::start(|_| send(201, &[], b""));
+    for (location, refused) in [
+        (format!("http://127.0.0.1:{}/upload/1", thief.port), true),
+        (format!("//127.0.0.1:{}/upload/1", thief.port), true),
+        (format!("@127.0.0.1:{}/upload/1", thief.port), false),
+    ] {
+        let registry = basic_registry_sending_uploads_to(location.clone());
+        let tree = tree(honest_manifest);
+        let result = runtime().block_on(seed(
+            &tree.dir,
+            &tree.manifest,
+            &options(registry.host(), Some(("admin", "hunter2-secret"))),
+        ));
+        assert!(
+            thief.seen().is_empty(),
+            "{location}: a request reached the other host: {:?}",
+            thief.seen()
+        );
+        if refused {
+            let text = result.expect_err("another origin is refused").to_string();
+            assert!(
+                text.contains("not on the registry's own origin") && text.contains(&location),
+                "{location}: {text}"
+            );
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(
+                !registry
+                    .seen()
+                    .iter()
+                    .any(|s| s.method == "PATCH" || s.method == "PUT"),
+                "nothing uploaded"
+            );
+        }
+    }
+}
+
+/// A client for a Harbor stand-in at `host`, held to a 2 s deadline per call.
+fn harbor_client(host: String) -> kubexm_install::seed::PushClient {
+    let target = options(host, Some(("admin", "HarborTest1"))).target;
+    kubexm_install::seed::PushClient::with_deadlines(
+        &target,
+        1,
+        Duration::from_millis(10),
+        kubexm_install::seed::CHUNK,
+        kubexm_install::seed::Deadlines {
+            stall: Duration::from_secs(30),
+            base: Duration::from_secs(2),
+            min_rate: 1 << 20,
+            retry_budget: Duration::from_secs(10),
+        },
+    )
+    .expect("client")
+}
+
+#[test]
+fn attack_harbor_api_trickles_forever() {
+    // One byte every 300 ms: never silent long enough for a stall timeout (30 s here), so
+    // before the fix the project list was waited on for as long as Harbor kept sending.
+    let harbor = StandIn::start(|_| {
+        Reply::Trickle(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n[".repeat(100),
+            Duration::from_millis(300),
+        )
+    });
+    let client = harbor_client(harbor.host());
+    let started = Instant::now();
+    let err = runtime()
+        .block_on(kubexm_install::seed::harbor::ensure_projects(
+            &client,
+            &["kubexm".to_owned()],
+            false,
+        ))
+        .expect_err("no complete answer");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "bounded by the deadline: {took:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&harbor.host()) && text.contains("GET /api/v2.0/projects"),
+        "names the registry and the call: {text}"
+    );
+}
+
+#[test]
+fn attack_harbor_api_answer_without_end() {
+    // An answer that never ends (with and without a Content-Length): before the fix,
+    // `text()` kept all of it in memory (1.5 GiB took the process to 4.7 GB).
+    for head in [
+        &b"HTTP/1.1 200 OK\r\ncontent-length: 1610612736\r\n\r\n"[..],
+        &b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n"[..],
+    ] {
+        let harbor = StandIn::start(move |_| Reply::Endless(head.to_vec()));
+        let client = harbor_client(harbor.host());
+        let err = runtime()
+            .block_on(kubexm_install::seed::harbor::ensure_projects(
+                &client,
+                &["kubexm".to_owned()],
+                false,
+            ))
+            .expect_err("too large");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!(
+                "larger than {} bytes",
+                kubexm_install::seed::MAX_API_BODY
+            )),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn attack_harbor_error_body_drives_the_terminal() {
+    let fake = "{\"errors\":[{\"code\":\"\u{1b}[2K\",\"message\":\"\rseeded OK\u{1b}[0m\"}]}";
+    let harbor = StandIn::start(move |_| send(500, &[], fake.as_bytes()));
+    let client = harbor_client(harbor.host());
+    let err = runtime()
+        .block_on(kubexm_install::seed::harbor::ensure_projects(
+            &client,
+            &["kubexm".to_owned()],
+            false,
+        ))
+        .expect_err("500");
+    let text = err.to_string();
+    assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+    assert!(text.contains(r"\u{1b}[2K"), "{text}");
+}
+
+/// The workspace's Rust sources outside tests: `(path from the workspace root, text)`.
+fn workspace_sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned();
+    let mut out = Vec::new();
+    let mut dirs: Vec<PathBuf> = ["installer", "builder", "bundles", "manifests", "osrepo"]
+        .iter()
+        .map(|c| root.join(c).join("src"))
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).expect("source");
+                // Inline unit tests may do as they like.
+                let code = text
+                    .split("\n#[cfg(test)]")
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let rel = p
+                    .strip_prefix(&root)
+                    .expect("under root")
+                    .display()
+                    .to_string();
+                out.push((rel, code));
+            }
+        }
+    }
+    assert!(out.len() > 50, "found the sources: {}", out.len());
+    out
+}
+
+/// The places allowed to talk HTTP, each for a reason.
+const HTTP_CLIENTS: &[(&str, &str)] = &[
+    (
+        "installer/src/seed/client.rs",
+        "the installer's one client: origin-pinned credentials, deadlines, size limits",
+    ),
+    (
+        "builder/src/fetch.rs",
+        "the builder's downloader: no credentials, every file checked against its pinned sha256, documents capped",
+    ),
+    (
+        "builder/src/credentials.rs",
+        "the builder's registry credentials, in oci-client's type, for images.rs",
+    ),
+    (
+        "builder/src/images.rs",
+        "the builder's image puller (oci-client): upstream registries, every blob checked against its digest",
+    ),
+];
+
+#[test]
+fn http_and_untrusted_text_go_through_their_one_helper() {
+    let sources = workspace_sources();
+    let mut bypasses = Vec::new();
+    let allowed = |file: &str| HTTP_CLIENTS.iter().any(|(f, _)| *f == file);
+    for (file, code) in &sources {
+        for (n, line) in code.lines().enumerate() {
+            let at = format!("{file}:{}", n + 1);
+            // 1. No HTTP client, request or raw response outside the clients.
+            let client_use = [
+                "reqwest::Client",
+                "reqwest::ClientBuilder",
+                "reqwest::get(",
+                "reqwest::blocking",
+                "reqwest::Response",
+                "reqwest::RequestBuilder",
+                "oci_client::",
+                "hyper::",
+                "ureq::",
+            ];
+            if !allowed(file) && client_use.iter().any(|p| line.contains(p)) {
+                bypasses.push(format!(
+                    "{at}: HTTP outside the one client: {}",
+                    line.trim()
+                ));
+            }
+            // 2. No answer read whole without a limit (`text()`, `bytes()`, `json()`).
+            for read in [
+                ".text().await",
+                ".bytes().await",
+                ".json().await",
+                ".json::<",
+            ] {
+                if line.contains(read) {
+                    bypasses.push(format!(
+                        "{at}: an answer read without a size limit: {}",
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    // 3. Errors about what came from outside (registry answers, split indexes, deltas, bundle
+    // manifests, backups, KubeKey files, trust checks) print it escaped: no `.display()` and no
+    // raw `{name}` of a field that holds outside text, in their `#[error]` messages.
+    const OUTSIDE: &[&str] = &[
+        "installer/src/seed/mod.rs",
+        "installer/src/seed/client.rs",
+        "installer/src/seed/harbor.rs",
+        "installer/src/intake/trust.rs",
+        "installer/src/backup/mod.rs",
+        "bundles/src/split.rs",
+        "bundles/src/delta.rs",
+        "bundles/src/check.rs",
+        "bundles/src/regular.rs",
+        "manifests/src/import/mod.rs",
+    ];
+    const RAW_FIELDS: &[&str] = &[
+        "path",
+        "name",
+        "reason",
+        "detail",
+        "body",
+        "url",
+        "realm",
+        "release",
+        "version",
+        "bundle",
+        "repo",
+        "reference",
+        "value",
+        "location",
+        "cluster",
+        "kind",
+        "api_version",
+        "signature",
+        "from",
+    ];
+    for file in OUTSIDE {
+        let code = &sources
+            .iter()
+            .find(|(f, _)| f == file)
+            .unwrap_or_else(|| panic!("{file} is gone: update this list"))
+            .1;
+        for attr in code.split("#[error(").skip(1) {
+            let attr = attr.split(")]\n").next().unwrap_or_default();
+            if attr.trim_start().starts_with("transparent") {
+                continue;
+            }
+            if attr.contains(".display()") {
+                bypasses.push(format!("{file}: `.display()` in #[error({attr})]"));
+            }
+            let format = attr.split('"').nth(1).unwrap_or_default();
+            for field in RAW_FIELDS {
+                if format.contains(&format!("{{{field}}}")) {
+                    bypasses.push(format!("{file}: raw `{{{field}}}` in #[error({attr})]"));
+                }
+            }
+        }
+    }
+    // 4. The commands that print what a bundle, split index, delta or backup says print it
+    // escaped: no raw path in the functions that do.
+    for (file, function) in [
+        ("builder/src/commands/verify.rs", "pub fn run("),
+        ("installer/src/commands/backup.rs", "fn verify("),
+        ("installer/src/commands/backup.rs", "fn verify_report("),
+        ("installer/src/commands/mod.rs", "pub(crate) fn take_in("),
+    ] {
+        let code = &sources.iter().find(|(f, _)| f == file).expect("file").1;
+        let body = code
+            .split(function)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{file}: `{function}` is gone: update this list"))
+            .split("\n}\n")
+            .next()
+            .unwrap_or_default();
+        for print in [
+            "println!(",
+            "eprintln!(",
+            "print!(",
+            "eprint!(",
+            "writeln!(",
+            "format!(",
+        ] {
+            for call in body.split(print).skip(1) {
+                let call = call.split(");").next().unwrap_or_default();
+                if call.contains(".display()") {
+                    bypasses.push(format!(
+                        "{file} {function}: `{print}` prints a path raw: {call}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        bypasses.is_empty(),
+        "{} bypass(es) of the one client / the one printing helper:\n{}",
+        bypasses.len(),
+        bypasses.join("\n")
     );
 }

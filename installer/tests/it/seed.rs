@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use kubexm_bundles::manifest::{BundleManifest, ImageRecord};
 use kubexm_install::seed::harbor::ensure_projects;
-use kubexm_install::seed::{seed, target_reference, RegistryTarget, SeedError, SeedOptions};
+use kubexm_install::seed::{
+    seed, target_reference, PushClient, RegistryTarget, SeedError, SeedOptions, CHUNK,
+};
 use kubexm_manifests::model::RewriteMode;
 use kubexm_manifests::secret::Secret;
 use kubexm_testkit::{
@@ -486,6 +488,11 @@ pub(crate) fn harbor_stand_in(existing: &[&str]) -> HarborStandIn {
     HarborStandIn { port, projects }
 }
 
+/// The push client Harbor's API goes through, one try per request.
+pub(crate) fn harbor_client(target: &RegistryTarget) -> PushClient {
+    PushClient::new(target, 1, Duration::from_millis(10), CHUNK).expect("client")
+}
+
 #[test]
 fn harbor_projects_are_created_once_with_clear_errors() {
     let stand_in = harbor_stand_in(&["library"]);
@@ -496,12 +503,11 @@ fn harbor_projects_are_created_once_with_clear_errors() {
         username: Some("admin".into()),
         password: Some(Secret::new("HarborTest1")),
     };
-    let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{}", stand_in.port);
+    let client = harbor_client(&target);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let wanted = vec!["library".to_owned(), "kubexm".to_owned(), "kube".to_owned()];
     let created = rt
-        .block_on(ensure_projects(&http, &base, &target, &wanted, false))
+        .block_on(ensure_projects(&client, &wanted, false))
         .expect("projects");
     assert_eq!(
         created,
@@ -517,18 +523,12 @@ fn harbor_projects_are_created_once_with_clear_errors() {
         "private when asked"
     );
     let again = rt
-        .block_on(ensure_projects(&http, &base, &target, &wanted, false))
+        .block_on(ensure_projects(&client, &wanted, false))
         .expect("projects");
     assert!(again.is_empty(), "nothing created twice");
 
     let e = rt
-        .block_on(ensure_projects(
-            &http,
-            &base,
-            &target,
-            &["forbidden".to_owned()],
-            true,
-        ))
+        .block_on(ensure_projects(&client, &["forbidden".to_owned()], true))
         .expect_err("403");
     let msg = e.to_string();
     assert!(
@@ -540,7 +540,7 @@ fn harbor_projects_are_created_once_with_clear_errors() {
     let mut bad = target.clone();
     bad.password = Some(Secret::new("nope"));
     let e = rt
-        .block_on(ensure_projects(&http, &base, &bad, &wanted, true))
+        .block_on(ensure_projects(&harbor_client(&bad), &wanted, true))
         .expect_err("401");
     assert!(
         e.to_string().contains("401") && !e.to_string().contains("nope"),
