@@ -35,6 +35,10 @@ pub(crate) struct Cli {
     /// carry a signature by it (`FILE.minisig`), checked before anything is unpacked.
     #[arg(long = "trusted-key", global = true, value_name = "KEY.pub")]
     pub(crate) trusted_keys: Vec<PathBuf>,
+    /// Refuse every bundle when no trusted key is configured, instead of warning (also
+    /// `KUBEXM_REQUIRE_SIGNATURE=1`, the site's setting).
+    #[arg(long, global = true)]
+    pub(crate) require_signature: bool,
     /// Steps other than a full install.
     #[command(subcommand)]
     pub(crate) command: Option<Command>,

@@ -23,7 +23,8 @@ fn run(cli: Cli) -> Result<()> {
         _ => {}
     }
     let trust = kubexm_install::intake::trust::TrustPolicy::load(&cli.trusted_keys)
-        .context("Failed to load the trusted keys")?;
+        .context("Failed to load the trusted keys")?
+        .require_signature(cli.require_signature);
     match (cli.command, cli.bundle) {
         (Some(Command::Install(args)), top_bundle) => {
             let Some(bundle) = args.bundle.or(top_bundle) else {

@@ -30,6 +30,7 @@ use anyhow::{Context, Result};
 use kubexm_install::intake::trust::TrustPolicy;
 use kubexm_install::intake::{prepare, Prepared};
 use kubexm_install::seed::{RegistryTarget, SeedOptions};
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 use kubexm_manifests::model::RewriteMode;
 use kubexm_manifests::secret::Secret;
 
@@ -44,35 +45,42 @@ pub(crate) fn take_in(
     trust: &TrustPolicy,
     registry: Option<&SeedOptions>,
 ) -> Result<Prepared> {
-    if !trust.is_configured() {
-        eprintln!(
-            "warning: no trusted key is configured (--trusted-key or {}): the signature of `{}` is not checked",
-            kubexm_install::intake::trust::TRUSTED_KEYS_ENV,
-            bundle.display()
-        );
+    if !trust.is_configured() && !trust.requires_signature() {
+        eprint!("{}", unsigned_warning(bundle));
     }
+    let shown = UntrustedMax(bundle.to_string_lossy(), 1000);
     let prepared = prepare(bundle, work_dir, trust, registry)
-        .with_context(|| format!("Failed to unpack `{}`", bundle.display()))?;
+        .with_context(|| format!("Failed to unpack `{shown}`"))?;
     if let Some(v) = &prepared.verified {
         eprintln!(
-            "{}: signed by trusted key {} ({})",
-            bundle.display(),
-            v.key,
-            v.trusted_comment
-                .chars()
-                .filter(|c| !c.is_control())
-                .collect::<String>()
+            "{shown}: signed by trusted key {} ({})",
+            Untrusted(&v.key),
+            Untrusted(&v.trusted_comment)
         );
     }
     if let Some(d) = &prepared.delta_of {
         eprintln!(
-            "{}: delta bundle {} completed from the site into {}",
-            bundle.display(),
-            d.digest,
-            prepared.unpacked.dir.display()
+            "{shown}: delta bundle {} completed from the site into {}",
+            Untrusted(&d.digest),
+            UntrustedMax(prepared.unpacked.dir.to_string_lossy(), 1000)
         );
     }
     Ok(prepared)
+}
+
+/// The warning every command that reads a bundle prints when no key is trusted: what is at
+/// stake and the two ways out, set apart so that it is not lost among progress lines.
+fn unsigned_warning(bundle: &std::path::Path) -> String {
+    use kubexm_install::intake::trust::{REQUIRE_SIGNATURE_ENV, TRUSTED_KEYS_ENV};
+    let shown = UntrustedMax(bundle.to_string_lossy(), 1000);
+    format!(
+        "warning: ==================================================================\n\
+         warning: no trusted key is configured (--trusted-key or {TRUSTED_KEYS_ENV}): the signature of `{shown}` is NOT checked.\n\
+         warning: Whoever could change this file on its way here decides what runs on\n\
+         warning: every node. Pass --trusted-key KEY.pub with the builder's public key;\n\
+         warning: --require-signature (or {REQUIRE_SIGNATURE_ENV}=1) makes this a refusal.\n\
+         warning: ==================================================================\n"
+    )
 }
 
 /// The registry named by `args` and how to reach it (`None` without `--registry`); the

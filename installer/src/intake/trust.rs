@@ -1,6 +1,7 @@
 //! Signature checks before unpacking: with trusted keys configured, a bundle must carry a
 //! signature (`<bundle>.minisig`, minisign format) over its content digest made by one of them,
-//! and a split bundle's index must be signed too; without keys, the caller warns.
+//! and a split bundle's index must be signed too; without keys, the caller warns, and with
+//! `--require-signature` (or [`REQUIRE_SIGNATURE_ENV`]) the bundle is refused.
 //!
 //! The content digest is read from the head of the stream (the sha256 of `SHA256SUMS`), so the
 //! check costs two small entries, not a pass over the bundle. The unpack that follows re-reads
@@ -18,12 +19,17 @@ use super::source::{beside, BundleSource};
 /// `--trusted-key`.
 pub const TRUSTED_KEYS_ENV: &str = "KUBEXM_TRUSTED_KEYS";
 
+/// Environment variable that makes a bundle without a trusted key a refusal, as
+/// `--require-signature` does (`1`, `true` or `yes`): the site's setting, for hosts where every
+/// operator must check signatures.
+pub const REQUIRE_SIGNATURE_ENV: &str = "KUBEXM_REQUIRE_SIGNATURE";
+
 /// Why a bundle is not trusted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrustError {
     /// A trusted key file cannot be read or is not a minisign public key.
-    #[error("cannot use trusted key `{}`", path.display())]
+    #[error("cannot use trusted key `{}`", shown(path))]
     Key {
         /// The key file.
         path: PathBuf,
@@ -31,8 +37,14 @@ pub enum TrustError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A signature is required but no key is trusted to check it.
+    #[error("`{}` is refused: a signature is required (--require-signature or {REQUIRE_SIGNATURE_ENV}) but no trusted key is configured to check it; pass --trusted-key KEY.pub (or set {TRUSTED_KEYS_ENV}) with the public key of whoever built the bundle", shown(bundle))]
+    NoTrustedKey {
+        /// The bundle.
+        bundle: PathBuf,
+    },
     /// Keys are configured but the bundle has no signature.
-    #[error("`{}` is not signed: `{}` is missing, and trusted keys are configured, so unsigned bundles are refused", bundle.display(), signature.display())]
+    #[error("`{}` is not signed: `{}` is missing, and trusted keys are configured, so unsigned bundles are refused", shown(bundle), shown(signature))]
     Unsigned {
         /// The bundle.
         bundle: PathBuf,
@@ -40,7 +52,7 @@ pub enum TrustError {
         signature: PathBuf,
     },
     /// The signature file cannot be read or parsed.
-    #[error("cannot read the signature `{}`", path.display())]
+    #[error("cannot read the signature `{}`", shown(path))]
     BadSignatureFile {
         /// The signature.
         path: PathBuf,
@@ -49,7 +61,7 @@ pub enum TrustError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The signature does not verify against the trusted keys.
-    #[error("`{}` is refused", what.display())]
+    #[error("`{}` is refused", shown(what))]
     Refused {
         /// The bundle or index.
         what: PathBuf,
@@ -58,7 +70,7 @@ pub enum TrustError {
         source: SignError,
     },
     /// The head of the bundle cannot be read.
-    #[error("cannot read the head of `{}`", bundle.display())]
+    #[error("cannot read the head of `{}`", shown(bundle))]
     Head {
         /// The bundle.
         bundle: PathBuf,
@@ -67,7 +79,7 @@ pub enum TrustError {
         source: HeadError,
     },
     /// What was unpacked is not what was verified.
-    #[error("`{}` changed after its signature was checked: content digest {unpacked}, signed {signed}", bundle.display())]
+    #[error("`{}` changed after its signature was checked: content digest {}, signed {}", shown(bundle), .unpacked, .signed)]
     Changed {
         /// The bundle.
         bundle: PathBuf,
@@ -78,10 +90,16 @@ pub enum TrustError {
     },
 }
 
+/// A path for a message, escaped: a split bundle's name comes from its index.
+fn shown(path: &Path) -> kubexm_manifests::display::UntrustedMax<std::borrow::Cow<'_, str>> {
+    kubexm_manifests::display::UntrustedMax(path.to_string_lossy(), 1000)
+}
+
 /// The trusted keys.
 #[derive(Debug, Clone, Default)]
 pub struct TrustPolicy {
     keys: Vec<PublicKey>,
+    require: bool,
 }
 
 /// A bundle whose signature verified.
@@ -137,7 +155,22 @@ impl TrustPolicy {
                 PublicKey::parse(&text).map_err(|e| key_err(Box::new(e)))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { keys })
+        let require = std::env::var(REQUIRE_SIGNATURE_ENV)
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
+        Ok(Self { keys, require })
+    }
+
+    /// The policy that also refuses any bundle when no key is trusted (`--require-signature`);
+    /// `false` keeps what [`REQUIRE_SIGNATURE_ENV`] said.
+    #[must_use]
+    pub fn require_signature(mut self, require: bool) -> Self {
+        self.require |= require;
+        self
+    }
+
+    /// Whether a bundle is refused when no key is trusted.
+    pub fn requires_signature(&self) -> bool {
+        self.require
     }
 
     /// Whether any key is trusted (then unsigned bundles are refused).
@@ -151,10 +184,13 @@ impl TrustPolicy {
     ///
     /// See [`TrustError`].
     pub fn check(&self, source: &BundleSource) -> Result<Option<Verified>, TrustError> {
+        let bundle = source.bundle_path();
         if !self.is_configured() {
+            if self.require {
+                return Err(TrustError::NoTrustedKey { bundle });
+            }
             return Ok(None);
         }
-        let bundle = source.bundle_path();
         if let BundleSource::Parts {
             index_path,
             index_bytes,

@@ -22,6 +22,7 @@ fn install(work: &Path, args: &[&str]) -> Output {
         .arg(work)
         .args(args)
         .env_remove("KUBEXM_TRUSTED_KEYS")
+        .env_remove("KUBEXM_REQUIRE_SIGNATURE")
         .output()
         .expect("kubexm-install runs")
 }
@@ -188,6 +189,37 @@ fn trusted_keys_refuse_unsigned_and_foreign_bundles_before_unpacking() {
         "{}",
         text(&out.stderr)
     );
+    assert!(
+        text(&out.stderr).contains("--require-signature"),
+        "the warning names the way to refuse: {}",
+        text(&out.stderr)
+    );
+
+    // --require-signature, or the site's setting: no key is a refusal (exit 4), nothing read.
+    let work3 = work2.with_file_name("work3");
+    let bundle = other.display().to_string();
+    let flag = install(
+        &work3,
+        &["--require-signature", "unpack", "--bundle", &bundle],
+    );
+    let setting = Command::new(BIN)
+        .arg("--work-dir")
+        .arg(&work3)
+        .args(["unpack", "--bundle", &bundle])
+        .env_remove("KUBEXM_TRUSTED_KEYS")
+        .env("KUBEXM_REQUIRE_SIGNATURE", "1")
+        .output()
+        .expect("kubexm-install runs");
+    for out in [flag, setting] {
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("a signature is required") && err.contains("--trusted-key"),
+            "{err}"
+        );
+        assert!(!err.contains("warning: no trusted key"), "{err}");
+        assert_eq!(trees(&work3), 0);
+    }
 }
 
 #[test]
