@@ -11,6 +11,7 @@ use kubexm_install::modules::restore::{Restore, Snapshot};
 use kubexm_install::record::Outcome;
 use kubexm_install::runner::fetch::fetch_file;
 use kubexm_install::runner::{shell, Exec};
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 use kubexm_manifests::model::EtcdType;
 
 use super::day2::{connect, execute, require_every_node, Operate, Session};
@@ -71,27 +72,35 @@ fn keygen(key_file: &Path) -> Result<()> {
 
 fn verify(file: &Path, key_file: &Path, work_dir: &Path) -> Result<()> {
     let key = BackupKey::load(key_file)?;
+    let shown = UntrustedMax(file.to_string_lossy(), 1000);
     let opened = backup::open(file, &key, &work_dir.join("backups"))
-        .with_context(|| format!("`{}` is not a readable backup", file.display()))?;
-    let m = &opened.manifest;
-    println!(
-        "{}: cluster {}, taken {} by KubeXM {} (etcd snapshot from {}); every entry matches its sha256:",
-        file.display(),
-        m.cluster,
-        m.created,
-        m.kubexm_version,
-        m.etcd_member
+        .with_context(|| format!("`{shown}` is not a readable backup"))?;
+    print!("{}", verify_report(&shown.to_string(), &opened.manifest));
+    Ok(())
+}
+
+/// What `backup verify` prints: every string of the manifest escaped (a backup file comes from
+/// elsewhere; its key proves who wrote it, not that its names are safe to print).
+fn verify_report(file: &str, m: &backup::Manifest) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "{file}: cluster {}, taken {} by KubeXM {} (etcd snapshot from {}); every entry matches its sha256:\n",
+        Untrusted(&m.cluster),
+        Untrusted(&m.created),
+        Untrusted(&m.kubexm_version),
+        Untrusted(&m.etcd_member)
     );
     for e in &m.entries {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<28} {:>12} bytes  {}  {}",
-            e.path,
+            Untrusted(&e.path).to_string(),
             e.size,
-            &e.sha256[..16],
-            e.what
+            Untrusted(e.sha256.get(..16).unwrap_or(&e.sha256)),
+            Untrusted(&e.what)
         );
     }
-    Ok(())
+    out
 }
 
 pub(crate) fn day2(cluster: &Option<String>, connect: &crate::cli::ConnectArgs) -> Day2Args {
@@ -499,4 +508,32 @@ pub(crate) fn restore(args: &RestoreArgs, work_dir: &Path) -> Result<()> {
         notes: vec![format!("backup taken {} ({})", m.created, r.snapshot.id)],
     };
     execute(&s, conn, &pipeline, op, &opts, c.dry_run)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn verify_report_escapes_every_string_of_the_manifest() {
+        let hostile = "x\u{1b}[2J\rOK\u{202e}";
+        let m = kubexm_install::backup::Manifest {
+            format_version: kubexm_install::backup::FORMAT,
+            cluster: hostile.into(),
+            created: hostile.into(),
+            kubexm_version: hostile.into(),
+            etcd_member: hostile.into(),
+            entries: vec![kubexm_install::backup::Entry {
+                path: hostile.into(),
+                size: 1,
+                sha256: "é".repeat(10),
+                what: hostile.into(),
+            }],
+        };
+        let out = super::verify_report("b.kxb", &m);
+        assert!(
+            !out.chars()
+                .any(|c| c != '\n' && kubexm_manifests::display::needs_escape(c)),
+            "{out:?}"
+        );
+        assert_eq!(out.matches(r"x\u{1b}[2J\rOK\u{202e}").count(), 6, "{out}");
+    }
 }
