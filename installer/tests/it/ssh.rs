@@ -345,6 +345,27 @@ async fn ssh_upload_skip_and_replace() {
     assert!(err.to_string().contains("sha256 mismatch"), "{err}");
     assert_eq!(std::fs::read(&dest).expect("read"), second);
 
+    // A node copy of the same size but another content is replaced: the size alone never
+    // skips, it only spares hashing a copy of another size.
+    let same_size = b"SECOND: 2\nmore\n";
+    assert_eq!(same_size.len(), second.len());
+    let outcome = runner
+        .upload(&upload_of(same_size, &dest, 0o600))
+        .await
+        .expect("same size");
+    assert_eq!(outcome, UploadOutcome::Uploaded(same_size.len() as u64));
+    assert_eq!(std::fs::read(&dest).expect("read"), same_size);
+
+    // A local source that is gone is not needed when the node has its content already.
+    let outcome = runner
+        .upload(&Upload {
+            source: UploadSource::File(f.tmp.path().join("gone")),
+            ..upload_of(same_size, &dest, 0o600)
+        })
+        .await
+        .expect("skipped without reading the source");
+    assert_eq!(outcome, UploadOutcome::Skipped);
+
     // A missing local source is an Io error naming the node.
     let err = runner
         .upload(&Upload {
@@ -384,7 +405,7 @@ async fn ssh_upload_64_mib_file() {
     let started = Instant::now();
     let outcome = runner
         .upload(&Upload {
-            source: UploadSource::File(src),
+            source: UploadSource::File(src.clone()),
             sha256: sha.clone(),
             dest: dest.display().to_string(),
             mode: 0o644,
@@ -395,6 +416,27 @@ async fn ssh_upload_64_mib_file() {
     eprintln!("64 MiB upload took {:?}", started.elapsed());
     assert_eq!(outcome, UploadOutcome::Uploaded(64 << 20));
     assert_eq!(sha256_hex(&std::fs::read(&dest).expect("read")), sha);
+
+    // One bit flipped in the middle of the stream: hashed on the way in, refused, and nothing
+    // left on the node.
+    let mut content = std::fs::read(&src).expect("read source");
+    content[(32 << 20) + 5] ^= 0x10;
+    std::fs::write(&src, &content).expect("corrupt source");
+    drop(content);
+    let dest = f.tmp.path().join("dest/corrupted.bin");
+    let err = runner
+        .upload(&Upload {
+            source: UploadSource::File(src),
+            sha256: sha,
+            dest: dest.display().to_string(),
+            mode: 0o644,
+            sudo: false,
+        })
+        .await
+        .expect_err("corrupted");
+    assert!(err.to_string().contains("sha256 mismatch"), "{err}");
+    assert!(!dest.exists());
+    assert!(!f.tmp.path().join("dest/corrupted.bin.kubexm-part").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -540,8 +540,20 @@ impl SshRunner {
         conn: &Connection,
         upload: &Upload,
     ) -> Result<UploadOutcome, Failure> {
+        // The size first: a node copy of another size is replaced without hashing it. A local
+        // file that cannot be read is still skipped when the node has the content already.
+        let size = match &upload.source {
+            UploadSource::Bytes(b) => Ok(b.len() as u64),
+            UploadSource::File(p) => tokio::fs::metadata(p)
+                .await
+                .map(|m| m.len())
+                .map_err(|e| self.io(&format!("reading {}", p.display()), e)),
+        };
         let check = Exec {
-            script: shell::remote_sha256(&upload.dest),
+            script: match &size {
+                Ok(size) => shell::remote_sha256_of_size(&upload.dest, *size),
+                Err(_) => shell::remote_sha256(&upload.dest),
+            },
             sudo: upload.sudo,
             stdin: None,
             timeout: Duration::from_secs(120),
@@ -550,14 +562,10 @@ impl SshRunner {
         if current.success() && current.stdout.trim() == upload.sha256 {
             return Ok(UploadOutcome::Skipped);
         }
-        let (input, len) = match &upload.source {
-            UploadSource::Bytes(b) => (Input::Bytes(b), b.len() as u64),
-            UploadSource::File(p) => {
-                let meta = tokio::fs::metadata(p).await.map_err(|e| {
-                    Failure::Failed(self.io(&format!("reading {}", p.display()), e))
-                })?;
-                (Input::File(p), meta.len())
-            }
+        let len = size.map_err(Failure::Failed)?;
+        let input = match &upload.source {
+            UploadSource::Bytes(b) => Input::Bytes(b),
+            UploadSource::File(p) => Input::File(p),
         };
         // Ten minutes, plus a second per MiB for slow links.
         let timeout = Duration::from_secs(600 + len / (1 << 20));
