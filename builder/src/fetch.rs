@@ -101,6 +101,30 @@ pub enum FetchError {
 /// manifests and charts are far smaller) or a chart repository's `index.yaml`.
 pub const MAX_UNPINNED: u64 = 64 << 20;
 
+/// The whole of one request for a small document ([`MAX_UNPINNED`] at 512 KiB/s at least).
+const SMALL_DEADLINE: Duration = Duration::from_secs(60 + (MAX_UNPINNED >> 19));
+
+/// The body of `resp`, or `Err(at least its size)` once it passes `max` bytes: never more than
+/// `max` bytes in memory, whatever the server says or sends.
+async fn read_at_most(
+    resp: reqwest::Response,
+    max: u64,
+) -> Result<Result<Vec<u8>, u64>, reqwest::Error> {
+    if let Some(len) = resp.content_length().filter(|n| *n > max) {
+        return Ok(Err(len));
+    }
+    let mut out = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if out.len() as u64 + chunk.len() as u64 > max {
+            return Ok(Err(out.len() as u64 + chunk.len() as u64));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(Ok(out))
+}
+
 /// Downloads files into a [`Cache`].
 #[derive(Clone)]
 pub struct Fetcher {
@@ -222,7 +246,7 @@ impl Fetcher {
             if attempt > 1 {
                 tokio::time::sleep(self.retry.delay(attempt)).await;
             }
-            let resp = match self.client.get(url).send().await {
+            let resp = match self.client.get(url).timeout(SMALL_DEADLINE).send().await {
                 Ok(r) => r,
                 Err(e) => {
                     last = e.to_string();
@@ -230,14 +254,14 @@ impl Fetcher {
                 }
             };
             match resp.status().as_u16() {
-                200 => match resp.bytes().await {
-                    Ok(b) if b.len() as u64 > MAX_UNPINNED => {
+                200 => match read_at_most(resp, MAX_UNPINNED).await {
+                    Ok(Ok(b)) => return Ok(b),
+                    Ok(Err(size)) => {
                         return Err(FetchError::TooLarge {
                             url: url.to_owned(),
-                            size: b.len() as u64,
+                            size,
                         })
                     }
-                    Ok(b) => return Ok(b.to_vec()),
                     Err(e) => last = e.to_string(),
                 },
                 s if s == 429 || s >= 500 => last = format!("HTTP {s}"),

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use fs_err as fs;
 use kubexm_bundles::atomic;
 use kubexm_manifests::catalog::Catalog;
-use kubexm_manifests::import::{import_kubekey, ImportOptions};
+use kubexm_manifests::import::{import_kubekey, read_input, ImportOptions};
 
 use crate::cli::KubekeyArgs;
 
@@ -22,8 +22,7 @@ pub fn run(args: &KubekeyArgs, out: &mut dyn Write) -> Result<()> {
         .context("Failed to load the catalog")?;
     let mut files: Vec<(String, String)> = Vec::new();
     for path in std::iter::once(&args.file).chain(args.inventory.as_ref()) {
-        let text = fs::read_to_string(path)
-            .with_context(|| format!("Failed to read `{}`", path.display()))?;
+        let text = read_input(path)?;
         files.push((path.display().to_string(), text));
     }
     let output_name = args

@@ -5,10 +5,11 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use kubexm_bundles::delta::{DeltaManifest, DELTA_PATH};
 use kubexm_bundles::sign::{self, PublicKey, Signature};
 use kubexm_bundles::split::{self, PartsReader, SplitIndex};
-use kubexm_bundles::verify::{verify, NullSink};
-use kubexm_manifests::display::Untrusted;
+use kubexm_bundles::verify::{verify, Sink};
+use kubexm_manifests::display::{Untrusted, UntrustedMax};
 
 use super::bundle_extras::beside;
 use crate::cli::VerifyArgs;
@@ -28,7 +29,7 @@ impl Input {
         Ok(match self {
             Input::File(p) => Box::new(std::io::BufReader::with_capacity(
                 1 << 20,
-                fs_err::File::open(p)?,
+                kubexm_bundles::regular::open(p)?,
             )),
             Input::Split {
                 index, index_path, ..
@@ -47,7 +48,7 @@ impl Input {
 /// Verifies and prints a summary.
 pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
     let trusted = load_trusted(&args.trusted_keys)?;
-    let shown = args.bundle.display();
+    let shown = UntrustedMax(args.bundle.to_string_lossy(), 1000);
     let input = if args.bundle.to_string_lossy().ends_with(split::INDEX_SUFFIX) {
         let (index, bytes) = SplitIndex::load(&args.bundle)?;
         if !trusted.is_empty() {
@@ -59,12 +60,24 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
         }
         let bad = index.check_parts(&args.bundle);
         if !bad.is_empty() {
-            let list: Vec<String> = bad.iter().map(|e| format!("  - {e}")).collect();
+            let list: Vec<String> = bad
+                .iter()
+                .map(|e| {
+                    // The cause says why (`it is a FIFO`, `No such file`): on the same line.
+                    let mut line = format!("  - {e}");
+                    let mut cause = std::error::Error::source(e);
+                    while let Some(c) = cause {
+                        line.push_str(&format!(": {}", UntrustedMax(c.to_string(), 1000)));
+                        cause = c.source();
+                    }
+                    line
+                })
+                .collect();
             bail!(
                 "{} of the {} parts of `{}` are damaged or missing:\n{}",
                 bad.len(),
                 index.parts.len(),
-                index.bundle,
+                Untrusted(&index.bundle),
                 list.join("\n")
             );
         }
@@ -103,8 +116,24 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
             key.id()
         )?;
     }
-    let report = verify(input.open()?, &mut NullSink)
+    let mut sink = DeltaSink::default();
+    let report = verify(input.open()?, &mut sink)
         .with_context(|| format!("`{shown}` failed verification"))?;
+    // A delta bundle is an ordinary bundle plus `delta.json`, which says how to rebuild its
+    // target: it must parse and be consistent, or the delta is useless at the site.
+    let delta = match sink.delta {
+        None => String::new(),
+        Some(bytes) => {
+            let delta = DeltaManifest::parse(&bytes).with_context(|| {
+                format!("`{shown}` is a delta bundle whose `{DELTA_PATH}` is refused")
+            })?;
+            format!(
+                "; delta bundle of {} entries towards content digest sha256:{}",
+                delta.entries.len(),
+                delta.target_content_digest
+            )
+        }
+    };
     let pinned = if report.pinned_bytes.is_some() {
         "sizes pinned"
     } else {
@@ -119,7 +148,7 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
         .collect();
     writeln!(
         out,
-        "{}: OK ({} entries; takes {} bytes on disk unpacked, {pinned}; cluster {}, Kubernetes {}{path}, {} files, {} images)",
+        "{}: OK ({} entries; takes {} bytes on disk unpacked, {pinned}; cluster {}, Kubernetes {}{path}, {} files, {} images{delta})",
         shown,
         report.entries,
         report.bytes,
@@ -129,6 +158,51 @@ pub fn run(args: &VerifyArgs, out: &mut dyn Write) -> Result<()> {
         report.manifest.images.len()
     )?;
     Ok(())
+}
+
+/// Largest `delta.json` kept (a delta of every entry of the largest bundle is far smaller).
+const MAX_DELTA_JSON: u64 = 64 << 20;
+
+/// A sink that keeps `delta.json` (at most [`MAX_DELTA_JSON`] bytes) and discards the rest.
+#[derive(Default)]
+struct DeltaSink {
+    delta: Option<Vec<u8>>,
+}
+
+impl Sink for DeltaSink {
+    fn dir(&mut self, _path: &str) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&mut self, path: &str, _mode: u32) -> std::io::Result<Box<dyn Write + '_>> {
+        if path != DELTA_PATH {
+            return Ok(Box::new(std::io::sink()));
+        }
+        Ok(Box::new(Capped(self.delta.insert(Vec::new()))))
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer into a vector that refuses more than [`MAX_DELTA_JSON`] bytes.
+struct Capped<'a>(&'a mut Vec<u8>);
+
+impl Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() as u64 + buf.len() as u64 > MAX_DELTA_JSON {
+            return Err(std::io::Error::other(format!(
+                "`{DELTA_PATH}` is larger than {MAX_DELTA_JSON} bytes"
+            )));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn load_trusted(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
@@ -144,8 +218,12 @@ fn load_trusted(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
 }
 
 fn check_signature(trusted: &[PublicKey], message: &[u8], sig_path: &Path) -> Result<PublicKey> {
-    let text = sign::read_file(sig_path)
-        .with_context(|| format!("no signature `{}`", sig_path.display()))?;
+    let text = sign::read_file(sig_path).with_context(|| {
+        format!(
+            "no signature `{}`",
+            UntrustedMax(sig_path.to_string_lossy(), 1000)
+        )
+    })?;
     let sig = Signature::parse(&text)?;
     Ok(sign::verify(trusted, message, &sig)?.clone())
 }

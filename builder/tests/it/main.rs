@@ -10,3 +10,4 @@ mod import_cli;
 mod os_repo;
 mod os_rpm;
 mod resolve_cli;
+mod verify_hostile;
