@@ -9,9 +9,12 @@
 //!    drained through the eviction API ([`crate::modules::membership`]'s steps: budgets are
 //!    respected, a failed drain uncordons the node).
 //! 2. kubeadm path, `kubeadm-upgrade` (the nodes): kubeadm, the kubelet and kubectl from the new
-//!    bundle, then `kubeadm upgrade apply vX` on the first master (control plane, kube-proxy,
-//!    CoreDNS, the cluster's configuration) or `kubeadm upgrade node` on the others (their
-//!    static pods, their kubelet configuration); what kubeadm applied is recorded
+//!    bundle, then on the first master the target's configuration uploaded as `kubeadm-config`
+//!    (kubeadm keeps the etcd and CoreDNS image tags written there: without it stacked etcd and
+//!    CoreDNS stayed at the installed version's) and `kubeadm upgrade apply vX` (control plane,
+//!    kube-proxy, CoreDNS, stacked etcd; with the internal load balancer's local proxy,
+//!    kube-proxy's kubeconfig put back on `127.0.0.1:6443` after it, as the install does), or
+//!    `kubeadm upgrade node` on the others (their static pods, their kubelet configuration); what kubeadm applied is recorded
 //!    ([`super::kubeadm::reconfigure`]) and a marker names the version, so a resumed run skips
 //!    a node done. kubexm path, `control-plane` (masters): the new kube-apiserver,
 //!    kube-controller-manager, kube-scheduler and kubectl, their units rendered for the new
@@ -31,6 +34,7 @@ use kubexm_manifests::model::KubernetesType;
 use kubexm_manifests::resolve::Role;
 use kubexm_manifests::version::KubeVersion;
 
+use super::internal_lb::KubeProxyViaLocalProxy;
 use super::kernel::{ApiServerReady, EtcdHealthy, EtcdMembership, NodeReady, Uncordon};
 use super::kubeadm::binaries::{KubeBinaries, KUBEADM, KUBECTL, KUBELET};
 use super::kubeadm::config::{KubeadmSettings, Settings, STATE_DIR};
@@ -48,6 +52,9 @@ use crate::pipeline::ops::{Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;
 
+/// The target's kubeadm configuration on the first master, uploaded as the cluster's
+/// `kubeadm-config` before `kubeadm upgrade apply` (the new etcd and CoreDNS image tags).
+pub const UPGRADE_CONFIG: &str = "/etc/kubernetes/kubexm/kubeadm-upgrade.yaml";
 /// The file naming the version `kubeadm upgrade` last brought a node to.
 pub const KUBEADM_MARKER: &str = "/etc/kubernetes/kubexm/upgraded-to";
 /// How long one `kubeadm upgrade apply` or `node` may take (it waits for each static pod).
@@ -132,6 +139,18 @@ impl UpgradeNodesModule {
                     apply,
                 }),
             );
+            if apply && super::internal_lb::local_proxy_kind(&self.ctx).is_some() {
+                // `upgrade apply` writes kube-proxy's kubeconfig back to the endpoint's name
+                // (the first master): every kube-proxy through 127.0.0.1:6443 again, as the
+                // install leaves it.
+                tasks.push(
+                    Task::new("kube-proxy-via-local-proxy", [self.first.clone()]).step(
+                        KubeProxyViaLocalProxy {
+                            endpoint: self.ctx.control_plane_endpoint()?.url(),
+                        },
+                    ),
+                );
+            }
         }
         tasks.push(
             Task::new("restart-kubelet", self.names()).step(RestartReplaced {
@@ -339,15 +358,20 @@ impl KubeadmUpgrade {
         let v = self.version.to_string();
         let control_plane = node.has_role(Role::Master);
         let patches = self.patches(node, control_plane);
+        let preflight = self.settings.upgrade_preflight_flag();
         let (what, command) = if self.apply {
             (
                 format!("kubeadm upgrade apply {v}"),
-                format!("{KUBEADM} upgrade apply {v} --yes{patches}"),
+                // The cluster's configuration first: kubeadm keeps the etcd and CoreDNS image
+                // tags it names, so without this they would stay at the installed version's.
+                format!(
+                    "{KUBEADM} init phase upload-config kubeadm --config {UPGRADE_CONFIG} && {KUBEADM} upgrade apply {v} --yes{patches}{preflight}"
+                ),
             )
         } else {
             (
                 "kubeadm upgrade node".to_string(),
-                format!("{KUBEADM} upgrade node{patches}"),
+                format!("{KUBEADM} upgrade node{patches}{preflight}"),
             )
         };
         format!(
@@ -381,6 +405,12 @@ impl Step for KubeadmUpgrade {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut ops = self.settings.drift_files()?.upload_wanted();
+        if self.apply {
+            let n = self.settings.node(node, true, false);
+            let mut config = self.settings.render_init(&n)?;
+            config.file.dest = UPGRADE_CONFIG.to_string();
+            ops.push(Op::Template(config));
+        }
         ops.push(Op::Run(
             RunCommand::new(self.script(node))
                 .unless(format!(

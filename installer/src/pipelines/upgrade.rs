@@ -20,6 +20,9 @@
 //! 6. `network`, `node-local-dns`, `coredns` (kubexm), `plugins`, `addons`: the CNI and the
 //!    add-ons of the new bundle, last.
 //!
+//! Refused before anything runs: a change of kube-proxy's mode ([`proxy_mode_change`]; the
+//! default moved from ipvs to iptables at v1.35, so an unset `proxyMode` would change it).
+//!
 //! Every finished task is recorded in the pipeline's state file (`--resume`), so a failure
 //! stops the rollout naming the node, the nodes after it untouched, and a resumed run starts
 //! at the node that failed.
@@ -107,6 +110,9 @@ fn via(ctx: &InstallContext, nodes: &[String]) -> String {
 /// A cluster without a master.
 pub fn upgrade_pipeline(x: &Upgrade<'_>) -> Result<Pipeline, crate::pipeline::StepError> {
     let ctx = x.target;
+    if let Some(refusal) = proxy_mode_change(x.installed, ctx) {
+        return Err(crate::pipeline::StepError::Invalid(refusal));
+    }
     let first = ctx.first_master()?.name.clone();
     let group = |names: Vec<String>, title: String| {
         let nodes = names
@@ -208,6 +214,38 @@ pub fn upgrade_pipeline(x: &Upgrade<'_>) -> Result<Pipeline, crate::pipeline::St
         name: name(&ctx.cluster.version),
         modules,
     })
+}
+
+/// Why the upgrade is refused when kube-proxy's mode would change with it: the default mode
+/// moved from ipvs to iptables at v1.35 ([`KubeVersion::default_proxy_mode`]), and an upgrade
+/// does not switch modes (the kubexm path would render the new mode over the old one's rules,
+/// with no cleanup; on the kubeadm path `kubeadm upgrade` keeps the cluster's kube-proxy
+/// ConfigMap, so the new mode would only be recorded as applied). `None` when it stays.
+///
+/// [`KubeVersion::default_proxy_mode`]: kubexm_manifests::version::KubeVersion::default_proxy_mode
+pub fn proxy_mode_change(installed: &InstallContext, target: &InstallContext) -> Option<String> {
+    let (was, will) = (installed.cluster.proxy_mode(), target.cluster.proxy_mode());
+    if was == will {
+        return None;
+    }
+    let why = |c: &InstallContext| {
+        if c.cluster.file.spec.kubernetes.proxy_mode.is_some() {
+            "set in cluster.yaml".to_string()
+        } else {
+            format!(
+                "spec.kubernetes.proxyMode is unset: KubeXM's default for {}",
+                c.cluster.version
+            )
+        }
+    };
+    Some(format!(
+        "kube-proxy runs in {was} mode ({}), and {} would run it in {will} mode ({}): an upgrade keeps kube-proxy's mode and nothing was changed; set spec.kubernetes.proxyMode: {was} in cluster.yaml and `kubexm-install apply` it before the upgrade (the mode it runs: nothing changes on the nodes), then upgrade; change the mode afterwards with `kubexm-install apply` if you want {will}",
+        why(installed),
+        target.cluster.version,
+        why(target),
+        was = was.as_str(),
+        will = will.as_str(),
+    ))
 }
 
 /// The catalog component of the cluster's container runtime.

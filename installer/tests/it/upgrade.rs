@@ -237,3 +237,241 @@ fn check_kubexm(p: &Plan, next: &str) {
     assert!(p.modules.iter().any(|m| m.name == "coredns"));
     insta::assert_snapshot!("upgrade-kubexm-next-minor", outline(p));
 }
+
+/// Issue 33 item 2: an upgrade to v1.35+ with `failCgroupV1: false` ignores kubeadm's
+/// `SystemVerification` preflight (a cgroup v1 host is an error there) in `upgrade apply` and
+/// every `upgrade node`; without the setting the commands are as before.
+#[test]
+fn kubeadm_upgrade_to_1_35_on_kept_cgroup_v1_ignores_system_verification() {
+    let work = tempfile::tempdir().expect("tempdir");
+    // (iptables on both sides: the default mode changes at v1.35, which an upgrade refuses.)
+    let keep = |t: String| {
+        t.replace(
+            "    type: kubeadm\n",
+            "    type: kubeadm\n    proxyMode: iptables\n    kubelet: {failCgroupV1: false}\n",
+        )
+    };
+    let iptables = |t: String| {
+        t.replace(
+            "    type: kubeadm\n",
+            "    type: kubeadm\n    proxyMode: iptables\n",
+        )
+    };
+    let installed = lab_with(work.path(), "v1.34.11", "v3.5.21", keep);
+    let target = lab_with(work.path(), "v1.35.8", "v3.5.21", keep);
+    let text = plan(&installed, &target, 2).to_text();
+    let flag = "--ignore-preflight-errors=SystemVerification";
+    assert_eq!(
+        text.matches(&format!(
+            "/usr/local/bin/kubeadm upgrade apply v1.35.8 --yes --patches /etc/kubernetes/kubexm/patches {flag}"
+        ))
+        .count(),
+        1,
+        "{text}"
+    );
+    // node2 and node3 (masters, with their patches), node4 and node5 (workers).
+    assert_eq!(
+        text.matches("/usr/local/bin/kubeadm upgrade node").count(),
+        text.matches(&format!(
+            "upgrade node --patches /etc/kubernetes/kubexm/patches {flag}"
+        ))
+        .count()
+            + text.matches(&format!("upgrade node {flag}")).count(),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches(&format!("upgrade node {flag}")).count(),
+        2,
+        "{text}"
+    );
+
+    // Without the setting: the commands of before.
+    let installed = lab_with(work.path(), "v1.34.11", "v3.5.21", iptables);
+    let target = lab_with(work.path(), "v1.35.8", "v3.5.21", iptables);
+    let text = plan(&installed, &target, 2).to_text();
+    assert!(!text.contains(flag), "{text}");
+}
+
+/// Issue 33 item 3: the default proxy mode moved from ipvs to iptables at v1.35; an upgrade over
+/// it with `proxyMode` unset is refused before anything runs, naming the mode the cluster runs
+/// and what to set. The same mode on both sides (set, or the same default) plans.
+#[test]
+fn an_upgrade_across_the_default_proxy_mode_change_is_refused_naming_what_to_set() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let installed = lab(work.path(), "v1.34.11", "v3.5.21");
+    let target = lab(work.path(), "v1.35.8", "v3.5.21");
+    let facts = ClusterFacts::assumed(&installed);
+    let refused = upgrade_pipeline(&Upgrade {
+        installed: &installed,
+        target: &target,
+        facts: &facts,
+        drain: DrainOptions::default(),
+        batch: 1,
+    })
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        refused.contains("kube-proxy runs in ipvs mode (spec.kubernetes.proxyMode is unset: KubeXM's default for v1.34.11)")
+            && refused.contains("v1.35.8 would run it in iptables mode")
+            && refused.contains("set spec.kubernetes.proxyMode: ipvs"),
+        "{refused}"
+    );
+    // Set to what the cluster runs: planned (kubeadm path and kubexm path alike).
+    let ipvs = |t: String| {
+        t.replace(
+            "    type: kubeadm\n",
+            "    type: kubeadm\n    proxyMode: ipvs\n",
+        )
+    };
+    let target = lab_with(work.path(), "v1.35.8", "v3.5.21", ipvs);
+    let installed_ipvs = lab_with(work.path(), "v1.34.11", "v3.5.21", ipvs);
+    plan(&installed_ipvs, &target, 1);
+    assert!(kubexm_install::pipelines::upgrade::proxy_mode_change(&installed, &target).is_none());
+    // Both before v1.35: the same default, nothing to say.
+    let a = lab(work.path(), "v1.33.11", "v3.5.21");
+    assert!(kubexm_install::pipelines::upgrade::proxy_mode_change(&a, &installed).is_none());
+}
+
+/// Issue 33 item 4: `kubeadm upgrade apply` keeps the etcd and CoreDNS image tags the cluster's
+/// `kubeadm-config` names; the first master uploads the target's configuration (stacked etcd's
+/// and CoreDNS's new tags) before it, so both move with the upgrade.
+#[test]
+fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
+    use kubexm_install::modules::kubeadm::config::{image_named, KubeadmSettings};
+    use kubexm_install::modules::upgrade::{KubeadmUpgrade, UPGRADE_CONFIG};
+    use kubexm_install::pipeline::ops::Op;
+    use kubexm_install::pipeline::{Facts, Step};
+    let work = tempfile::tempdir().expect("tempdir");
+    let stacked = |t: String| {
+        t.replace("    etcd: [\"node[1:3]\"]\n", "    etcd: []\n")
+            .replace(
+                "  etcd:\n    type: kubexm\n",
+                "  etcd:\n    type: kubeadm\n",
+            )
+    };
+    let installed = lab_with(work.path(), "v1.32.4", "v3.5.21", stacked);
+    let target = lab_with(work.path(), "v1.33.11", "v3.5.21", stacked);
+    let tag = |ctx: &InstallContext, name: &str| {
+        let r = image_named(ctx, name).expect("image");
+        r.rsplit_once(':').expect("tag").1.to_string()
+    };
+    let (etcd_new, dns_new) = (tag(&target, "etcd"), tag(&target, "coredns"));
+    assert_ne!(
+        tag(&installed, "etcd"),
+        etcd_new,
+        "the versions' etcd tags differ"
+    );
+    let step = KubeadmUpgrade {
+        settings: Arc::new(KubeadmSettings::new(&target).expect("settings")),
+        version: target.cluster.version,
+        apply: true,
+    };
+    let node1 = target.node("node1").expect("node1");
+    let ops = step.ops(node1, &Facts::default()).expect("ops");
+    let config = ops
+        .iter()
+        .find_map(|o| match o {
+            Op::Template(t) if t.file.dest == UPGRADE_CONFIG => {
+                Some(String::from_utf8(t.text().to_vec()).expect("utf-8"))
+            }
+            _ => None,
+        })
+        .expect("the target's configuration is written");
+    let cc = crate::kubeadm::yaml_docs(&config)
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterConfiguration")
+        .expect("ClusterConfiguration");
+    assert_eq!(cc["kubernetesVersion"], "v1.33.11");
+    assert_eq!(cc["etcd"]["local"]["imageTag"], etcd_new.as_str());
+    assert_eq!(cc["dns"]["imageTag"], dns_new.as_str());
+    let script = ops
+        .iter()
+        .find_map(|o| match o {
+            Op::Run(r) => Some(r.command.clone()),
+            _ => None,
+        })
+        .expect("the upgrade script");
+    let upload = script
+        .find(&format!(
+            "kubeadm init phase upload-config kubeadm --config {UPGRADE_CONFIG} &&"
+        ))
+        .unwrap_or_else(|| panic!("{script}"));
+    let apply = script
+        .find("kubeadm upgrade apply v1.33.11 --yes")
+        .unwrap_or_else(|| panic!("{script}"));
+    assert!(upload < apply, "{script}");
+    // `upgrade node` reads the uploaded configuration: it writes none of its own.
+    let node = KubeadmUpgrade {
+        apply: false,
+        ..step
+    };
+    let ops = node.ops(node1, &Facts::default()).expect("ops");
+    assert!(!ops
+        .iter()
+        .any(|o| matches!(o, Op::Template(t) if t.file.dest == UPGRADE_CONFIG)));
+}
+
+/// Issue 33 item 5: with the internal load balancer's local proxy, `kubeadm upgrade apply`
+/// writes kube-proxy's kubeconfig back to the endpoint's name (the first master); the upgrade
+/// puts it back on 127.0.0.1:6443 right after, as the install does.
+#[test]
+fn kube_proxy_goes_back_to_the_local_proxy_after_upgrade_apply() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let internal = |t: String| {
+        t.replace(
+            "    mode: external\n    external:\n      type: kubexm-kh\n",
+            "    mode: internal\n    internal:\n      type: haproxy\n",
+        )
+        .replace("    loadbalancer: [\"node[1:3]\"]\n", "")
+    };
+    let installed = lab_with(work.path(), "v1.30.14", "v3.5.21", internal);
+    let target = lab_with(work.path(), "v1.31.13", "v3.5.21", internal);
+    let p = plan(&installed, &target, 2);
+    let phase = p
+        .modules
+        .iter()
+        .find(|m| m.name == "control-plane-node1")
+        .expect("first master's phase");
+    let tasks: Vec<&str> = phase.tasks.iter().map(|t| t.name.as_str()).collect();
+    let at = |n: &str| {
+        tasks
+            .iter()
+            .position(|t| *t == n)
+            .unwrap_or_else(|| panic!("no {n} in {tasks:?}"))
+    };
+    assert!(
+        at("kubeadm-upgrade-apply") < at("kube-proxy-via-local-proxy"),
+        "{tasks:?}"
+    );
+    assert_eq!(
+        task(&p, "control-plane-node1", "kube-proxy-via-local-proxy").hosts,
+        ["node1"]
+    );
+    let text = p.to_text();
+    assert!(
+        text.contains("https://127.0.0.1:6443")
+            && text.contains("rollout restart daemonset kube-proxy"),
+        "{text}"
+    );
+    // Only once, after the first master's apply; not on the other masters or the workers.
+    assert_eq!(
+        p.modules
+            .iter()
+            .flat_map(|m| &m.tasks)
+            .filter(|t| t.name == "kube-proxy-via-local-proxy")
+            .count(),
+        1
+    );
+    // The external load balancer (the lab's): no local proxy, no such task.
+    let p = plan(
+        &lab(work.path(), "v1.30.14", "v3.5.21"),
+        &lab(work.path(), "v1.31.13", "v3.5.21"),
+        2,
+    );
+    assert!(!p
+        .modules
+        .iter()
+        .flat_map(|m| &m.tasks)
+        .any(|t| t.name == "kube-proxy-via-local-proxy"));
+}

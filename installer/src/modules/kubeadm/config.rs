@@ -77,6 +77,10 @@ pub const ETCD_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
 pub const ETCD_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
 /// Stacked etcd's data directory (kubeadm's default).
 pub const STACKED_ETCD_DATA: &str = "/var/lib/etcd";
+/// kubeadm's preflight check that runs the system validator (kernel, OS, cgroups): its name
+/// in `ignorePreflightErrors` and `--ignore-preflight-errors` (kubeadm's
+/// `SystemVerificationCheck.Name()`, run by `init`, `join`, `upgrade apply` and `upgrade node`).
+pub const SYSTEM_VERIFICATION: &str = "SystemVerification";
 
 /// A component flag (`--name=value`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -210,6 +214,11 @@ pub struct KubeadmSettings {
     pub proxy_mode: &'static str,
     /// kubelet `failCgroupV1`, when cluster.yaml sets it.
     pub fail_cgroup_v1: Option<bool>,
+    /// kubeadm's [`SYSTEM_VERIFICATION`] preflight check is ignored at `init`, `join` and
+    /// `upgrade`: from v1.35 kubeadm's system validator makes a cgroup v1 host a preflight
+    /// *error*, which the operator's `failCgroupV1: false` (keep cgroup v1) does not lift by
+    /// itself. Only then: older versions' commands and files stay as they were.
+    pub ignore_system_verification: bool,
     /// kube-proxy `conntrack.maxPerCore`.
     pub conntrack_max_per_core: Option<u32>,
     /// `nodeRegistration.criSocket`.
@@ -364,6 +373,8 @@ impl KubeadmSettings {
             max_pods: k8s.max_pods,
             proxy_mode: ctx.cluster.proxy_mode().as_str(),
             fail_cgroup_v1: k8s.kubelet.fail_cgroup_v1,
+            ignore_system_verification: version.kubelet_fails_on_cgroup_v1()
+                && k8s.kubelet.fail_cgroup_v1 == Some(false),
             conntrack_max_per_core: k8s.kube_proxy.conntrack_max_per_core,
             cri_socket: cri.kubeadm_cri_socket(version),
             kubelet_runtime_endpoint: cri.kubelet_config_endpoint(version),
@@ -397,6 +408,9 @@ impl KubeadmSettings {
             // on *:6443 and fails, though the API server (patched to bind the node's own
             // address) will not conflict. Measured with real kubeadm v1.20.2 in the lab.
             ignore.push("Port-6443".to_string());
+        }
+        if self.ignore_system_verification {
+            ignore.push(SYSTEM_VERIFICATION.to_string());
         }
         NodeSettings {
             name: node.name.clone(),
@@ -496,6 +510,18 @@ impl KubeadmSettings {
         match node.patches {
             Some(dir) if !self.has_patches_field => format!(" --experimental-patches {dir}"),
             _ => String::new(),
+        }
+    }
+
+    /// What `kubeadm upgrade apply` / `upgrade node` add to their command line for kubeadm's
+    /// preflight: `--ignore-preflight-errors=SystemVerification` when
+    /// [`Self::ignore_system_verification`]; nothing otherwise (older versions' commands are
+    /// unchanged).
+    pub fn upgrade_preflight_flag(&self) -> String {
+        if self.ignore_system_verification {
+            format!(" --ignore-preflight-errors={SYSTEM_VERIFICATION}")
+        } else {
+            String::new()
         }
     }
 
