@@ -410,8 +410,9 @@ impl Module for ApproveServingCsrsModule {
             .filter(|n| n.has_role(Role::Master) || n.has_role(Role::Worker))
             .cloned()
             .collect();
+        let names = crate::modules::kubeadm::serving_csr::NodeNames::all(ctx, &nodes);
         Ok(crate::modules::kubeadm::serving_csr::approval_tasks(
-            &nodes, &first, false, false, "",
+            &names, &first, false, false, "",
         ))
     }
 }

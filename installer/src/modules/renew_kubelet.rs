@@ -23,8 +23,9 @@ use base64::Engine as _;
 
 use kubexm_manifests::model::KubernetesType;
 
-use super::kubeadm::serving_csr::{approval_tasks, await_serving};
+use super::kubeadm::serving_csr::{approval_tasks, await_serving, NodeNames};
 use super::renew::{KubeletHealthy, Marker, Renew, KUBELET_PKI};
+use crate::context::InstallContext;
 use crate::pipeline::ops::{LearnFacts, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
@@ -350,7 +351,7 @@ impl Module for RenewServingModule {
         Ok(serving_renewal_tasks(
             &first,
             &r.serving,
-            &r.ctx.nodes,
+            &r.ctx,
             r.marker("kubelet-serving"),
             serving_set_aside(&r.id),
         ))
@@ -361,7 +362,7 @@ impl Module for RenewServingModule {
 pub const SERVING_FETCH: Duration = Duration::from_secs(180);
 
 /// The tasks that renew the serving certificates of `kubelets` (their names and addresses, for
-/// the CSR checks, from `nodes`), approved on the first master `first`: each node sets its
+/// the CSR checks, from `ctx`: [`NodeNames::of`]), approved on the first master `first`: each node sets its
 /// certificate aside (to `before`) and restarts its kubelet; the first master waits (bounded)
 /// until each has a pending CSR and approves the acceptable ones; each node is given
 /// [`SETTLE`](super::kubeadm::serving_csr::SETTLE) to hold a new certificate; the first master approves what is pending then
@@ -375,15 +376,17 @@ pub const SERVING_FETCH: Duration = Duration::from_secs(180);
 pub fn serving_renewal_tasks(
     first: &str,
     kubelets: &[String],
-    nodes: &[Node],
+    ctx: &InstallContext,
     marker: Marker,
     before: String,
 ) -> Vec<Task> {
-    let nodes: Vec<Node> = nodes
+    let nodes: Vec<Node> = ctx
+        .nodes
         .iter()
         .filter(|n| kubelets.contains(&n.name))
         .cloned()
         .collect();
+    let nodes = NodeNames::all(ctx, &nodes);
     let mut tasks = vec![Task::new("request-serving-certificates", kubelets.to_vec())
         .step(RequestServing { marker })];
     tasks.extend(approval_tasks(&nodes, first, true, true, ""));

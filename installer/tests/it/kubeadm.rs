@@ -1121,3 +1121,126 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
         "placeholders stay inside files"
     );
 }
+
+/// Issue 33 item 2: from v1.35 kubeadm's system validator makes a cgroup v1 host a preflight
+/// error; with `failCgroupV1: false` (the operator keeps cgroup v1) `init` and every `join`
+/// ignore kubeadm's `SystemVerification` check. Before v1.35, or without the setting, the files
+/// are as before (no such entry).
+#[test]
+fn cgroup_v1_kept_on_1_35_ignores_kubeadms_system_verification_at_init_and_join() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let keep = |t: String| {
+        t.replace(
+            "    proxyMode: iptables\n",
+            "    proxyMode: iptables\n    kubelet: {failCgroupV1: false}\n",
+        )
+    };
+    let ignored = |docs: &[serde_json::Value], registration: &str| -> Vec<String> {
+        docs[0]["nodeRegistration"]["ignorePreflightErrors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| e.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_else(|| {
+                assert!(
+                    docs[0]["nodeRegistration"]["ignorePreflightErrors"].is_null(),
+                    "{registration}: {docs:?}"
+                );
+                Vec::new()
+            })
+    };
+    for (version, kept, want) in [
+        ("v1.35.4", true, true),
+        ("v1.35.4", false, false),
+        ("v1.31.13", true, false),
+    ] {
+        let ctx = if kept {
+            crate::versions::cluster(work.path(), version, "kubeadm", keep)
+        } else {
+            crate::versions::cluster(work.path(), version, "kubeadm", |t| t)
+        };
+        let s = KubeadmSettings::new(&ctx).expect("settings");
+        assert_eq!(s.ignore_system_verification, want, "{version} kept={kept}");
+        let init = yaml_docs(&init_text(&ctx, &s, "master1", false));
+        let master2 = yaml_docs(&join_text(&ctx, &s, "master2", true));
+        let worker1 = yaml_docs(&join_text(&ctx, &s, "worker1", false));
+        for (what, docs) in [
+            ("init", &init),
+            ("join master2", &master2),
+            ("join worker1", &worker1),
+        ] {
+            let list = ignored(docs, what);
+            assert_eq!(
+                list.iter().any(|e| e == "SystemVerification"),
+                want,
+                "{version} kept={kept} {what}: {list:?}"
+            );
+        }
+    }
+}
+
+/// Issue 33 item 1: on a dual-stack cluster the kubelet's `--node-ip` is the node's IPv4 and
+/// `internalAddressV6`; the kubelet reports both as InternalIPs and asks for both in its serving
+/// CSR. The install's approval (and `certs renew`'s, the same tasks) accepts exactly the node's
+/// own addresses: that CSR is approved, one naming another IPv6 address is not.
+#[test]
+fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
+    use kubexm_install::modules::kubeadm::serving_csr::{
+        ServingCsr, FACT, KUBELET_SERVING_SIGNER, NODES_GROUP,
+    };
+    use kubexm_install::pipeline::Facts;
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = crate::versions::cluster(work.path(), "v1.33.11", "kubeadm", |t| {
+        t.replace(
+            "    plugin: none\n",
+            "    plugin: none\n    podCidr: \"10.233.64.0/18,fd00:10:233::/56\"\n    serviceCidr: \"10.233.0.0/18,fd00:10:96::/112\"\n",
+        )
+        .replace(
+            "{name: worker1, address: 192.168.50.21}",
+            "{name: worker1, address: 192.168.50.21, internalAddressV6: \"fd00:50::21\"}",
+        )
+    });
+    // What the kubelet is told (and so puts in its CSR).
+    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let join = yaml_docs(&join_text(&ctx, &s, "worker1", false));
+    assert_eq!(
+        join[0]["nodeRegistration"]["kubeletExtraArgs"][0],
+        serde_json::json!({"name": "node-ip", "value": "192.168.50.21,fd00:50::21"})
+    );
+    let csr = |name: &str, ips: &[&str]| ServingCsr {
+        name: name.into(),
+        username: "system:node:worker1".into(),
+        usages: vec!["digital signature".into(), "server auth".into()],
+        common_name: "system:node:worker1".into(),
+        organizations: vec![NODES_GROUP.into()],
+        dns: vec!["worker1".into()],
+        ips: ips.iter().map(|i| i.parse().expect("ip")).collect(),
+        other_names: Vec::new(),
+    };
+    let tasks = KubeadmModule(ctx.clone()).tasks().expect("tasks");
+    let approve = tasks
+        .iter()
+        .find(|t| t.name == "approve-kubelet-serving-csrs")
+        .expect("approval task");
+    assert_eq!(approve.steps.len(), 1);
+    let first = ctx.node("master1").expect("master1");
+    let approved = |csrs: Vec<ServingCsr>| {
+        let facts = Facts::default();
+        facts.set(FACT, serde_json::to_string(&csrs).expect("json"));
+        approve.steps[0].ops(first, &facts).map(|ops| {
+            ops.iter()
+                .map(|o| o.generic().plan().detail)
+                .collect::<Vec<_>>()
+        })
+    };
+    let ok = approved(vec![csr("csr-w1", &["192.168.50.21", "fd00:50::21"])])
+        .expect("the node's own IPv4 and IPv6 addresses are approved");
+    assert_eq!(ok.len(), 1, "{ok:?}");
+    assert!(ok[0].contains("certificate approve csr-w1"), "{ok:?}");
+    let refused = approved(vec![csr("csr-x", &["192.168.50.21", "fd00:50::99"])])
+        .expect_err("another IPv6 address is refused");
+    assert!(refused.to_string().contains("fd00:50::99"), "{refused}");
+    assert_eq!(KUBELET_SERVING_SIGNER, "kubernetes.io/kubelet-serving");
+}

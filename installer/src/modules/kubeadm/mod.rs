@@ -251,7 +251,10 @@ impl Module for KubeadmModule {
             .filter(|n| kube_nodes.contains(&n.name))
             .cloned()
             .collect();
-        tasks.extend(serving_csr::install_approval_tasks(&kube_nodes, &first));
+        tasks.extend(serving_csr::install_approval_tasks(
+            &serving_csr::NodeNames::all(ctx, &kube_nodes),
+            &first,
+        ));
         Ok(tasks)
     }
 }

@@ -46,6 +46,7 @@ use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension};
 use kubexm_manifests::display::escape;
 
 use super::init::kubectl;
+use crate::context::InstallContext;
 use crate::pipeline::ops::{LearnFacts, Op, RunCommand};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;
@@ -201,21 +202,35 @@ fn read_request(request: &str, csr: &mut ServingCsr) -> Result<(), String> {
 pub struct NodeNames {
     /// The node's name.
     pub name: String,
-    /// Its addresses (`address`, every `internalAddress` of a dual-stack pair).
+    /// Its addresses: `address`, `internalAddress`, and every address of the kubelet's
+    /// `--node-ip` (on a dual-stack cluster also the host's `internalAddressV6`: the kubelet
+    /// reports each as an InternalIP and puts every one in its serving CSR).
     pub ips: BTreeSet<IpAddr>,
 }
 
 impl NodeNames {
-    /// A cluster node's names.
-    pub fn of(node: &Node) -> Self {
-        let ips = std::iter::once(node.address.as_str())
-            .chain(node.internal_address.split(','))
-            .filter_map(|a| a.trim().parse().ok())
-            .collect();
+    /// A cluster node's names, as `ctx` configures its kubelet ([`crate::modules::dns::node_ip`]
+    /// is the kubelet's `--node-ip` on both paths).
+    pub fn of(ctx: &InstallContext, node: &Node) -> Self {
+        let node_ip = crate::modules::dns::node_ip(ctx, node);
+        let ips = [
+            node.address.as_str(),
+            node.internal_address.as_str(),
+            node_ip.as_str(),
+        ]
+        .into_iter()
+        .flat_map(|a| a.split(','))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect();
         Self {
             name: node.name.clone(),
             ips,
         }
+    }
+
+    /// The names of each of `nodes` (see [`Self::of`]).
+    pub fn all(ctx: &InstallContext, nodes: &[Node]) -> Vec<Self> {
+        nodes.iter().map(|n| Self::of(ctx, n)).collect()
     }
 }
 
@@ -401,12 +416,12 @@ impl Step for LearnServingCsrs {
 }
 
 /// The two tasks on the first master `first` that approve the kubelet serving CSRs of `nodes`
-/// (every master and worker): learn the pending ones (after a bounded wait for every node's
+/// (every master and worker, with their names: [`NodeNames::all`]): learn the pending ones (after a bounded wait for every node's
 /// when `wait`; only a pending CSR ends that wait with `pending`, see [`LearnServingCsrs`]), then
 /// approve those [`decide`] accepts. `suffix` ends the tasks' names (a second round has names of
 /// its own).
 pub fn approval_tasks(
-    nodes: &[Node],
+    nodes: &[NodeNames],
     first: &str,
     wait: bool,
     pending: bool,
@@ -426,7 +441,7 @@ pub fn approval_tasks(
             [first.to_string()],
         )
         .step(ApproveServingCsrs {
-            nodes: nodes.iter().map(NodeNames::of).collect(),
+            nodes: nodes.to_vec(),
         }),
     ]
 }
@@ -450,7 +465,7 @@ pub const FETCH: Duration = Duration::from_secs(90);
 /// (seen on real v1.20.2: the worker's kubelet served no certificate, `kubectl logs` failed with
 /// "tls: internal error"). A node with a certificate skips the settling wait, so a re-run does
 /// not wait at all.
-pub fn install_approval_tasks(nodes: &[Node], first: &str) -> Vec<crate::pipeline::Task> {
+pub fn install_approval_tasks(nodes: &[NodeNames], first: &str) -> Vec<crate::pipeline::Task> {
     use crate::pipeline::Task;
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
     let mut tasks = approval_tasks(nodes, first, true, false, "");
@@ -599,18 +614,21 @@ mod tests {
         v
     }
 
+    /// Two nodes with their IPv4 address and (dual-stack) the IPv6 address of their
+    /// `--node-ip`; what [`NodeNames::of`] gives for a real dual-stack context is checked in
+    /// `tests/it/kubeadm.rs`.
     fn nodes() -> Vec<NodeNames> {
         ["master1=10.88.10.11", "worker1=10.88.10.14"]
             .iter()
             .map(|s| {
                 let (n, ip) = s.split_once('=').expect("pair");
-                NodeNames::of(&Node {
+                NodeNames {
                     name: n.into(),
-                    address: ip.into(),
-                    internal_address: format!("{ip},fd00::{}", &ip[ip.len() - 2..]),
-                    roles: vec![],
-                    arch: "amd64".into(),
-                })
+                    ips: [ip.to_string(), format!("fd00::{}", &ip[ip.len() - 2..])]
+                        .iter()
+                        .map(|a| a.parse().expect("ip"))
+                        .collect(),
+                }
             })
             .collect()
     }
