@@ -429,7 +429,13 @@ impl Step for KeepalivedConfig {
             Op::Template(file),
             Op::Check(Check::new(
                 "keepalived configuration",
-                format!("keepalived -t -f {dest} >&2 || {{ echo '{dest} is rejected by keepalived (above)' >&2; exit 1; }}"),
+                format!(
+                    "keepalived -t -f {} >&2 || {{ echo {} >&2; exit 1; }}",
+                    crate::runner::shell::quote(&dest),
+                    crate::runner::shell::quote(&format!(
+                        "{dest} is rejected by keepalived (above)"
+                    )),
+                ),
             )),
             Op::Systemd(Systemd::new(SystemdAction::EnableNow(
                 "keepalived".to_string(),

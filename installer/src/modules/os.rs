@@ -366,11 +366,13 @@ impl Step for TimeSync {
         let mut ops = Vec::new();
         if let Some(tz) = &self.timezone {
             let z = shell::quote(tz);
+            let zone = shell::quote(&format!("/usr/share/zoneinfo/{tz}"));
+            let missing = shell::quote(&format!("time zone {tz} is not in /usr/share/zoneinfo"));
             ops.push(Op::Run(
                 RunCommand::new(format!(
-                    "[ -e /usr/share/zoneinfo/{tz} ] || {{ echo 'time zone {tz} is not in /usr/share/zoneinfo' >&2; exit 1; }}\ntimedatectl set-timezone {z} 2>/dev/null || {{ ln -sf /usr/share/zoneinfo/{tz} /etc/localtime; echo {z} > /etc/timezone; }}"
+                    "[ -e {zone} ] || {{ echo {missing} >&2; exit 1; }}\ntimedatectl set-timezone {z} 2>/dev/null || {{ ln -sf {zone} /etc/localtime; echo {z} > /etc/timezone; }}"
                 ))
-                .unless(format!("[ \"$(readlink -f /etc/localtime)\" = /usr/share/zoneinfo/{tz} ]")),
+                .unless(format!("[ \"$(readlink -f /etc/localtime)\" = {zone} ]")),
             ));
         }
         if self.servers.is_empty() {

@@ -15,6 +15,99 @@ pub fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// One command line for a node's `sh`, built word by word: every argument is quoted, so a value
+/// from cluster.yaml or a node can never become shell syntax. What quoting cannot express (a
+/// redirection, a pipe, `||`) goes in with [`Sh::op`], which takes only text written in KubeXM's
+/// own source (`&'static str`), never a runtime value.
+///
+/// ```
+/// use kubexm_install::runner::shell::Sh;
+/// let line = Sh::new("rm").arg("-rf").arg("--").arg("/var/lib/x y").to_string();
+/// assert_eq!(line, "rm -rf -- '/var/lib/x y'");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sh {
+    words: Vec<String>,
+}
+
+impl Sh {
+    /// A command line starting with `program` (quoted like any argument).
+    pub fn new(program: &str) -> Self {
+        Self {
+            words: vec![quote(program)],
+        }
+    }
+
+    /// One argument, quoted.
+    #[must_use]
+    pub fn arg(mut self, word: impl AsRef<str>) -> Self {
+        self.words.push(quote(word.as_ref()));
+        self
+    }
+
+    /// Several arguments, each quoted.
+    #[must_use]
+    pub fn args<I, S>(mut self, words: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.words
+            .extend(words.into_iter().map(|w| quote(w.as_ref())));
+        self
+    }
+
+    /// Shell syntax written in KubeXM's source (`>`, `2>/dev/null`, `||`, `&&`): the one way in
+    /// for unquoted text, and it cannot carry a runtime value.
+    #[must_use]
+    pub fn op(mut self, syntax: &'static str) -> Self {
+        self.words.push(syntax.to_string());
+        self
+    }
+
+    /// Paths that may hold globs (`/var/lib/kubexm/staging/containerd-*`), space-separated as
+    /// callers keep them: see [`globs`].
+    #[must_use]
+    pub fn globs(mut self, paths: &str) -> Self {
+        let g = globs(paths);
+        if !g.is_empty() {
+            self.words.push(g);
+        }
+        self
+    }
+}
+
+impl std::fmt::Display for Sh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.words.join(" "))
+    }
+}
+
+impl From<Sh> for String {
+    fn from(sh: Sh) -> Self {
+        sh.to_string()
+    }
+}
+
+/// Space-separated paths for the shell, globs kept: a word made only of path characters and the
+/// glob characters `*` and `?` stays as it is (so it expands); any other word is quoted whole
+/// (so it is taken literally and never becomes syntax).
+pub fn globs(paths: &str) -> String {
+    paths
+        .split_whitespace()
+        .map(|w| {
+            if w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@+%*?".contains(&b))
+            {
+                w.to_string()
+            } else {
+                quote(w)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Wraps a script so the node itself enforces the timeout: coreutils `timeout` runs it in its own
 /// process group and kills the whole group (TERM, then KILL 5 s later).
 pub fn with_timeout(script: &str, timeout: Duration) -> String {
@@ -254,6 +347,64 @@ mod tests {
         assert!(out.status.success(), "{out:?}");
         assert_eq!(std::fs::read(&victim).expect("read"), b"keep");
         assert_eq!(std::fs::read(&dest).expect("read"), b"new");
+    }
+
+    /// Values that would be syntax if pasted raw: each reaches the program as one argument,
+    /// unchanged, and nothing in them runs (a real `sh`, a marker file that must not appear).
+    #[test]
+    fn sh_builder_passes_hostile_values_as_single_words() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let marker = tmp.path().join("pwned");
+        let m = marker.display().to_string();
+        let hostile = [
+            format!("$(touch {m})"),
+            format!("`touch {m}`"),
+            format!("x; touch {m}"),
+            format!("a\ntouch {m}\n"),
+            format!("it's \"{m}\" | touch {m}"),
+            "-rf".to_string(),
+            " leading and trailing ".to_string(),
+            "*".to_string(),
+            String::new(),
+        ];
+        for v in &hostile {
+            let line = Sh::new("printf").arg("[%s]").arg(v).to_string();
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&line)
+                .current_dir(tmp.path())
+                .output()
+                .expect("sh");
+            assert!(out.status.success(), "{line}: {out:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                format!("[{v}]"),
+                "{line}"
+            );
+            assert!(!marker.exists(), "{line} ran a command");
+        }
+    }
+
+    #[test]
+    fn globs_expand_only_plain_glob_words() {
+        assert_eq!(
+            globs("/var/lib/kubexm/staging/containerd-* /run/containerd"),
+            "/var/lib/kubexm/staging/containerd-* /run/containerd"
+        );
+        assert_eq!(globs("/x/$(reboot) /y"), "'/x/$(reboot)' /y");
+        assert_eq!(globs("/a;rm"), "'/a;rm'");
+        assert_eq!(
+            Sh::new("rm")
+                .arg("-rf")
+                .arg("--")
+                .globs("/a/* /b")
+                .to_string(),
+            "rm -rf -- /a/* /b"
+        );
+        assert_eq!(
+            Sh::new("echo").arg("x").op(">").arg("/etc/f").to_string(),
+            "echo x > /etc/f"
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@ use crate::pipeline::ops::{
     WaitFor,
 };
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
+use crate::runner::shell::{globs, quote, Sh};
 use crate::runner::{shell, UploadSource};
 
 /// Where bundle files are kept on nodes: `ARTIFACTS/<name>/<version>/<file>`.
@@ -278,11 +279,16 @@ pub(crate) fn crictl_config(
 /// starts, so `delete` knows the data is KubeXM's.
 pub(crate) fn data_marker(marker: &str, data_dir: &str) -> Op {
     Op::Run(
-        RunCommand::new(format!("mkdir -p /etc/kubexm\necho {data_dir} > {marker}"))
-            .unless(format!(
-                "[ -e {marker} ] || [ -n \"$(ls -A {data_dir} 2>/dev/null)\" ]"
-            ))
-            .undo(format!("rm -f {marker}")),
+        RunCommand::new(format!(
+            "mkdir -p /etc/kubexm\n{}",
+            Sh::new("echo").arg(data_dir).op(">").arg(marker)
+        ))
+        .unless(format!(
+            "[ -e {m} ] || [ -n \"$(ls -A {d} 2>/dev/null)\" ]",
+            m = quote(marker),
+            d = quote(data_dir),
+        ))
+        .undo(Sh::new("rm").arg("-f").arg(marker)),
     )
 }
 
@@ -488,23 +494,27 @@ pub(crate) fn remove_cni_plugins() -> Op {
 /// mount point, only its content removed — then `also` (run state, staging globs) is removed.
 pub(crate) fn remove_data(marker: &str, data_dirs: &[&str], also: &str) -> Op {
     let (first, rest) = data_dirs.split_first().unwrap_or((&"", &[]));
-    let rest = rest.join(" ");
+    let (marker_q, first) = (quote(marker), quote(first));
     Op::Run(
         RunCommand::new(format!(
-            "if [ -e {marker} ]; then\n  find {first} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {first} || rmdir {first} 2>/dev/null || true\n{more}  rm -f {marker}\nfi\nrm -rf -- {also}",
+            "if [ -e {marker_q} ]; then\n  find {first} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {first} || rmdir {first} 2>/dev/null || true\n{more}  rm -f {marker_q}\nfi\n{also_rm}",
             more = if rest.is_empty() {
                 String::new()
             } else {
-                format!("  rm -rf {rest}\n")
+                format!("  {}\n", Sh::new("rm").arg("-rf").arg("--").args(rest))
             },
+            also_rm = Sh::new("rm").arg("-rf").arg("--").globs(also),
         ))
-        .unless(format!("[ ! -e {marker} ] && {{ {}; }}", none_exist(also))),
+        .unless(format!("[ ! -e {marker_q} ] && {{ {}; }}", none_exist(also))),
     )
 }
 
 /// Shell test: none of the space-separated `paths` (globs allowed) exists.
 pub(crate) fn none_exist(paths: &str) -> String {
-    format!("for p in {paths}; do [ -e \"$p\" ] && exit 1; done; true")
+    format!(
+        "for p in {}; do [ -e \"$p\" ] && exit 1; done; true",
+        globs(paths)
+    )
 }
 
 /// A TOML basic string.

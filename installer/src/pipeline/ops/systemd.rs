@@ -66,7 +66,7 @@ impl Systemd {
         let u = shell::quote(unit);
         let secs = self.settle.as_secs().max(1);
         let script = format!(
-            "i=0\nwhile [ $i -lt {ticks} ]; do\n  systemctl is-active -q {u} && exit 0\n  sleep 0.2; i=$((i+1))\ndone\necho \"unit {unit} is $(systemctl is-active {u}) after {secs}s\" >&2\nsystemctl status --no-pager -n 0 {u} >&2 || true\njournalctl -u {u} -n 15 --no-pager -o cat >&2 || true\nexit 1",
+            "i=0\nwhile [ $i -lt {ticks} ]; do\n  systemctl is-active -q {u} && exit 0\n  sleep 0.2; i=$((i+1))\ndone\nprintf 'unit %s is %s after %ss\\n' {u} \"$(systemctl is-active {u})\" {secs} >&2\nsystemctl status --no-pager -n 0 {u} >&2 || true\njournalctl -u {u} -n 15 --no-pager -o cat >&2 || true\nexit 1",
             ticks = secs * 5,
         );
         run_ok(runner, &script, self.settle + Duration::from_secs(30))
