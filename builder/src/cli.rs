@@ -51,6 +51,10 @@ pub enum Command {
     /// Check every entry of a bundle against its SHA256SUMS and bundle.json.
     #[command(after_help = VERIFY_EXAMPLES)]
     Verify(VerifyArgs),
+    /// Say what changes if a new bundle replaces an old one, or what the cluster runs: Kubernetes
+    /// and component versions, files, images, OS packages, cluster.yaml, sizes.
+    #[command(after_help = DIFF_EXAMPLES)]
+    Diff(DiffArgs),
     /// Convert another installer's configuration into a cluster.yaml.
     #[command(after_help = IMPORT_EXAMPLES)]
     Import(ImportArgs),
@@ -250,6 +254,43 @@ pub struct VerifyArgs {
     pub trusted_keys: Vec<PathBuf>,
 }
 
+/// `diff` options.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// OLD.tar.zst NEW.tar.zst, or with --installed NEW.tar.zst alone. A split bundle is named by
+    /// its index (FILE.parts.json); a delta bundle stands for the bundle it rebuilds.
+    #[arg(value_name = "BUNDLE", num_args = 1..=2, required = true)]
+    pub bundles: Vec<PathBuf>,
+    /// Compare NEW with what the site's record says the cluster runs: the bundle it was last
+    /// installed, upgraded or changed with (kept unpacked in the work directory) and the
+    /// cluster.yaml last applied. Run it on the control host.
+    #[arg(long)]
+    pub installed: bool,
+    /// With --installed: the cluster whose record is read (default: the only one recorded).
+    #[arg(long, value_name = "NAME", requires = "installed")]
+    pub cluster: Option<String>,
+    /// With --installed: kubexm-install's work directory.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "KUBEXM_WORK_DIR",
+        default_value = "/var/lib/kubexm"
+    )]
+    pub work_dir: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = DiffFormat::Text)]
+    pub output: DiffFormat,
+}
+
+/// `diff` output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DiffFormat {
+    /// For people.
+    Text,
+    /// Stable JSON (`kubexmDiff: 1`; fields are only ever added).
+    Json,
+}
+
 /// Where the cluster description, catalog and zone come from.
 #[derive(Debug, Args)]
 pub struct SourceArgs {
@@ -312,6 +353,14 @@ const VERIFY_EXAMPLES: &str = "Examples:
   kubexm-build verify demo.tar.zst
   kubexm-build verify demo.tar.zst --trusted-key kubexm.pub
   kubexm-build verify demo.tar.zst.parts.json";
+
+const DIFF_EXAMPLES: &str = "Examples:
+  kubexm-build diff old.tar.zst new.tar.zst
+  kubexm-build diff old.tar.zst new.tar.zst.parts.json -o json
+  kubexm-build diff --installed new.tar.zst           # on the control host
+
+Exit codes: 0 compared (whether or not anything changes), 2 usage, 4 a bundle cannot be read
+(damaged, truncated, not a bundle), 1 other failures (no cluster record, …).";
 
 const IMPORT_EXAMPLES: &str = "Examples:
   kubexm-build import kubekey -f config-sample.yaml -o cluster.yaml

@@ -38,6 +38,10 @@ impl ExitStatus {
                 || e.is::<InvalidConfig>()
             {
                 Some(Self::InvalidConfig)
+            } else if e.is::<kubexm_bundles::peek::PeekError>()
+                || e.is::<kubexm_bundles::split::SplitError>()
+            {
+                Some(Self::BundleRefused)
             } else if e.is::<crate::fetch::FetchError>() || e.is::<crate::images::ImageError>() {
                 Some(Self::CannotConnect)
             } else {

@@ -1,6 +1,7 @@
 //! `kubexm-build`: resolves, downloads and packs KubeXM offline bundles.
 
 mod addons;
+mod bundle_diff;
 mod cache;
 mod cli;
 mod commands;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(args, &mut out),
         Command::Bundle(args) => commands::bundle::run(args, &mut out),
         Command::Verify(args) => commands::verify::run(args, &mut out),
+        Command::Diff(args) => commands::diff::run(args, &mut out),
         Command::Import(args) => match &args.from {
             cli::ImportFrom::Kubekey(a) => commands::import::run(a, &mut out),
         },

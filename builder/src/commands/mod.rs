@@ -2,6 +2,7 @@
 
 pub mod bundle;
 pub mod bundle_extras;
+pub mod diff;
 pub mod import;
 pub mod keygen;
 pub mod resolve;

@@ -70,7 +70,7 @@ fn size(p: &Path) -> u64 {
 }
 
 /// sha256 of the bundle's `SHA256SUMS`, read with standard tools.
-fn content_digest(bundle: &Path) -> String {
+pub(crate) fn content_digest(bundle: &Path) -> String {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -83,7 +83,10 @@ fn content_digest(bundle: &Path) -> String {
 }
 
 /// What `kubexm-install inventory` reports for a site holding the unpacked `tree`.
-fn inventory_of(tree: &Path, digest: &str) -> (SiteInventory, BTreeMap<String, PathBuf>) {
+pub(crate) fn inventory_of(
+    tree: &Path,
+    digest: &str,
+) -> (SiteInventory, BTreeMap<String, PathBuf>) {
     let sums = std::fs::read_to_string(tree.join("SHA256SUMS")).expect("sums");
     let mut inv = SiteInventory {
         kubexm_inventory: delta::INVENTORY_VERSION,

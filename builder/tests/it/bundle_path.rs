@@ -14,7 +14,7 @@ use kubexm_testkit::{images, skopeo_inspect_digest};
 use crate::bundle_e2e::{bundle, extract, setup, stand_in, text, verify_cli, Lab, FILES};
 
 /// The catalog's newest v1.32 patch: what the path takes between v1.31 and v1.33.
-fn newest_v132() -> KubeVersion {
+pub(crate) fn newest_v132() -> KubeVersion {
     let catalog = Catalog::builtin().expect("built-in catalog");
     *catalog
         .kubernetes
@@ -27,7 +27,7 @@ fn newest_v132() -> KubeVersion {
 /// Serves what cluster.yaml at `version` needs beyond the lab's v1.33.11: each missing file a
 /// stand-in on the mirror, pinned in the lab's catalog override, each missing image a busybox
 /// index on the open registry. Returns the files' bundle paths and the images' references.
-fn serve_version(lab: &Lab, version: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+pub(crate) fn serve_version(lab: &Lab, version: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let d = lab.dir.path();
     let cluster = std::fs::read_to_string(d.join("cluster.yaml")).expect("cluster.yaml");
     let at = cluster.replace("version: v1.33.11", &format!("version: {version}"));

@@ -1,6 +1,7 @@
 //! CLI tests of `kubexm-build` (one test binary).
 
 mod bundle_delta;
+mod bundle_diff;
 mod bundle_e2e;
 mod bundle_faults;
 mod bundle_path;
