@@ -137,6 +137,50 @@ pub struct KernelRequirement {
     pub fatal: bool,
 }
 
+/// An etcd release `MAJOR.MINOR.PATCH`, compared numerically (`v3.5.24`, `3.6.14`; kubeadm's image
+/// tags such as `3.5.24-0` compare by their release part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EtcdVersion {
+    /// Major.
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch.
+    pub patch: u32,
+}
+
+impl EtcdVersion {
+    /// A version from its parts.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// `v3.4.23`, `3.4.23` or an image tag `3.5.24-0`; `None` when it is not three numbers.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.strip_prefix('v').unwrap_or(s);
+        let release = s.split_once('-').map_or(s, |(r, _)| r);
+        let mut parts = release.split('.').map(|p| {
+            if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                p.parse::<u32>().ok()
+            } else {
+                None
+            }
+        });
+        let v = Self::new(parts.next()??, parts.next()??, parts.next()??);
+        parts.next().is_none().then_some(v)
+    }
+}
+
+impl fmt::Display for EtcdVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
 /// How far kube-proxy supports a proxy mode in a version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyModeStatus {
@@ -346,6 +390,22 @@ impl KubeVersion {
     /// defaults to true from v1.35).
     pub fn kubelet_fails_on_cgroup_v1(self) -> bool {
         self.at_least(1, 35)
+    }
+
+    /// The oldest etcd kubeadm accepts as an external etcd (KubeXM's etcd is one): its preflight
+    /// check `ExternalEtcdVersion` refuses an older one with "this version of kubeadm only
+    /// supports external etcd version >= 3.5.24-0" (`MinExternalEtcdVersion` in
+    /// cmd/kubeadm/app/constants/constants.go: 3.5.24-0 in v1.36.3 and v1.37.2, seen refusing
+    /// etcd 3.4.23 in the lab with v1.37.2; 3.2.18 in v1.20.2). `None` for the minors between,
+    /// whose value KubeXM has not verified (kubeadm's own preflight still checks).
+    pub fn kubeadm_min_external_etcd(self) -> Option<EtcdVersion> {
+        if self.at_least(1, 36) {
+            Some(EtcdVersion::new(3, 5, 24))
+        } else if !self.at_least(1, 21) {
+            Some(EtcdVersion::new(3, 2, 18))
+        } else {
+            None
+        }
     }
 
     /// Whether containerd 1.x is supported: up to v1.37. The removal announced for v1.36 was
@@ -572,6 +632,39 @@ mod tests {
         assert!(!v("v1.38.0").supports_containerd_1x());
         assert!(!v("v1.30.14").kubelet_has_fail_cgroup_v1());
         assert!(v("v1.31.0").kubelet_has_fail_cgroup_v1());
+    }
+
+    /// kubeadm's MinExternalEtcdVersion (constants.go of v1.20.2, v1.36.3, v1.37.2); etcd versions
+    /// as the catalog and kubeadm's image tags write them.
+    #[test]
+    fn kubeadm_min_external_etcd_and_etcd_versions() {
+        assert_eq!(
+            v("v1.37.2").kubeadm_min_external_etcd(),
+            Some(EtcdVersion::new(3, 5, 24))
+        );
+        assert_eq!(
+            v("v1.36.0").kubeadm_min_external_etcd(),
+            Some(EtcdVersion::new(3, 5, 24))
+        );
+        assert_eq!(v("v1.35.8").kubeadm_min_external_etcd(), None);
+        assert_eq!(
+            v("v1.20.2").kubeadm_min_external_etcd(),
+            Some(EtcdVersion::new(3, 2, 18))
+        );
+        assert_eq!(
+            EtcdVersion::parse("v3.4.23"),
+            Some(EtcdVersion::new(3, 4, 23))
+        );
+        assert_eq!(
+            EtcdVersion::parse("3.5.24-0"),
+            Some(EtcdVersion::new(3, 5, 24))
+        );
+        assert!(EtcdVersion::new(3, 4, 23) < EtcdVersion::new(3, 5, 24));
+        assert!(EtcdVersion::new(3, 6, 0) > EtcdVersion::new(3, 5, 24));
+        for bad in ["", "v3.4", "3.4.x", "v3.4.23.1", "latest"] {
+            assert_eq!(EtcdVersion::parse(bad), None, "{bad}");
+        }
+        assert_eq!(EtcdVersion::new(3, 5, 24).to_string(), "3.5.24");
     }
 
     /// KEP-3866 (nftables: alpha 1.29, beta 1.31, GA 1.33) and the ipvs deprecation in v1.35.

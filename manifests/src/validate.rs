@@ -11,7 +11,9 @@ use serde::Serialize;
 use crate::catalog::Catalog;
 use crate::display::UntrustedMax;
 use crate::image_ref::ImageRef;
-use crate::kube_version::{DualStack, ProxyModeStatus, NEWEST_SUPPORTED_MINOR, OLDEST_SUPPORTED};
+use crate::kube_version::{
+    DualStack, EtcdVersion, ProxyModeStatus, NEWEST_SUPPORTED_MINOR, OLDEST_SUPPORTED,
+};
 use crate::model::{
     AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
     Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
@@ -141,6 +143,7 @@ pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster
     check_etcd(&file, &roles, &mut c);
     check_network(&file, version, catalog, &roles, &mut c);
     check_runtime(&file, version, &mut c);
+    check_etcd_version(&file, version, catalog, &mut c);
     check_load_balancer(&file, &roles, &mut c);
     check_registry(&file, &roles, &mut c);
     check_system_and_extra(&file, &mut c);
@@ -1132,6 +1135,40 @@ fn check_kube_ovn_and_hybridnet(
                 "remove mtu",
             );
         }
+    }
+}
+
+/// KubeXM's etcd is an external etcd to kubeadm, whose preflight (`ExternalEtcdVersion`) refuses
+/// one older than its minimum (etcd 3.5.24 from v1.36): refused here, before any host changes,
+/// naming the versions (seen in the lab: kubeadm v1.37.2 refused etcd 3.4.23 at `kubeadm init`).
+fn check_etcd_version(
+    f: &ClusterFile,
+    version: Option<KubeVersion>,
+    catalog: &Catalog,
+    c: &mut Checker,
+) {
+    let Some(v) = version else {
+        return;
+    };
+    if f.spec.kubernetes.kind != KubernetesType::Kubeadm || f.spec.etcd.kind != EtcdType::Kubexm {
+        return;
+    }
+    let Some(min) = v.kubeadm_min_external_etcd() else {
+        return;
+    };
+    let (etcd, field) = match f.spec.etcd.version.as_deref() {
+        Some(e) => (e, "spec.etcd.version"),
+        None => match catalog.release(v).and_then(|r| r.defaults.get("etcd")) {
+            Some(e) => (e.as_str(), "spec.etcd.type"),
+            None => return,
+        },
+    };
+    if let Some(got) = EtcdVersion::parse(etcd).filter(|got| *got < min) {
+        c.add(
+            field,
+            format!("kubeadm {v} refuses an external etcd older than {min} (its ExternalEtcdVersion preflight check), and KubeXM's etcd would be {got}"),
+            format!("set etcd.version to v{min} or newer, or use etcd.type kubeadm (kubeadm's own stacked etcd)"),
+        );
     }
 }
 

@@ -247,7 +247,54 @@ fn kubernetes() {
         )
         .expect("override merges");
     let problems = problems_with(&new_cat, |f| f.spec.kubernetes.version = "v1.37.2".into());
-    assert!(problems.is_empty(), "v1.37.2 with containerd 1.7.34: {problems:?}");
+    assert!(
+        problems.is_empty(),
+        "v1.37.2 with containerd 1.7.34: {problems:?}"
+    );
+    // kubeadm v1.36+ refuses an external etcd older than 3.5.24 (its ExternalEtcdVersion
+    // preflight; the lab's v1.37.2 refused etcd 3.4.23): KubeXM's etcd is one, refused here.
+    expect_in(
+        &new_cat,
+        |f| {
+            f.spec.kubernetes.version = "v1.37.2".into();
+            f.spec.etcd.version = Some("v3.4.23".into());
+        },
+        "spec.etcd.version",
+        "kubeadm v1.37.2 refuses an external etcd older than 3.5.24 (its ExternalEtcdVersion preflight check), and KubeXM's etcd would be 3.4.23",
+    );
+    expect(
+        |f| {
+            f.spec.kubernetes.version = "v1.36.4".into();
+            f.spec.etcd.version = Some("v3.5.21".into());
+        },
+        "spec.etcd.version",
+        "older than 3.5.24",
+    );
+    // Newer, kubeadm's stacked etcd, the kubexm path (no kubeadm) and v1.35 (not pinned) pass.
+    for edit in [
+        (|f: &mut ClusterFile| f.spec.etcd.version = Some("v3.5.24".into()))
+            as fn(&mut ClusterFile),
+        |f| {
+            f.spec.etcd.version = Some("v3.4.23".into());
+            f.spec.etcd.kind = EtcdType::Kubeadm;
+            f.spec.role_groups.etcd.clear();
+        },
+        |f| {
+            f.spec.etcd.version = Some("v3.4.23".into());
+            f.spec.kubernetes.kind = KubernetesType::Kubexm;
+        },
+    ] {
+        let problems = problems_with(&new_cat, |f| {
+            f.spec.kubernetes.version = "v1.37.2".into();
+            edit(f);
+        });
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+    let problems = problems_with(&builtin(), |f| {
+        f.spec.kubernetes.version = "v1.35.0".into();
+        f.spec.etcd.version = Some("v3.4.23".into());
+    });
+    assert!(problems.is_empty(), "v1.35.0: {problems:?}");
     expect_in(
         &new_cat,
         |f| f.spec.kubernetes.version = "v1.38.0".into(),
