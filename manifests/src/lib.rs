@@ -16,6 +16,7 @@
 pub mod catalog;
 pub mod digest;
 pub mod display;
+pub mod feature_gates;
 pub mod image_ref;
 pub mod import;
 pub mod kube_components;

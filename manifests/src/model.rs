@@ -15,6 +15,121 @@ pub const API_VERSION: &str = "kubexm.io/v1alpha1";
 /// The `kind` of a cluster description.
 pub const KIND_CLUSTER: &str = "Cluster";
 
+/// A directory on the nodes that KubeXM creates, writes into configuration files and units, and
+/// removes on `delete` (`etcd.dataDir`, `registry.dataDir`, the storage paths): absolute,
+/// normalised (no `.`, `..`, empty or trailing components), of letters, digits and `/._-+@`
+/// only (so it needs no quoting in any file format), and neither a system directory nor inside
+/// one. [`NodePath::parse`] is the one place that checks it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodePath(String);
+
+/// Directories a data directory may be neither equal to nor inside of.
+const SYSTEM_TREES: &[&str] = &[
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr",
+];
+/// Directories a data directory may be inside of, but not equal to.
+const SYSTEM_DIRS: &[&str] = &[
+    "/",
+    "/home",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/root",
+    "/srv",
+    "/tmp",
+    "/var",
+    "/var/cache",
+    "/var/lib",
+    "/var/lib/kubelet",
+    "/var/lib/kubexm",
+    "/var/log",
+    "/var/run",
+    "/var/spool",
+    "/var/tmp",
+];
+
+/// Why a string is not a [`NodePath`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodePathError {
+    /// Not starting with `/`.
+    #[error("is relative")]
+    Relative,
+    /// A character outside letters, digits and `/._-+@` (spaces, quotes, control characters).
+    #[error(
+        "holds {0:?}; a directory on the nodes is written with letters, digits and /._-+@ only"
+    )]
+    Character(char),
+    /// `.`, `..`, `//` or a trailing `/`.
+    #[error("is not normalised (no `.`, `..`, `//` or trailing `/`)")]
+    NotNormal,
+    /// Longer than [`NodePath::MAX_LEN`].
+    #[error("is longer than {} bytes", NodePath::MAX_LEN)]
+    TooLong,
+    /// A system directory, or inside one KubeXM must never write to or remove.
+    #[error("is the system directory {0} or inside it, and `delete` removes this directory")]
+    System(&'static str),
+}
+
+impl NodePath {
+    /// The longest path taken (Linux's PATH_MAX).
+    pub const MAX_LEN: usize = 4096;
+
+    /// Checks `s`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever makes it unfit, see [`NodePathError`].
+    pub fn parse(s: &str) -> Result<Self, NodePathError> {
+        if s.len() > Self::MAX_LEN {
+            return Err(NodePathError::TooLong);
+        }
+        if let Some(bad) = s
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || "/._-+@".contains(*c)))
+        {
+            return Err(NodePathError::Character(bad));
+        }
+        let Some(rest) = s.strip_prefix('/') else {
+            return Err(NodePathError::Relative);
+        };
+        if !rest.is_empty()
+            && rest
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+        {
+            return Err(NodePathError::NotNormal);
+        }
+        if let Some(dir) = SYSTEM_DIRS.iter().find(|d| **d == s) {
+            return Err(NodePathError::System(dir));
+        }
+        if let Some(tree) = SYSTEM_TREES
+            .iter()
+            .find(|t| s == **t || s.strip_prefix(**t).is_some_and(|r| r.starts_with('/')))
+        {
+            return Err(NodePathError::System(tree));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The path.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for NodePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for NodePath {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A whole `cluster.yaml`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -1337,6 +1452,51 @@ impl ClusterFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_paths_are_absolute_normal_plain_and_not_system_directories() {
+        for good in [
+            "/var/lib/etcd",
+            "/data/registry",
+            "/var/lib/kubexm-registry",
+            "/srv/nfs",
+        ] {
+            assert_eq!(
+                NodePath::parse(good).map(|p| p.to_string()),
+                Ok(good.to_string())
+            );
+        }
+        for (bad, want) in [
+            ("var/lib/etcd", NodePathError::Relative),
+            ("", NodePathError::Relative),
+            (
+                "/var/lib/etcd\nforce-new-cluster: true",
+                NodePathError::Character('\n'),
+            ),
+            ("/var/lib/etcd\\n", NodePathError::Character('\\')),
+            ("/data/a b", NodePathError::Character(' ')),
+            ("/data/\"x", NodePathError::Character('"')),
+            ("/var/lib/../../etc/cron.d", NodePathError::NotNormal),
+            ("/var/lib/etcd/", NodePathError::NotNormal),
+            ("/var//lib", NodePathError::NotNormal),
+            ("/var/./lib", NodePathError::NotNormal),
+            ("/", NodePathError::System("/")),
+            ("/var/lib", NodePathError::System("/var/lib")),
+            ("/etc", NodePathError::System("/etc")),
+            ("/etc/cron.d", NodePathError::System("/etc")),
+            ("/usr/local/bin", NodePathError::System("/usr")),
+        ] {
+            assert_eq!(NodePath::parse(bad), Err(want), "{bad:?}");
+        }
+        assert_eq!(
+            NodePath::parse(&format!("/{}", "a".repeat(4096))),
+            Err(NodePathError::TooLong)
+        );
+        assert!(
+            NodePath::parse("/etcd-data").is_ok(),
+            "/etc is a prefix of the name only"
+        );
+    }
 
     #[test]
     fn etcd_fsync_threshold_reads_decimal_milliseconds() {

@@ -16,7 +16,7 @@ use crate::kube_version::{
 };
 use crate::model::{
     AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
-    Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
+    NodePath, Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
 };
 use crate::name::{
     check_component, is_dns_label, is_dns_subdomain, is_interface_name, INTERFACE_NAME_MAX,
@@ -137,6 +137,7 @@ pub fn validate(mut file: ClusterFile, catalog: &Catalog) -> Result<ValidCluster
         problems: Vec::new(),
     };
     check_header(&file, &mut c);
+    check_no_control_characters(&file, &mut c);
     check_hosts(&file, &mut c);
     let roles = expand_roles(&file, &mut c);
     let version = check_kubernetes(&file, catalog, &mut c);
@@ -264,17 +265,89 @@ fn check_storage(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     }
 }
 
-/// A directory written into host files and manifests: absolute and plain, or a problem at
-/// `field` with `hint`.
+/// A directory written into host files and manifests: a [`NodePath`], or a problem at `field`
+/// with `hint`.
 fn plain_directory(c: &mut Checker, field: &str, value: &str, hint: String) {
-    if !is_plain_absolute_path(value) {
+    node_directory(c, field, Some(value), &hint);
+}
+
+/// A directory on the nodes, when set: a [`NodePath`] (the one check), or a problem at `field`.
+fn node_directory(c: &mut Checker, field: &str, value: Option<&str>, hint: &str) {
+    let Some(value) = value else { return };
+    if let Err(e) = NodePath::parse(value) {
         c.add(
             field,
             format!(
-                "`{}` is not an absolute path of letters, digits and /._-+@",
+                "`{}` is not an absolute path KubeXM may use on the nodes: it {e}",
                 UntrustedMax(value, 200)
             ),
             hint,
+        );
+    }
+}
+
+/// Every string of the document, keys included, is free of control characters: each one ends
+/// up in a unit, a YAML, TOML or INI file, a script or a terminal on some node, where a newline
+/// or an escape changes what the file says. Secrets (serialized redacted) are checked apart.
+fn check_no_control_characters(f: &ClusterFile, c: &mut Checker) {
+    fn walk(v: &serde_json::Value, at: &str, c: &mut Checker) {
+        match v {
+            serde_json::Value::String(s) => control_free(c, at, s),
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{at}[{i}]"), c);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (k, item) in map {
+                    let here = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    if k.chars().any(char::is_control) {
+                        control_free(c, &here, k);
+                    } else {
+                        walk(item, &here, c);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    match serde_json::to_value(f) {
+        Ok(doc) => walk(&doc, "", c),
+        Err(e) => c.add("", format!("cannot be read back: {e}"), ""),
+    }
+    for (i, h) in f.spec.hosts.iter().enumerate() {
+        if let Some(p) = &h.password {
+            control_free(c, &format!("spec.hosts[{i}].password"), p.expose());
+        }
+    }
+    for (host, auth) in &f.spec.registry.auths {
+        if let Some(p) = &auth.password {
+            control_free(
+                c,
+                &format!("spec.registry.auths.{host}.password"),
+                p.expose(),
+            );
+        }
+    }
+    if let Some(p) = &f.spec.registry.harbor_config.admin_password {
+        control_free(c, "spec.registry.harborConfig.adminPassword", p.expose());
+    }
+}
+
+fn control_free(c: &mut Checker, at: &str, value: &str) {
+    if let Some(bad) = value.chars().find(|ch| ch.is_control()) {
+        c.add(
+            at,
+            format!(
+                "holds the control character {:?} (U+{:04X})",
+                bad,
+                u32::from(bad)
+            ),
+            "remove it: every value is written into files on the nodes, where a newline or escape would change what the file says",
         );
     }
 }
@@ -576,7 +649,66 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
             );
         }
     }
+    check_feature_gates(&k.feature_gates, version, c);
+    for (field, args) in [
+        ("apiserverArgs", &k.apiserver_args),
+        ("controllerManagerArgs", &k.controller_manager_args),
+        ("schedulerArgs", &k.scheduler_args),
+        ("kubeletArgs", &k.kubelet_args),
+        ("kubeProxyArgs", &k.kube_proxy_args),
+    ] {
+        for name in args.keys() {
+            if !is_flag_name(name) {
+                c.add(
+                    format!("spec.kubernetes.{field}.{name}"),
+                    "is not a command-line flag name",
+                    "write the flag's name without its value, e.g. `audit-log-maxage: \"30\"` (letters, digits, `-`, `_`, `.`; leading `--` allowed)",
+                );
+            }
+        }
+    }
     version
+}
+
+/// `spec.kubernetes.featureGates`: names a component reads, and no gate `version` has locked to
+/// the other value or removed ([`crate::feature_gates`], the list the KubeKey importer uses).
+fn check_feature_gates(
+    gates: &BTreeMap<String, bool>,
+    version: Option<KubeVersion>,
+    c: &mut Checker,
+) {
+    for (name, on) in gates {
+        let at = format!("spec.kubernetes.featureGates.{name}");
+        if !crate::feature_gates::is_gate_name(name) {
+            c.add(
+                at,
+                "is not a feature gate name",
+                "write the gate's name as Kubernetes documents it (letters and digits, e.g. NFTablesProxyMode)",
+            );
+        } else if let Some(refusal) =
+            version.and_then(|v| crate::feature_gates::refusal(name, *on, v))
+        {
+            c.add(at, format!("{name}: {refusal}"), refusal.hint());
+        }
+    }
+}
+
+/// A component flag's name as `apiserverArgs` and friends take it: `--` optional, then a
+/// letter or digit and letters, digits, `-`, `_`, `.` (it is written as `--name=value` into
+/// units and as a YAML key into kubeadm's configuration).
+pub fn is_flag_name(name: &str) -> bool {
+    let bare = name
+        .strip_prefix("--")
+        .or_else(|| name.strip_prefix('-'))
+        .unwrap_or(name);
+    bare.len() <= 128
+        && bare
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && bare
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn supported(catalog: &Catalog) -> String {
@@ -588,6 +720,12 @@ fn supported(catalog: &Catalog) -> String {
 
 fn check_etcd(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     let e = &f.spec.etcd;
+    node_directory(
+        c,
+        "spec.etcd.dataDir",
+        e.data_dir.as_deref(),
+        "name etcd's own directory, e.g. /var/lib/etcd (it goes into etcd's configuration and `delete` removes it)",
+    );
     match e.kind {
         EtcdType::Kubexm => {
             if f.spec.role_groups.etcd.is_empty() {
@@ -1365,6 +1503,12 @@ fn mode_name(lb: &crate::model::LoadBalancer) -> &'static str {
 
 fn check_registry(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     let r = &f.spec.registry;
+    node_directory(
+        c,
+        "spec.registry.dataDir",
+        r.data_dir.as_deref(),
+        "name the registry's own directory, e.g. /var/lib/registry (it goes into the registry's configuration and `delete` removes it)",
+    );
     match r.kind {
         RegistryType::Registry | RegistryType::Harbor => {
             let name = if r.kind == RegistryType::Harbor {

@@ -456,16 +456,8 @@ pub(crate) fn parse_flags(items: &[String]) -> (BTreeMap<String, String>, Vec<St
     (out, bad)
 }
 
-/// Feature gates Kubernetes no longer recognises (a component refuses to start on an unknown
-/// gate): gate → last minor release that still read it. Source: kubernetes.io,
-/// "Feature Gates (removed)". Only the gates KubeKey's samples and defaults set.
-const REMOVED_GATES: &[(&str, u32)] = &[
-    ("TTLAfterFinished", 24),
-    ("ExpandCSIVolumes", 26),
-    ("CSIStorageCapacity", 27),
-];
-
-/// Keeps the gates the target version still reads; reports the others.
+/// Keeps the gates the target version still takes; reports the others (removed, or locked to
+/// the other value: [`crate::feature_gates`], the list `cluster.yaml` validation uses too).
 pub(crate) fn map_feature_gates(
     doc: &mut Doc,
     field: &FieldPath,
@@ -475,13 +467,9 @@ pub(crate) fn map_feature_gates(
     for key in doc.keys(field) {
         let at = field.key(&key);
         let Some(on) = doc.boolean(&at) else { continue };
-        match REMOVED_GATES.iter().find(|(g, _)| *g == key) {
-            Some((_, last)) if version.major == 1 && version.minor > *last => doc.reject(
-                &at,
-                &Value::Bool(on),
-                format!("the gate was removed after Kubernetes v1.{last}; {version} refuses to start with it"),
-            ),
-            _ => {
+        match crate::feature_gates::refusal(&key, on, version) {
+            Some(refusal) => doc.reject(&at, &Value::Bool(on), refusal.to_string()),
+            None => {
                 out.insert(key, on);
             }
         }

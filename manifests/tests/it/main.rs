@@ -2,6 +2,7 @@
 
 mod attacks;
 mod common;
+mod hostile_values;
 mod import;
 mod props;
 mod resolve;
