@@ -47,6 +47,55 @@ fn blocks(text: &str, is_marker: impl Fn(&str) -> bool) -> Vec<String> {
     out
 }
 
+/// The directory holding both binaries (`kubexm-build` is built beside `kubexm-install`).
+fn bin_dir() -> PathBuf {
+    let install = PathBuf::from(env!("CARGO_BIN_EXE_kubexm-install"));
+    let bin_dir = install.parent().expect("target dir").to_path_buf();
+    assert!(
+        bin_dir.join("kubexm-build").exists(),
+        "the guide test needs kubexm-build beside kubexm-install in {}: `cargo build -p kubexm-build` (the workspace test run builds it)",
+        bin_dir.display()
+    );
+    bin_dir
+}
+
+/// Runs each block as written with bash (`-euo pipefail`) in a scratch directory holding the
+/// example cluster.yaml, both binaries on `PATH`; returns the directory for what they left.
+fn run_files_blocks(runnable: &[String]) -> tempfile::TempDir {
+    let bin_dir = bin_dir();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples/cluster.yaml"),
+        dir.path().join("cluster.yaml"),
+    )
+    .expect("copy the example cluster.yaml");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for block in runnable {
+        let out = Command::new("bash")
+            .args(["-euo", "pipefail", "-c", block])
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .env("KUBEXM_WORK_DIR", dir.path().join("work"))
+            .env("KUBEXM_LOG", "warn")
+            .env_remove("KUBEXM_TRUSTED_KEYS")
+            .env_remove("KUBEXM_LOG_FORMAT")
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "block failed ({:?}):\n{block}\n--- stdout\n{}\n--- stderr\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
 #[test]
 fn every_files_block_of_the_guide_runs() {
     let text = guide();
@@ -76,43 +125,7 @@ fn every_files_block_of_the_guide_runs() {
         );
     }
 
-    let install = PathBuf::from(env!("CARGO_BIN_EXE_kubexm-install"));
-    let bin_dir = install.parent().expect("target dir").to_path_buf();
-    assert!(
-        bin_dir.join("kubexm-build").exists(),
-        "the guide test needs kubexm-build beside kubexm-install in {}: `cargo build -p kubexm-build` (the workspace test run builds it)",
-        bin_dir.display()
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples/cluster.yaml"),
-        dir.path().join("cluster.yaml"),
-    )
-    .expect("copy the example cluster.yaml");
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    for block in &runnable {
-        let out = Command::new("bash")
-            .args(["-euo", "pipefail", "-c", block])
-            .current_dir(dir.path())
-            .env("PATH", &path)
-            .env("KUBEXM_WORK_DIR", dir.path().join("work"))
-            .env("KUBEXM_LOG", "warn")
-            .env_remove("KUBEXM_TRUSTED_KEYS")
-            .env_remove("KUBEXM_LOG_FORMAT")
-            .output()
-            .expect("bash runs");
-        assert!(
-            out.status.success(),
-            "guide block failed ({:?}):\n{block}\n--- stdout\n{}\n--- stderr\n{}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let dir = run_files_blocks(&runnable);
     // What the blocks left behind is what the guide says they make.
     for f in [
         "needs.json",
@@ -126,4 +139,194 @@ fn every_files_block_of_the_guide_runs() {
         serde_json::from_slice(&std::fs::read(dir.path().join("plan.json")).expect("plan.json"))
             .expect("plan -o json is JSON");
     assert!(plan["modules"].as_array().is_some_and(|m| !m.is_empty()));
+}
+
+// The top-level README.md: short (at most 200 lines), and every ```sh block in it exercised.
+// Besides the guide's two markers it knows three of its own, for blocks no scratch directory can
+// run: `readme-test: upstream` (needs the internet: its flags are checked against kubexm-build's
+// definitions and its cluster.yaml validated), `readme-test: ci` (the command `.ci/run` runs) and
+// `readme-test: lab` (a root-only lab script: checked to exist and parse; run by hand).
+const UPSTREAM: &str = "<!-- readme-test: upstream -->";
+const CI: &str = "<!-- readme-test: ci -->";
+const LAB: &str = "<!-- readme-test: lab -->";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(rel: &str) -> String {
+    let p = repo_root().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The body of `pub struct NAME { … }` in `src`.
+fn struct_body<'a>(src: &'a str, name: &str) -> &'a str {
+    let start = src
+        .find(&format!("pub struct {name} {{"))
+        .unwrap_or_else(|| panic!("builder/src/cli.rs: no struct {name}"));
+    let rest = &src[start..];
+    &rest[..rest.find("\n}").expect("struct end")]
+}
+
+/// Whether `flag` (`-f` or `--accept-unpinned`) is declared in `body`: `short = 'f'`, or
+/// `long = "name"`, or a field `pub name_with_underscores` whose own attribute says `long`.
+fn declares(body: &str, flag: &str) -> bool {
+    if let Some(long) = flag.strip_prefix("--") {
+        if body.contains(&format!("long = \"{long}\"")) {
+            return true;
+        }
+        let field = format!("pub {}:", long.replace('-', "_"));
+        let lines: Vec<&str> = body.lines().map(str::trim).collect();
+        return lines.iter().enumerate().any(|(i, l)| {
+            l.starts_with(&field)
+                && lines[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|a| {
+                        a.starts_with("#[") || a.starts_with("///") || a.starts_with("long")
+                    })
+                    .any(|a| a.starts_with("#[arg(long") || *a == "long,")
+        });
+    }
+    let short = flag.strip_prefix('-').expect("a flag");
+    body.contains(&format!("short = '{short}'"))
+}
+
+#[test]
+fn the_readme_is_short_and_every_block_in_it_is_exercised() {
+    let text = read("README.md");
+    let n = text.lines().count();
+    assert!(
+        n <= 200,
+        "README.md has {n} lines; the limit is 200 (move detail to installer/docs/reference.md)"
+    );
+
+    // Every fenced block is a ```sh block right after a known marker.
+    let lines: Vec<&str> = text.lines().collect();
+    let mut fence_open = false;
+    for (i, l) in lines.iter().enumerate() {
+        if !l.trim_start().starts_with("```") {
+            continue;
+        }
+        fence_open = !fence_open;
+        if !fence_open {
+            continue;
+        }
+        assert_eq!(
+            l.trim(),
+            "```sh",
+            "README.md line {}: only ```sh blocks",
+            i + 1
+        );
+        let marker = lines[..i].iter().rev().find(|p| !p.trim().is_empty());
+        assert!(
+            marker.is_some_and(|m| {
+                let m = m.trim();
+                m == FILES || is_cluster_marker(m) || [UPSTREAM, CI, LAB].contains(&m)
+            }),
+            "README.md line {}: a ```sh block without a guide-test/readme-test marker",
+            i + 1
+        );
+    }
+
+    // files: run as the guide's are.
+    let files = blocks(&text, |l| l.trim() == FILES);
+    assert!(!files.is_empty(), "no files block in README.md");
+    let dir = run_files_blocks(&files);
+    assert!(dir.path().join("plan.txt").exists(), "plan.txt not written");
+
+    // cluster: each is, as written, a cluster block of the guide, which tests/lab/guide runs.
+    let guide_cluster = blocks(&guide(), is_cluster_marker);
+    let cluster = blocks(&text, is_cluster_marker);
+    assert!(!cluster.is_empty(), "no cluster block in README.md");
+    for b in &cluster {
+        assert!(
+            guide_cluster.contains(b),
+            "README.md cluster block is not a guide cluster block (tests/lab/guide runs those):\n{b}"
+        );
+    }
+
+    // upstream: the bundle command. It downloads, so it is not run; what can go wrong without the
+    // internet is checked: the binary it runs, its verb and every flag exist, and its cluster.yaml
+    // validates.
+    let upstream = blocks(&text, |l| l.trim() == UPSTREAM);
+    assert_eq!(upstream.len(), 1, "one upstream block");
+    let line = upstream[0].trim();
+    assert!(
+        !line.contains('\n'),
+        "the upstream block is one command line"
+    );
+    let args = line
+        .strip_prefix("cargo run --release --bin kubexm-build -- ")
+        .unwrap_or_else(|| panic!("not a kubexm-build command: {line}"));
+    assert!(read("builder/Cargo.toml").contains("[[bin]]\nname = \"kubexm-build\""));
+    let words: Vec<&str> = args.split_whitespace().collect();
+    assert_eq!(words[0], "bundle");
+    let cli = read("builder/src/cli.rs");
+    assert!(
+        cli.contains("Bundle(BundleArgs)"),
+        "kubexm-build has no bundle verb"
+    );
+    let flags = format!(
+        "{}\n{}",
+        struct_body(&cli, "BundleArgs"),
+        struct_body(&cli, "SourceArgs")
+    );
+    let mut cluster_yaml = None;
+    let mut it = words[1..].iter().peekable();
+    while let Some(w) = it.next() {
+        assert!(w.starts_with('-'), "unexpected word {w:?} in: {line}");
+        assert!(declares(&flags, w), "kubexm-build bundle has no flag {w}");
+        if matches!(*w, "-f" | "-o") {
+            let v = it.next().unwrap_or_else(|| panic!("{w} needs a value"));
+            if *w == "-f" {
+                cluster_yaml = Some(*v);
+            }
+        }
+    }
+    let cluster_yaml = cluster_yaml.expect("the bundle command names its cluster.yaml with -f");
+    let out = Command::new(bin_dir().join("kubexm-build"))
+        .args(["validate", "-f", cluster_yaml])
+        .current_dir(repo_root())
+        .env("KUBEXM_LOG", "warn")
+        .env_remove("KUBEXM_CATALOG")
+        .env_remove("KUBEXM_ZONE_FILE")
+        .env_remove("KMZONE")
+        .output()
+        .expect("kubexm-build runs");
+    assert!(
+        out.status.success(),
+        "kubexm-build validate -f {cluster_yaml} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // ci: the test command is what CI runs.
+    let ci = blocks(&text, |l| l.trim() == CI);
+    assert_eq!(ci, ["./tests/run-all"]);
+    assert!(
+        read(".ci/run")
+            .lines()
+            .any(|l| l.trim() == "exec ./tests/run-all"),
+        ".ci/run does not run ./tests/run-all"
+    );
+
+    // lab: a root-only lab script, run by hand: it exists, is executable and parses.
+    for b in blocks(&text, |l| l.trim() == LAB) {
+        let script = repo_root().join(b.trim());
+        let meta = std::fs::metadata(&script).unwrap_or_else(|e| panic!("{b}: {e}"));
+        assert!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0,
+            "{b} is not executable"
+        );
+        let out = Command::new("bash")
+            .arg("-n")
+            .arg(&script)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "bash -n {b}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
