@@ -1024,7 +1024,7 @@ fn apply_plans_on_both_paths() {
     let edit = |t: &str, version: &str| {
         t.replace(
             &format!("    version: {version}\n"),
-            &format!("    version: {version}\n    proxyMode: ipvs\n    featureGates: {{EphemeralContainers: true}}\n"),
+            &format!("    version: {version}\n    proxyMode: ipvs\n    featureGates: {{RotateKubeletServerCertificate: true}}\n"),
         )
     };
 
@@ -1099,7 +1099,7 @@ fn apply_plans_on_both_paths() {
     assert_eq!(
         kubexm_install::modules::kubexm::control_plane::apiserver_flags(&k, master)
             .get("feature-gates"),
-        Some("EphemeralContainers=true")
+        Some("RotateKubeletServerCertificate=true")
     );
     insta::assert_snapshot!("apply-kubexm", format!("{change}\n{}", outline(&p)));
 }

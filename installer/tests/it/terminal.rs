@@ -485,7 +485,7 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     let gate = edited("gate.yaml", &|t| {
         t.replace(
             "  kubernetes:\n",
-            "  kubernetes:\n    featureGates: {EphemeralContainers: true}\n",
+            "  kubernetes:\n    featureGates: {RotateKubeletServerCertificate: true}\n",
         )
     });
     let out = run(
@@ -495,7 +495,7 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     let said = text(&out.stdout);
     assert!(
         said.contains("control plane")
-            && said.contains("~ spec.kubernetes.featureGates.EphemeralContainers: unset -> `true`"),
+            && said.contains("~ spec.kubernetes.featureGates.RotateKubeletServerCertificate: unset -> `true`"),
         "{said}"
     );
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
