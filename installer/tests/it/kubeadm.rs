@@ -1244,3 +1244,27 @@ fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
     assert!(refused.to_string().contains("fd00:50::99"), "{refused}");
     assert_eq!(KUBELET_SERVING_SIGNER, "kubernetes.io/kubelet-serving");
 }
+
+/// Issue 33 item 6: `kubeProxyArgs` were used only by the kubexm path and dropped silently on
+/// the kubeadm path; the kubeadm settings (and so the install's plan) now refuse them, naming the
+/// field, the flags and what to do.
+#[test]
+fn kube_proxy_args_are_refused_on_the_kubeadm_path_naming_them() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let ctx = crate::versions::cluster(work.path(), "v1.33.11", "kubeadm", |t| {
+        t.replace(
+            "    proxyMode: iptables\n",
+            "    proxyMode: iptables\n    kubeProxyArgs: {v: \"4\", metrics-bind-address: \"0.0.0.0:10249\"}\n",
+        )
+    });
+    let e = KubeadmSettings::new(&ctx).expect_err("refused").to_string();
+    assert!(
+        e.contains("spec.kubernetes.kubeProxyArgs (metrics-bind-address, v) is not applied with kubernetes.type kubeadm")
+            && e.contains("remove kubeProxyArgs"),
+        "{e}"
+    );
+    assert!(KubeadmModule(ctx.clone()).tasks().is_err());
+    // Without them: planned as before.
+    let ctx = crate::versions::cluster(work.path(), "v1.33.11", "kubeadm", |t| t);
+    assert!(KubeadmSettings::new(&ctx).is_ok());
+}

@@ -32,6 +32,8 @@
 //!   kubelet's image garbage collection counts the sandbox image unused and deletes it). kube-proxy: the proxy mode, the pod
 //!   CIDR, `conntrack.maxPerCore` when `kubernetes.kubeProxy.conntrackMaxPerCore` is set, feature
 //!   gates.
+//! * `spec.kubernetes.kubeProxyArgs` is refused (kubeadm's kube-proxy takes no flags of
+//!   KubeXM's; they would be dropped silently): the settings are planned with an error naming it.
 //! * `spec.kubernetes.featureGates` go to every component (`--feature-gates` of the API server,
 //!   controller manager and scheduler; `featureGates` of the kubelet and kube-proxy), not to
 //!   kubeadm's own `featureGates` (kubeadm rejects gates it does not know).
@@ -268,6 +270,18 @@ impl KubeadmSettings {
     pub fn for_version(ctx: &InstallContext, version: KubeVersion) -> Result<Self, StepError> {
         let spec = &ctx.cluster.file.spec;
         let k8s = &spec.kubernetes;
+        if !k8s.kube_proxy_args.is_empty() {
+            // kube-proxy runs from kubeadm's DaemonSet with a KubeProxyConfiguration and no
+            // command-line flags of KubeXM's: the flags would be dropped silently.
+            return Err(StepError::Invalid(format!(
+                "spec.kubernetes.kubeProxyArgs ({}) is not applied with kubernetes.type kubeadm: kubeadm runs kube-proxy from its KubeProxyConfiguration, which KubeXM writes from spec.kubernetes.proxyMode, kubeProxy.conntrackMaxPerCore and featureGates; remove kubeProxyArgs (or use kubernetes.type kubexm, whose kube-proxy takes them as flags)",
+                k8s.kube_proxy_args
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         let api = version.kubeadm_api();
         let v = version.to_string();
         let endpoint = ctx.control_plane_endpoint()?;
