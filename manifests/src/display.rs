@@ -18,6 +18,24 @@ use std::fmt::{self, Write};
 /// Characters of untrusted text shown before it is cut.
 pub const MAX_SHOWN: usize = 200;
 
+/// Characters of a [`Sentence`] shown before it is cut: far above any sentence of KubeXM's own
+/// (its longest warnings, with the remedy at their end, are under 1 000), so only a flood of
+/// outside text in one is cut.
+pub const MAX_SENTENCE: usize = 4096;
+
+/// A sentence of KubeXM's own (a warning, a refusal) that may embed values from outside: escaped
+/// like [`Untrusted`], but cut only at [`MAX_SENTENCE`] characters — the [`MAX_SHOWN`] cap meant
+/// for a bare outside value would cut the sentence's remedy off.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Sentence<S: AsRef<str>>(pub S);
+
+impl<S: AsRef<str>> fmt::Display for Sentence<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0.as_ref();
+        write_escaped(f, text, MAX_SENTENCE, text.len())
+    }
+}
+
 /// Untrusted text, escaped and cut to [`MAX_SHOWN`] characters when displayed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Untrusted<S: AsRef<str>>(pub S);
@@ -108,6 +126,33 @@ fn write_escaped(f: &mut dyn Write, text: &str, max: usize, total: usize) -> fmt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 33 item 13: KubeXM's own long sentences keep their end (the remedy); controls in
+    /// them are still escaped, and a flood is still cut.
+    #[test]
+    fn sentences_keep_their_remedy_and_are_still_escaped() {
+        let long = format!(
+            "{} or list the node's release in spec.system.osReleases",
+            "x".repeat(300)
+        );
+        assert_eq!(Sentence(&long).to_string(), long);
+        assert!(
+            Untrusted(&long).to_string().ends_with("bytes)"),
+            "the cap for outside values"
+        );
+        assert_eq!(Sentence("a\u{1b}[2Jb").to_string(), r"a\u{1b}[2Jb");
+        let flood = "y".repeat(MAX_SENTENCE * 3);
+        let shown = Sentence(&flood).to_string();
+        assert!(
+            shown.ends_with(&format!("… ({} bytes)", flood.len())),
+            "{}",
+            shown.len()
+        );
+        assert_eq!(
+            shown,
+            format!("{}… ({} bytes)", "y".repeat(MAX_SENTENCE), flood.len())
+        );
+    }
 
     #[test]
     fn escapes_terminal_controls() {

@@ -104,6 +104,18 @@ pub struct Journal {
     steps: Mutex<BTreeMap<String, (f64, u64)>>,
 }
 
+/// A warning as printed without the live view: `warning: [node] text`, the text escaped (it may
+/// embed node output) and cut only as a [`Sentence`](kubexm_manifests::display::Sentence) — the
+/// warnings are KubeXM's own sentences, whose remedy comes last (issue 33 item 13: the 200
+/// character cap for outside values cut it off).
+fn warning_line(node: Option<&str>, message: &str) -> String {
+    let node = node.map(|n| format!("[{n}] ")).unwrap_or_default();
+    format!(
+        "warning: {node}{}",
+        kubexm_manifests::display::Sentence(message)
+    )
+}
+
 impl Journal {
     /// Opens `WORK/runs/<pipeline_id>/{log,events}.jsonl`; metrics go to `WORK/metrics/kubexm.prom`.
     /// `secrets` are replaced by `***` wherever they appear in a message.
@@ -198,11 +210,7 @@ impl Journal {
         } else if event == Event::Warning {
             // Without the live view a warning would be in the journal only: the operator sees
             // it as the run goes (node output, escaped).
-            let node = at.node.map(|n| format!("[{n}] ")).unwrap_or_default();
-            eprintln!(
-                "warning: {node}{}",
-                kubexm_manifests::display::Untrusted(&message)
-            );
+            eprintln!("{}", warning_line(at.node, &message));
         }
     }
 
@@ -363,5 +371,21 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-11-18T11:06:40.123Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    /// Issue 33 item 13: the installer's own warnings are printed whole (their remedy is at
+    /// the end), still escaped.
+    #[test]
+    fn a_warning_keeps_its_remedy() {
+        let warning = "node worker2 (kernel 5.14.0-503.el9.x86_64, cgroup v1, rocky 9.5): cgroup v1 is in maintenance mode upstream and the kubelet of Kubernetes v1.35.4 runs on it only because spec.kubernetes.kubelet.failCgroupV1 is false; move the node to the unified hierarchy (kernel argument systemd.unified_cgroup_hierarchy=1, then reboot) before an upgrade that removes cgroup v1 support";
+        assert!(warning.len() > kubexm_manifests::display::MAX_SHOWN);
+        assert_eq!(
+            warning_line(Some("worker2"), warning),
+            format!("warning: [worker2] {warning}")
+        );
+        assert_eq!(
+            warning_line(None, "from the node: \u{1b}[2J"),
+            r"warning: from the node: \u{1b}[2J"
+        );
     }
 }
