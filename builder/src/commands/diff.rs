@@ -52,10 +52,15 @@ pub fn run(args: &DiffArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// A usage error: clap's message and exit code 2.
+/// A usage error: clap's message with `diff`'s usage, and exit code 2.
 fn usage(message: &str) -> ! {
-    crate::cli::Cli::command()
-        .error(clap::error::ErrorKind::WrongNumberOfValues, message)
+    let top = crate::cli::Cli::command();
+    let mut cmd = top
+        .find_subcommand("diff")
+        .cloned()
+        .unwrap_or(top)
+        .bin_name("kubexm-build diff");
+    cmd.error(clap::error::ErrorKind::WrongNumberOfValues, message)
         .exit()
 }
 
