@@ -11,6 +11,13 @@ ORIG_SHA256=b83c0780efb182d928dc63d46488a847f161f04e40a94b96bf5247dd671ecdfc
 K8S_VERSION=v1.20.2
 REFLECT2=/usr/share/gocode/src/github.com/modern-go/reflect2 # Debian's v1.0.2 (LAB.md)
 DEBIAN_MIRROR=${KUBEXM_LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The toolchain of every build from this source: Debian 12's Go 1.19 (golang-go), named
+# explicitly. A machine may put a newer Go first on PATH (/usr/local/go: the Go-module builds of
+# gomod/ use that one); v1.20.2's tree does not build reproducibly with it, and the lab catalog
+# pins the sums of Go 1.19's binaries.
+DEBIAN_GO_BIN=/usr/lib/go-1.19/bin
+[ -x "$DEBIAN_GO_BIN/go" ] || die "$DEBIAN_GO_BIN/go missing (apt-get install golang-go: Debian's Go 1.19 builds v1.20.2)"
+export PATH="$DEBIAN_GO_BIN:$PATH"
 
 # Prints the path of the verified orig tarball; fetches it (apt-get source) when missing.
 fetch_orig() {
