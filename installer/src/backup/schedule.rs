@@ -160,10 +160,16 @@ impl Schedule {
                     return Err(StepError::Invalid("--keep must be at least 1".into()));
                 }
                 (
-                    format!(
-                        "backup create --cluster {c} --key-file {} --keep {keep}",
-                        plain_path("--key-file", key_file)?
-                    ),
+                    vec![
+                        "backup".to_owned(),
+                        "create".to_owned(),
+                        "--cluster".to_owned(),
+                        c.clone(),
+                        "--key-file".to_owned(),
+                        plain_path("--key-file", key_file)?,
+                        "--keep".to_owned(),
+                        keep.to_string(),
+                    ],
                     format!("KubeXM backup of cluster {c} (the newest {keep} kept)"),
                 )
             }
@@ -172,7 +178,15 @@ impl Schedule {
                     return Err(StepError::Invalid("--under-days must be at least 1".into()));
                 }
                 (
-                    format!("certs renew --cluster {c} --under-days {under_days} --yes"),
+                    vec![
+                        "certs".to_owned(),
+                        "renew".to_owned(),
+                        "--cluster".to_owned(),
+                        c.clone(),
+                        "--under-days".to_owned(),
+                        under_days.to_string(),
+                        "--yes".to_owned(),
+                    ],
                     format!(
                         "KubeXM certificate renewal of cluster {c} (under {under_days} days left)"
                     ),

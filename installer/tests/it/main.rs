@@ -13,6 +13,7 @@ mod facts;
 mod finalize;
 mod guide;
 mod harbor;
+mod hostile_templates;
 mod intake;
 mod intake_cli;
 mod kernel;

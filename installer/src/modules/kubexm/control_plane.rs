@@ -97,7 +97,7 @@ pub fn unit(
     c.insert("unit", unit);
     c.insert("description", description);
     c.insert("binary", &k.layout.bin(unit));
-    c.insert("flags", &flags.unit_words());
+    c.insert("flags", &flags.words());
     let mut after: Vec<&str> = after.to_vec();
     after.push("network-online.target");
     c.insert("after", &after);

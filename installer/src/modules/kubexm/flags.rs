@@ -49,6 +49,11 @@ impl Flags {
         self.0.get(name).map(String::as_str)
     }
 
+    /// `--name=value` words as they are, for a template's `unit_word` filter.
+    pub fn words(&self) -> Vec<String> {
+        self.0.iter().map(|(k, v)| format!("--{k}={v}")).collect()
+    }
+
     /// `--name=value` words for an `ExecStart=` line, quoted and escaped for systemd.
     pub fn unit_words(&self) -> Vec<String> {
         self.0
@@ -58,18 +63,48 @@ impl Flags {
     }
 }
 
-/// One word of a systemd command line: `%` and `$` escaped (specifiers, variables); quoted when
-/// it has whitespace, quotes or backslashes.
+/// One word of a systemd command line (`ExecStart=`): `%` and `$` escaped (specifiers,
+/// variables); quoted when it is empty or has whitespace, control characters, quotes, `;` or
+/// backslashes, with C escapes inside the quotes (systemd unescapes them), so that no value ends
+/// the line or splits the word.
 pub fn systemd_word(word: &str) -> String {
-    let escaped = word.replace('%', "%%").replace('$', "$$");
-    if escaped
-        .chars()
-        .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | ';'))
+    quote_unit_word(&word.replace('%', "%%").replace('$', "$$"))
+}
+
+/// One assignment of `Environment=` (`NAME=value`): like [`systemd_word`], but `$` kept as it
+/// is (`Environment=` expands no variables).
+pub fn systemd_env(assignment: &str) -> String {
+    quote_unit_word(&assignment.replace('%', "%%"))
+}
+
+fn quote_unit_word(escaped: &str) -> String {
+    if !escaped.is_empty()
+        && !escaped
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\' | ';'))
     {
-        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
-    } else {
-        escaped
+        return escaped.to_owned();
     }
+    let mut out = String::with_capacity(escaped.len() + 2);
+    out.push('"');
+    for c in escaped.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() && c.is_ascii() => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)))
+            }
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -104,6 +139,18 @@ mod tests {
             ]
         );
         assert_eq!(systemd_word("a\"b$c"), "\"a\\\"b$$c\"");
+        // A newline stays inside the word (issue 34 item 5): systemd reads `\n` back.
+        assert_eq!(
+            systemd_word("--audit-log-path=/x\nExecStartPre=/bin/sh"),
+            "\"--audit-log-path=/x\\nExecStartPre=/bin/sh\""
+        );
+        assert_eq!(systemd_word("a\u{1b}[1m\u{85}"), "\"a\\x1b[1m\\u0085\"");
+        assert_eq!(systemd_word(""), "\"\"");
+        assert_eq!(systemd_env("PATH=$x %h"), "\"PATH=$x %%h\"");
+        assert_eq!(
+            systemd_env("ETCD_UNSUPPORTED_ARCH=arm64"),
+            "ETCD_UNSUPPORTED_ARCH=arm64"
+        );
         assert!(Flags::new()
             .feature_gates(&BTreeMap::new())
             .unit_words()

@@ -239,10 +239,15 @@ impl KubexmCluster {
     }
 }
 
-/// `featureGates` entries as YAML lines (`Name: true`), sorted (templates do not iterate maps:
-/// their order is not stable).
-pub fn feature_gate_lines(gates: &std::collections::BTreeMap<String, bool>) -> Vec<String> {
-    gates.iter().map(|(k, v)| format!("{k}: {v}")).collect()
+/// `featureGates` entries as `{name, enabled}`, sorted (templates do not iterate maps: their
+/// order is not stable); the templates escape the name.
+pub fn feature_gate_lines(
+    gates: &std::collections::BTreeMap<String, bool>,
+) -> Vec<serde_json::Value> {
+    gates
+        .iter()
+        .map(|(k, v)| serde_json::json!({ "name": k, "enabled": v }))
+        .collect()
 }
 
 /// `https://ADDRESS:PORT`, bracketing IPv6 addresses.

@@ -13,8 +13,8 @@ use serde::Serialize;
 use super::cri::Cri;
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
-    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
-    ARTIFACTS, BIN_DIR, EXTRACT, RUNC,
+    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
+    BIN_DIR, EXTRACT, RUNC,
 };
 use crate::context::InstallContext;
 use crate::pipeline::ops::{Op, RenderTemplate};
@@ -75,11 +75,11 @@ impl Step for ContainerdBinaries {
 
 #[derive(Debug, Clone, Serialize)]
 struct AuthEntry {
-    /// TOML-quoted host.
+    /// Registry host (the template quotes it for TOML).
     host: String,
-    /// TOML-quoted user name.
+    /// User name.
     username: String,
-    /// TOML-quoted password.
+    /// Password.
     password: String,
 }
 
@@ -179,9 +179,9 @@ impl ContainerdConfig {
             .as_ref()
             .and_then(|r| {
                 r.credentials().map(|(u, p)| AuthEntry {
-                    host: toml_str(&r.endpoint),
-                    username: toml_str(u),
-                    password: toml_str(p),
+                    host: r.endpoint.clone(),
+                    username: u.to_owned(),
+                    password: p.to_owned(),
                 })
             })
             .into_iter()
@@ -192,7 +192,7 @@ impl ContainerdConfig {
         // containerd 2.1 deprecated the CRI plugin's `cni.bin_dir` for the list `bin_dirs`
         // (containerd RELEASES / docs/cri/config.md, v2.1).
         context.insert("cni_bin_dirs", &at_least_2_1(&version));
-        context.insert("sandbox_image", &toml_str(&sandbox_image));
+        context.insert("sandbox_image", &sandbox_image);
         context.insert("runc", RUNC);
         context.insert("certs_dir", CERTS_DIR);
         context.insert("auths", &auths);

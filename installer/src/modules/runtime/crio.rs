@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use super::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runtime_hosts,
-    sandbox_image, start_daemon, toml_str, upload_and_extract, PrivateRegistry, PullPause,
-    ARTIFACTS, BIN_DIR, CNI_BIN_DIR, EXTRACT,
+    sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
+    BIN_DIR, CNI_BIN_DIR, EXTRACT,
 };
 use crate::context::InstallContext;
 use crate::modules::delete::Ops;
@@ -106,7 +106,7 @@ impl CrioConfig {
         c.insert("libexec", LIBEXEC);
         c.insert("bin_dir", BIN_DIR);
         c.insert("cni_bin_dir", CNI_BIN_DIR);
-        c.insert("sandbox_image", &toml_str(&sandbox_image));
+        c.insert("sandbox_image", &sandbox_image);
         c.insert("policy", POLICY);
         c.insert("auth_file", &auth_json.as_ref().map(|_| AUTH_FILE));
         let mut files = vec![

@@ -517,23 +517,6 @@ pub(crate) fn none_exist(paths: &str) -> String {
     )
 }
 
-/// A TOML basic string.
-pub(crate) fn toml_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// The pause image's canonical reference: the bundle's (or the resolution's) image whose
 /// repository's last component is `pause`.
 pub fn pause_reference(ctx: &InstallContext) -> Result<String, StepError> {
@@ -588,13 +571,6 @@ pub(crate) fn component_version(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn toml_strings_are_escaped() {
-        assert_eq!(toml_str("plain"), "\"plain\"");
-        assert_eq!(toml_str(r#"a"b\c"#), r#""a\"b\\c""#);
-        assert_eq!(toml_str("x\ny\u{1}"), "\"x\\ny\\u0001\"");
-    }
 
     #[test]
     fn each_runtime_reads_the_registry_ca_from_its_own_directory() {
