@@ -29,13 +29,24 @@ value() { sed -n "s/^ *$1: *//p" "$conf" | head -n 1 | tr -d '"'; }
 server=$(value server)
 [ -n "$server" ] || { echo "$conf names no server" >&2; exit 2; }
 # The CA, client certificate and key: embedded (`-data`, base64) or file paths.
-for item in certificate-authority:ca client-certificate:cert client-key:key; do
-  k=${item%%:*} f=$tmp/${item#*:}
-  d=$(value "$k-data")
-  if [ -n "$d" ]; then printf '%s' "$d" | base64 -d >"$f"; else cp "$(value "$k")" "$f"; fi
-done
+creds() {
+  for item in certificate-authority:ca client-certificate:cert client-key:key; do
+    k=${item%%:*} f=$tmp/${item#*:}
+    d=$(value "$k-data")
+    if [ -n "$d" ]; then printf '%s' "$d" | base64 -d >"$f"; else cp "$(value "$k")" "$f"; fi
+  done
+}
+creds
 # (A user agent of its own: the API server pretty-prints JSON for curl's.)
 api() { curl -fsS --max-time 10 -A kubexm-lab-cni --cacert "$tmp/ca" --cert "$tmp/cert" --key "$tmp/key" "$server$1"; }
+# From Kubernetes v1.37 (seen with v1.37.2) the Node authorizer lets a kubelet read only its own
+# Node ("node 'node2' cannot read 'node1', only its own Node object"): on a master, the node's
+# admin.conf instead (a worker of such a version has no way here).
+if ! api /api/v1/nodes >/dev/null 2>&1 && [ -s /etc/kubernetes/admin.conf ]; then
+  conf=/etc/kubernetes/admin.conf
+  server=$(value server)
+  creds
+fi
 
 # Every node as `NAME CIDR INTERNAL-IP` lines. A list item starts with {"metadata":{"name":"...
 nodes() {
