@@ -495,7 +495,9 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     let said = text(&out.stdout);
     assert!(
         said.contains("control plane")
-            && said.contains("~ spec.kubernetes.featureGates.RotateKubeletServerCertificate: unset -> `true`"),
+            && said.contains(
+                "~ spec.kubernetes.featureGates.RotateKubeletServerCertificate: unset -> `true`"
+            ),
         "{said}"
     );
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
