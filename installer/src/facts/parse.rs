@@ -117,47 +117,56 @@ struct NodeList {
     items: Vec<K8sNode>,
 }
 
+/// A Node of `kubectl get nodes -o json`: the fields `facts` and `verify` read (one shape for both).
 #[derive(Deserialize)]
-struct K8sNode {
-    metadata: Metadata,
+pub(crate) struct K8sNode {
+    pub(crate) metadata: Metadata,
     #[serde(default)]
-    spec: NodeSpec,
+    pub(crate) spec: NodeSpec,
     #[serde(default)]
-    status: NodeStatus,
+    pub(crate) status: NodeStatus,
 }
 
+/// An object's metadata.
 #[derive(Deserialize)]
-struct Metadata {
-    name: String,
+pub(crate) struct Metadata {
+    pub(crate) name: String,
     #[serde(default)]
-    labels: BTreeMap<String, String>,
+    pub(crate) namespace: String,
+    #[serde(default)]
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]
-struct NodeSpec {
+pub(crate) struct NodeSpec {
     #[serde(default)]
-    unschedulable: bool,
+    pub(crate) unschedulable: bool,
 }
 
 #[derive(Deserialize, Default)]
-struct NodeStatus {
+pub(crate) struct NodeStatus {
     #[serde(default)]
-    conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     #[serde(default, rename = "nodeInfo")]
-    node_info: NodeInfo,
+    pub(crate) node_info: NodeInfo,
 }
 
+/// A Node's or a Pod's condition.
 #[derive(Deserialize)]
-struct Condition {
+pub(crate) struct Condition {
     #[serde(rename = "type")]
-    kind: String,
-    status: String,
+    pub(crate) kind: String,
+    pub(crate) status: String,
+    #[serde(default)]
+    pub(crate) reason: String,
 }
 
 #[derive(Deserialize, Default)]
-struct NodeInfo {
+pub(crate) struct NodeInfo {
     #[serde(default, rename = "kubeletVersion")]
-    kubelet_version: String,
+    pub(crate) kubelet_version: String,
+    #[serde(default, rename = "containerRuntimeVersion")]
+    pub(crate) runtime_version: String,
 }
 
 /// `kubectl get nodes -o json`.

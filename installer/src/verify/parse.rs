@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::facts::parse::{is_node_name, ParseError};
+use crate::facts::parse::{is_node_name, Condition, K8sNode as Node, Metadata as Meta, ParseError};
 
 /// The most text read from one answer; a longer one is refused, not cut (cut JSON would not
 /// parse anyway, and a list that long is not a cluster KubeXM installed).
@@ -54,55 +54,6 @@ pub struct VerifyPod {
 #[derive(Deserialize)]
 struct List<T> {
     items: Vec<T>,
-}
-
-#[derive(Deserialize)]
-struct Meta {
-    name: String,
-    #[serde(default)]
-    namespace: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct Condition {
-    #[serde(rename = "type")]
-    kind: String,
-    status: String,
-    #[serde(default)]
-    reason: String,
-}
-
-#[derive(Deserialize)]
-struct Node {
-    metadata: Meta,
-    #[serde(default)]
-    spec: NodeSpec,
-    #[serde(default)]
-    status: NodeStatus,
-}
-
-#[derive(Deserialize, Default)]
-struct NodeSpec {
-    #[serde(default)]
-    unschedulable: bool,
-}
-
-#[derive(Deserialize, Default)]
-struct NodeStatus {
-    #[serde(default)]
-    conditions: Vec<Condition>,
-    #[serde(default, rename = "nodeInfo")]
-    node_info: NodeInfo,
-}
-
-#[derive(Deserialize, Default)]
-struct NodeInfo {
-    #[serde(default, rename = "kubeletVersion")]
-    kubelet_version: String,
-    #[serde(default, rename = "containerRuntimeVersion")]
-    runtime_version: String,
 }
 
 #[derive(Deserialize)]
