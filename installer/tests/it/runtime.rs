@@ -295,6 +295,61 @@ pub(crate) fn module_plan(ctx: &InstallContext, module: Box<dyn Module>, name: &
 }
 
 /// A real TOML parser (Python's tomllib) accepts `text`.
+/// The drop-in parsed by Python's TOML reader, as JSON.
+fn toml_json(text: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("file.toml");
+    std::fs::write(&path, text).expect("write toml");
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, tomllib, json; print(json.dumps(tomllib.load(open(sys.argv[1], 'rb'))))",
+        ])
+        .arg(&path)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("tomllib's JSON")
+}
+
+/// Issue 33 item 10: cri-o's monitor (conmon) is configured on every runtime handler
+/// (`monitor_path`/`monitor_cgroup`/`monitor_env`), never with the deprecated `[crio.runtime]`
+/// `conmon*` options.
+fn crio_monitor_per_handler(dropin: &str) {
+    let doc = toml_json(dropin);
+    let runtime = doc["crio"]["runtime"].as_object().expect("[crio.runtime]");
+    let deprecated: Vec<&String> = runtime.keys().filter(|k| k.starts_with("conmon")).collect();
+    assert!(
+        deprecated.is_empty(),
+        "deprecated options {deprecated:?}: {dropin}"
+    );
+    let handlers = runtime["runtimes"]
+        .as_object()
+        .expect("[crio.runtime.runtimes]");
+    assert_eq!(
+        handlers.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["crun", "runc"]
+    );
+    for (name, h) in handlers {
+        assert_eq!(
+            h["monitor_path"], "/usr/local/libexec/crio/conmon",
+            "{name}"
+        );
+        assert_eq!(h["monitor_cgroup"], "system.slice", "{name}");
+        let env = h["monitor_env"].as_array().expect("monitor_env");
+        assert!(
+            env.iter().any(|e| e
+                .as_str()
+                .is_some_and(|e| e.starts_with("PATH=/usr/local/libexec/crio:"))),
+            "{name}: {env:?}"
+        );
+    }
+}
+
 fn check_toml(text: &str, name: &str) {
     check_with(
         "python3",
@@ -407,7 +462,6 @@ fn cri_o_files_and_plan() {
     for line in [
         "cgroup_manager = \"systemd\"",
         "pause_image = \"10.88.10.11:5000/pause:3.10\"",
-        "conmon = \"/usr/local/libexec/crio/conmon\"",
         "runtime_path = \"/usr/local/libexec/crio/crun\"",
         "signature_policy = \"/etc/crio/kubexm-policy.json\"",
     ] {
@@ -417,6 +471,7 @@ fn cri_o_files_and_plan() {
         !dropin.contains("global_auth_file"),
         "no credentials configured: {dropin}"
     );
+    crio_monitor_per_handler(&dropin);
     insta::assert_snapshot!("crio-10-kubexm.conf", dropin);
     let registries = file_of(
         &files,
