@@ -243,3 +243,29 @@ pub struct EtcdHealth {
     /// Whether it is healthy.
     pub health: bool,
 }
+
+/// One entry of `journalctl -o json`: only its message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct JournalEntry {
+    /// `MESSAGE`: a string, or an array of bytes when it is not UTF-8.
+    #[serde(rename = "MESSAGE", default)]
+    pub message: serde_json::Value,
+}
+
+impl JournalEntry {
+    /// The message as text.
+    #[must_use]
+    pub fn text(&self) -> String {
+        match &self.message {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(bytes) => {
+                let b: Vec<u8> = bytes
+                    .iter()
+                    .filter_map(|x| x.as_u64().and_then(|x| u8::try_from(x).ok()))
+                    .collect();
+                String::from_utf8_lossy(&b).into_owned()
+            }
+            _ => String::new(),
+        }
+    }
+}

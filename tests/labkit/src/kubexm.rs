@@ -81,6 +81,32 @@ pub struct Running {
 }
 
 impl Running {
+    /// Its process id (`kubexm-install`'s own: `ip netns exec` and `env` exec it).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it with SIGKILL (no chance to clean up, as a crash or a power cut) and returns what
+    /// it printed until then.
+    ///
+    /// # Panics
+    /// When the process is not `kubexm-install` (it ended already) or cannot be killed.
+    #[must_use]
+    pub fn kill(mut self) -> Output {
+        let comm =
+            fs_err::read_to_string(format!("/proc/{}/comm", self.child.id())).unwrap_or_default();
+        check(
+            comm.trim() == "kubexm-install",
+            "the process to kill is kubexm-install, still running",
+            &format!("/proc/{}/comm: {comm:?}", self.child.id()),
+        );
+        self.child
+            .kill()
+            .unwrap_or_else(|e| panic!("SIGKILL `{}`: {e}", self.command));
+        self.finish()
+    }
+
     /// Waits for its end.
     ///
     /// # Panics
@@ -296,11 +322,106 @@ impl<'a> Kubexm<'a> {
     #[must_use]
     #[track_caller]
     pub fn ok(&self, out: Output, what: &str) -> Output {
+        self.ok_with(out, what, &"")
+    }
+
+    /// As [`Kubexm::ok`], with more evidence shown after the journal's tail when it failed
+    /// (e.g. a unit's journal on a node, [`crate::nodes::UnitJournal`]).
+    ///
+    /// # Panics
+    /// When `out` failed.
+    #[must_use]
+    #[track_caller]
+    pub fn ok_with(&self, out: Output, what: &str, more: &dyn std::fmt::Display) -> Output {
         if !out.success() {
-            check(false, what, &format!("{out}{}", self.journal_tail(25)));
+            check(
+                false,
+                what,
+                &format!("{out}{}{more}", self.journal_tail(25)),
+            );
         }
         out
     }
+}
+
+impl Kubexm<'_> {
+    /// Every file `kubexm-install` keeps in the work directory is whole: each `*.json` parses,
+    /// each line of each `*.jsonl` (journals) parses, and no temporary or partial file is left
+    /// (`.tmp*`, `*.tmp`, `*.kubexm-part`). The bundles' unpacked contents and the build cache
+    /// are not walked. Returns how many files were read.
+    ///
+    /// # Panics
+    /// With every file that is not whole.
+    #[track_caller]
+    pub fn check_work_dir_whole(&self) -> usize {
+        let (read, bad) = work_dir_problems(&self.work);
+        check(
+            bad.is_empty(),
+            "every journal, state and record file in the work directory is whole",
+            &bad.join("\n"),
+        );
+        read
+    }
+}
+
+/// The files read and the problems found under `work` (see [`Kubexm::check_work_dir_whole`]).
+#[must_use]
+pub fn work_dir_problems(work: &Path) -> (usize, Vec<String>) {
+    let mut bad = Vec::new();
+    let mut read = 0;
+    let mut stack = vec![work.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs_err::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".tmp") || name.ends_with(".tmp") || name.ends_with(".kubexm-part")
+            {
+                bad.push(format!("{}: a temporary file left behind", path.display()));
+                continue;
+            }
+            if path.is_dir() {
+                // Not the build cache, nor a bundle's unpacked contents (bundles/DIGEST/).
+                let in_bundles = dir.file_name().is_some_and(|d| d == "bundles");
+                let cache = dir == work && name == "cache";
+                if !(in_bundles || cache) {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let Some(kind) = path.extension().and_then(|x| x.to_str()) else {
+                continue;
+            };
+            if kind != "json" && kind != "jsonl" {
+                continue;
+            }
+            read += 1;
+            let text = match fs_err::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    bad.push(format!("{e}"));
+                    continue;
+                }
+            };
+            if kind == "json" {
+                if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+                    bad.push(format!("{}: not JSON ({e})", path.display()));
+                }
+            } else {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    bad.push(format!("{}: the last line is cut short", path.display()));
+                }
+                for (i, l) in text.lines().enumerate() {
+                    if let Err(e) = serde_json::from_str::<serde_json::Value>(l) {
+                        bad.push(format!("{}:{}: not JSON ({e}): {l}", path.display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    (read, bad)
 }
 
 /// What a run did, from its journal (the counts the run's summary line prints).
@@ -342,4 +463,42 @@ pub fn events(path: &Path) -> Vec<Event> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::work_dir_problems;
+
+    #[test]
+    fn work_dir_problems_finds_cut_files_and_leftovers() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let w = d.path();
+        let write = |p: &str, text: &str| {
+            let path = w.join(p);
+            fs_err::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            fs_err::write(path, text).expect("write");
+        };
+        write("clusters/c/installed.json", "{\"cluster\": \"c\"}");
+        write(
+            "runs/1/events.jsonl",
+            "{\"event\":\"A\"}\n{\"event\":\"B\"}\n",
+        );
+        write("bundles/abc/files/x.json", "not json, not walked");
+        write("cache/y.json", "not walked either");
+        let (read, bad) = work_dir_problems(w);
+        assert_eq!((read, bad.len()), (2, 0), "{bad:?}");
+
+        write("state/c-install.json", "{\"tasks\": {");
+        write("runs/2/events.jsonl", "{\"event\":\"A\"}\n{\"event\":\"B");
+        write("clusters/c/.tmpAbC123", "");
+        write("pki/c/ca.crt.kubexm-part", "");
+        let (_, bad) = work_dir_problems(w);
+        let has = |t: &str| bad.iter().any(|b| b.contains(t));
+        assert!(has("c-install.json: not JSON"), "{bad:?}");
+        assert!(has("events.jsonl: the last line is cut short"), "{bad:?}");
+        assert!(has("events.jsonl:2: not JSON"), "{bad:?}");
+        assert!(has(".tmpAbC123: a temporary file left behind"), "{bad:?}");
+        assert!(has("ca.crt.kubexm-part: a temporary file"), "{bad:?}");
+        assert_eq!(bad.len(), 5, "{bad:?}");
+    }
 }

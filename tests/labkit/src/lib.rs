@@ -38,7 +38,7 @@ mod scenario;
 pub mod standin;
 
 pub use command::{check, Output};
-pub use kubexm::{Kubexm, Running, Summary, Tools};
+pub use kubexm::{work_dir_problems, Kubexm, Running, Summary, Tools};
 pub use lab::{Lab, LabEnv, LabSpec, Rootfs};
 pub use scenario::Scenario;
 

@@ -419,12 +419,10 @@ fn add_a_worker(d: &Day2, kubeadm_before: &[Vec<String>], w: &Path, c3_text: &st
         "node4: pause from the private registry",
         &images,
     );
-    let chrony = lab.read("node4", "/etc/chrony/chrony.conf");
-    let server = format!("server {} iburst", lab.ip("node1"));
     check(
-        chrony.lines().any(|l| l.trim() == server),
+        lab.chrony_follows("node4", lab.ip("node1")),
         "node4 follows node1's time",
-        &chrony,
+        &lab.read("node4", "/etc/chrony/chrony.conf"),
     );
     let calls = Calls::read(lab, "node4", "kubeadm");
     check(
