@@ -1,6 +1,7 @@
-# Shared by tests/lab/e2e and tests/lab/demo (sourced, bash): the local mirror and the bundle
-# built from it, a three-node lab with the lab cluster, the installer run inside it, and the
-# checks of what an install claims. The caller sets HERE (tests/lab), REPO, LAB (tests/lab/lab),
+# Shared by the bash lab scripts (sourced): the local mirror and the bundle built from it, a
+# three-node lab with the lab cluster, the installer run inside it, and the checks of what an
+# install claims (demo, e2e-nginx, guide, selftest, kubernetes/*; the Rust scenarios have theirs
+# in tests/labkit). The caller sets HERE (tests/lab), REPO, LAB (tests/lab/lab),
 # NAME (the lab) and work (a scratch directory) and defines `die MESSAGE`.
 
 pids=() # background services (HTTP mirror, source registry) stopped by stop_services
@@ -95,10 +96,10 @@ with_os_releases() {
 # node_state NODE: a fingerprint of what an install changes and a delete must put back (files
 # KubeXM edits, directories it fills, services it enables), compared before and after. The OS
 # packages an install brings from the bundle stay installed after a delete (an air-gapped host may
-# have no way to get them back): when record_packages ran, what belongs to packages that were not
-# there before is left out, unless KubeXM wrote it.
+# have no way to get them back): when the package list was recorded before the install (as the
+# e2e's Lab::record_packages does), what belongs to packages that were not there before is left
+# out, unless KubeXM wrote it.
 PKGS_BEFORE=/var/tmp/kubexm-lab-packages-before
-record_packages() { sshx "$1" "dpkg-query -W -f='\${Package}\n' >$PKGS_BEFORE"; }
 node_state() {
   sshx "$1" 'hostname; cat /etc/hostname
     new=$( [ -e '"$PKGS_BEFORE"' ] && dpkg-query -W -f="\${Package}\n" | grep -vxFf '"$PKGS_BEFORE"' || true)
@@ -209,8 +210,6 @@ check_os_packages() { # [LB PACKAGE...] (default: haproxy keepalived)
     echo "   $n: $(wc -w <<<"$installed") OS packages installed from the bundle's signed repository alone (Signed-By its key, gpgv accepts its InRelease); curl/openssl/iptables already there, not reinstalled"
   done
 }
-# --- day-2 (tests/lab/day2) ---
-
 # kubexm ARGS...: kubexm-install ARGS (a verb, e.g. `etcd add-member`, and its flags) in the lab
 # namespace with the lab's work directory, known_hosts and node3's sudo password.
 kubexm() {
@@ -229,23 +228,3 @@ with_hosts() {
   done
   sed "s|^  roleGroups:$|${lines}  roleGroups:|" "$in" >"$out"
 }
-
-# What the STAND-IN kubeadm/kubelet/kubectl recorded on a node (tests/lab/mirror/standins):
-# standin_calls NODE TOOL prints the calls without their time stamps; standin_stamp NODE TOOL
-# TEXT the time stamp of the first call containing TEXT.
-SI=/var/log/kubexm-standin
-standin_calls() { sshx "$1" "cat $SI/$2.log 2>/dev/null" | cut -d' ' -f2-; }
-standin_stamp() { sshx "$1" "grep -m1 -F -- '$3' $SI/$2.log" | cut -d' ' -f1; }
-before() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$1" "$2"; }
-
-# etcd_outside ARGS...: Debian's etcdctl from the lab namespace (outside every node) with the
-# admin certificate of node1 kept on the control host, against the given members.
-etcd_outside() {
-  local pki=$work/kubexm/pki/$NAME/etcd eps=$1
-  shift
-  "$LAB" exec "$NAME" env ETCDCTL_API=3 etcdctl --endpoints="$eps" --cacert="$pki/etcd-ca.crt" \
-    --cert="$pki/admin-node1.crt" --key="$pki/admin-node1.key" --command-timeout=10s "$@"
-}
-
-# The installed-cluster record (WORK/clusters/NAME/installed.json) as JSON on stdout.
-record_json() { cat "$work/kubexm/clusters/$NAME/installed.json"; }

@@ -2,7 +2,7 @@
 //! checks on the facts (quorum, even etcd counts, last master, one change at a time), and the
 //! plans of add-node, delete-node and etcd add-member/remove-member for both Kubernetes paths
 //! (snapshots plus the order and placement that matter). The lab runs them for real
-//! (`tests/lab/day2`).
+//! (`tests/labkit/tests/day2.rs`: `tests/lab/labkit day2`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! The `delete` pipeline: its plan for the lab cluster, and `kubexm-install delete` refusing
 //! without `--yes` / printing the plan with `--dry-run` (no connection: the lab's hosts are not
-//! up). Running it for real is tests/lab/e2e (it touches /etc, so not on this machine).
+//! up). Running it for real is the lab's e2e, `tests/lab/labkit e2e` (it touches /etc, so not on
+//! this machine).
 
 use std::path::PathBuf;
 use std::process::Command;
