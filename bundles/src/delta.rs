@@ -318,9 +318,11 @@ pub fn parse_sums(bytes: &[u8]) -> Result<BTreeMap<String, String>, DeltaError> 
     })
 }
 
-/// A repository path: lowercase components of `[a-z0-9._-]` separated by `/`.
+/// A repository path: lowercase components of `[a-z0-9._-]` separated by `/`, at most 255
+/// bytes (the distribution spec's bound on a repository name).
 fn is_repository(s: &str) -> bool {
     !s.is_empty()
+        && s.len() <= 255
         && s.split('/').all(|c| {
             !c.is_empty()
                 && c != "."
@@ -401,6 +403,11 @@ impl DeltaManifest {
                 "kubexmDelta is {}, this build reads {DELTA_VERSION}",
                 m.kubexm_delta
             )));
+        }
+        if !is_sha256_hex(&m.inventory_sha256) {
+            return Err(invalid(
+                "inventorySha256 is not 64 lowercase hex digits".into(),
+            ));
         }
         if sha256_hex(m.target_sums.as_bytes()) != m.target_content_digest {
             return Err(invalid(
@@ -889,13 +896,35 @@ mod tests {
         let (mut delta, _) = plan(
             &planned(&[("files/a", b"x")]),
             &SiteInventory::default(),
-            "",
+            &"0".repeat(64),
         );
+        assert!(DeltaManifest::parse(&delta.to_json()).is_ok());
         delta.entries[1].mode = 0o4755;
         assert!(DeltaManifest::parse(&delta.to_json()).is_err());
         delta.entries[1].mode = 0o644;
         delta.entries[1].source = EntrySource::Registry;
         delta.entries[1].repository = Some("../x".into());
         assert!(DeltaManifest::parse(&delta.to_json()).is_err());
+        delta.entries[1].repository = Some(format!("kubexm/{}", "a".repeat(250)));
+        assert!(
+            DeltaManifest::parse(&delta.to_json()).is_err(),
+            "a name past 255 bytes"
+        );
+        delta.entries[1].repository = Some("kubexm/pause".into());
+        assert!(DeltaManifest::parse(&delta.to_json()).is_ok());
+    }
+
+    /// `inventorySha256` is a sha256, like every other digest of `delta.json`: text that is not
+    /// (control characters, a novel) is refused, not carried along.
+    #[test]
+    fn parse_refuses_an_inventory_digest_that_is_not_one() {
+        let target = planned(&[("files/a", b"x")]);
+        for bad in ["", "not hex", "\u{1b}[2J", &"A".repeat(64), &"0".repeat(65)] {
+            let (delta, _) = plan(&target, &SiteInventory::default(), bad);
+            let err = DeltaManifest::parse(&delta.to_json()).expect_err(bad);
+            assert!(err.to_string().contains("inventorySha256"), "{err}");
+        }
+        let (delta, _) = plan(&target, &SiteInventory::default(), &"0".repeat(64));
+        assert!(DeltaManifest::parse(&delta.to_json()).is_ok());
     }
 }

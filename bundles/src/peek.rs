@@ -295,8 +295,9 @@ pub fn peek_stream(
         .filter(|e| e.source == EntrySource::Delta)
     {
         delta_entries += 1;
+        // Sizes come from `delta.json`: added without overflow, whatever they say.
         if carried.insert(&e.sha256) {
-            bytes += e.size;
+            bytes = bytes.saturating_add(e.size);
         }
     }
     Ok(Peeked {
@@ -466,5 +467,62 @@ mod tests {
         let bytes = tar_zst(&[("bundle.json", b"{}"), ("SHA256SUMS", b"")]);
         let err = peek_stream(bytes.as_slice(), &|_, _| false, NONE).expect_err("refused");
         assert!(matches!(err, PeekError::Sum { .. }), "{err}");
+    }
+
+    /// A delta whose `delta.json` gives sizes that add up past `u64::MAX` is read without an
+    /// overflow (a panic in a debug build, a wrapped total in a release one).
+    #[test]
+    fn delta_sizes_that_overflow_are_added_saturating() {
+        let manifest = |files: &str| {
+            format!(
+                r#"{{"formatVersion":2,"toolVersion":"0","cluster":"c","kubernetesVersion":"v1.33.1","zone":"default","arches":["amd64"],"created":0,"files":[{files}],"images":[]}}"#
+            )
+            .into_bytes()
+        };
+        let target_json = manifest("");
+        let x = b"x".as_slice();
+        let target_sums = format!(
+            "{}  bundle.json\n{}  x\n",
+            sha256_hex(&target_json),
+            sha256_hex(x)
+        );
+        let entry = |path: &str, sha: String| {
+            format!(
+                r#"{{"path":"{path}","sha256":"{sha}","size":{},"mode":420,"source":"delta"}}"#,
+                u64::MAX
+            )
+        };
+        let delta = format!(
+            r#"{{"kubexmDelta":1,"targetContentDigest":"{}","targetSums":{},"inventorySha256":"{}","entries":[{},{}]}}"#,
+            sha256_hex(target_sums.as_bytes()),
+            serde_json::to_string(&target_sums).expect("json"),
+            "0".repeat(64),
+            entry("bundle.json", sha256_hex(&target_json)),
+            entry("x", sha256_hex(x)),
+        )
+        .into_bytes();
+        let outer = manifest("");
+        let stored = format!("{STORE_DIR}/{}", sha256_hex(&target_json));
+        let mut listed = [
+            ("bundle.json", sha256_hex(&outer)),
+            ("delta.json", sha256_hex(&delta)),
+            (stored.as_str(), sha256_hex(&target_json)),
+        ];
+        listed.sort();
+        let sums: String = listed.iter().map(|(p, h)| format!("{h}  {p}\n")).collect();
+        let bytes = tar_zst(&[
+            ("bundle.json", &outer),
+            ("SHA256SUMS", sums.as_bytes()),
+            ("delta.json", &delta),
+            (&stored, &target_json),
+        ]);
+        let limits = Limits {
+            per_entry: 1 << 20,
+            total: 1 << 20,
+        };
+        let peeked = peek_stream(bytes.as_slice(), &|_, _| false, limits).expect("peeked");
+        let carries = peeked.delta.expect("a delta");
+        assert_eq!(carries.entries, 2);
+        assert_eq!(carries.bytes, u64::MAX);
     }
 }

@@ -46,6 +46,9 @@ pub const MIN_PART_SIZE: u64 = 1 << 20;
 pub const MAX_PARTS: usize = 9999;
 /// Largest index read.
 const MAX_INDEX: u64 = 4 << 20;
+/// Longest `bundle` name: a file name is at most 255 bytes on Linux file systems, and the
+/// longest name made from it, `<bundle>.parts.json.minisig`, adds 19.
+pub const MAX_BUNDLE_NAME: usize = 255 - ".parts.json.minisig".len();
 const COPY_BUFFER: usize = 1 << 20;
 
 /// The index of a split bundle.
@@ -180,9 +183,24 @@ impl SplitIndex {
         if bytes.len() as u64 > MAX_INDEX {
             return Err(bad(format!("larger than {MAX_INDEX} bytes")));
         }
-        let index: SplitIndex = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        index.check().map_err(bad)?;
+        let index = Self::parse(path, &bytes)?;
         Ok((index, bytes))
+    }
+
+    /// Parses and checks the bytes of an index (`path` only names it in errors): what
+    /// [`SplitIndex::load`] does once the file is read.
+    ///
+    /// # Errors
+    ///
+    /// [`SplitError::Index`] naming the first problem.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, SplitError> {
+        let bad = |reason: String| SplitError::Index {
+            path: path.to_owned(),
+            reason,
+        };
+        let index: SplitIndex = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        index.check().map_err(bad)?;
+        Ok(index)
     }
 
     fn check(&self) -> Result<(), String> {
@@ -194,6 +212,12 @@ impl SplitIndex {
         }
         if !is_file_name(&self.bundle) {
             return Err(format!("bundle `{}` is not a plain file name", self.bundle));
+        }
+        if self.bundle.len() > MAX_BUNDLE_NAME {
+            return Err(format!(
+                "bundle is a name of {} bytes; at most {MAX_BUNDLE_NAME} allowed",
+                self.bundle.len()
+            ));
         }
         if self.parts.is_empty() || self.parts.len() > MAX_PARTS {
             return Err(format!(
@@ -669,5 +693,25 @@ mod tests {
         assert_eq!(index.check(), Ok(()));
         index.bundle = "../b".into();
         assert!(index.check().is_err());
+    }
+
+    /// A bundle name no file system can hold (so no part can be opened) is refused by the
+    /// parser, naming the bound; the longest allowed one passes.
+    #[test]
+    fn bundle_names_are_bounded() {
+        let index = |bundle: String| {
+            let part = part_name(&bundle, 0, 1);
+            format!(
+                r#"{{"kubexmSplit":1,"bundle":"{bundle}","size":5,"sha256":"{z}","contentDigest":"{z}","partSize":1048576,"parts":[{{"name":"{part}","size":5,"sha256":"{z}"}}]}}"#,
+                z = "0".repeat(64)
+            )
+        };
+        let at = Path::new("x.parts.json");
+        let ok = SplitIndex::parse(at, index("b".repeat(MAX_BUNDLE_NAME)).as_bytes())
+            .expect("the longest name");
+        assert_eq!(ok.bundle.len(), MAX_BUNDLE_NAME);
+        let err = SplitIndex::parse(at, index("b".repeat(MAX_BUNDLE_NAME + 1)).as_bytes())
+            .expect_err("too long");
+        assert!(err.to_string().contains("at most 236"), "{err}");
     }
 }
