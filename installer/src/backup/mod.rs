@@ -94,18 +94,102 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BackupError 
 /// Whether `p` is one of the entry shapes a backup may hold (see the module docs): no `..`, no
 /// absolute part, node names as cluster.yaml allows them.
 pub fn entry_path_ok(p: &str) -> bool {
-    let name_ok = |n: &str| {
-        !n.is_empty()
-            && n.len() <= 253
-            && !n.starts_with('.')
-            && n.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-    };
     match p.split('/').collect::<Vec<_>>().as_slice() {
         ["etcd", "snapshot.db"] => true,
         ["control", "pki.tar" | "record.tar"] => true,
-        ["nodes", node, "files.tar"] => name_ok(node),
+        ["nodes", node, "files.tar"] => is_plain_name(node),
         _ => false,
+    }
+}
+
+/// A cluster or node name as the work directory and cluster.yaml allow them: ASCII letters,
+/// digits, `-`, `.`, `_`, not starting with `.`, at most 253 bytes.
+pub fn is_plain_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 253
+        && !n.starts_with('.')
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
+/// Most entries a manifest lists (a backup holds one per node plus three).
+pub const MAX_ENTRIES: usize = 10_000;
+/// Longest `created` and `kubexmVersion` value.
+pub const MAX_TOKEN: usize = 64;
+/// Longest `what` of an entry.
+pub const MAX_WHAT: usize = 256;
+
+fn is_token(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl Manifest {
+    /// Parses and checks `manifest.json`: the format version, the cluster and etcd member as
+    /// plain names ([`is_plain_name`]), `created` and `kubexmVersion` as short printable tokens,
+    /// and every entry: a name a backup holds ([`entry_path_ok`]), once, a lowercase hex
+    /// sha256 and a `what` without control characters. A backup file comes from elsewhere: its
+    /// key proves who wrote it, not that its text is safe to print or to name a cluster with.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Invalid`] naming the first problem (values shown escaped).
+    pub fn parse(json: &[u8]) -> Result<Self, BackupError> {
+        use kubexm_manifests::display::UntrustedMax;
+        let bad = |m: String| BackupError::Invalid(m);
+        if json.len() as u64 > MAX_MANIFEST {
+            return Err(bad(format!(
+                "{MANIFEST} is larger than {MAX_MANIFEST} bytes"
+            )));
+        }
+        let m: Manifest =
+            serde_json::from_slice(json).map_err(|e| bad(format!("{MANIFEST}: {e}")))?;
+        if m.format_version != FORMAT {
+            return Err(bad(format!(
+                "format version {} (this KubeXM reads {FORMAT})",
+                m.format_version
+            )));
+        }
+        let field = |name: &str, value: &str, ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err(bad(format!(
+                    "{MANIFEST}: {name} `{}` is not valid",
+                    UntrustedMax(value, 300)
+                )))
+            }
+        };
+        field("cluster", &m.cluster, is_plain_name(&m.cluster))?;
+        field("etcdMember", &m.etcd_member, is_plain_name(&m.etcd_member))?;
+        field("created", &m.created, is_token(&m.created, MAX_TOKEN))?;
+        field(
+            "kubexmVersion",
+            &m.kubexm_version,
+            is_token(&m.kubexm_version, MAX_TOKEN),
+        )?;
+        if m.entries.len() > MAX_ENTRIES {
+            return Err(bad(format!(
+                "{MANIFEST} lists {} entries, at most {MAX_ENTRIES} allowed",
+                m.entries.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &m.entries {
+            if !entry_path_ok(&e.path) || !seen.insert(e.path.as_str()) {
+                return Err(bad(format!(
+                    "{MANIFEST} lists {:?} (not an entry name a backup holds, or twice)",
+                    e.path.escape_debug().to_string()
+                )));
+            }
+            let hex = e.sha256.len() == 64
+                && e.sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            field("sha256", &e.sha256, hex)?;
+            let what = e.what.len() <= MAX_WHAT && !e.what.chars().any(char::is_control);
+            field("what", &e.what, what)?;
+        }
+        Ok(m)
     }
 }
 
@@ -350,23 +434,7 @@ pub fn check_archive(plain: &Path, into: &Path) -> Result<Manifest, BackupError>
         .take(MAX_MANIFEST)
         .read_to_end(&mut json)
         .map_err(io("reading the manifest"))?;
-    let manifest: Manifest =
-        serde_json::from_slice(&json).map_err(|e| bad(format!("{MANIFEST}: {e}")))?;
-    if manifest.format_version != FORMAT {
-        return Err(bad(format!(
-            "format version {} (this KubeXM reads {FORMAT})",
-            manifest.format_version
-        )));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for e in &manifest.entries {
-        if !entry_path_ok(&e.path) || !seen.insert(e.path.clone()) {
-            return Err(bad(format!(
-                "{MANIFEST} lists {:?} (not an entry name a backup holds, or twice)",
-                e.path.escape_debug().to_string()
-            )));
-        }
-    }
+    let manifest = Manifest::parse(&json)?;
     let mut got = std::collections::BTreeSet::new();
     for entry in entries {
         let mut entry = entry.map_err(io("reading the archive"))?;
@@ -520,12 +588,17 @@ mod tests {
         let manifest = |entries: Vec<Entry>| Manifest {
             format_version: FORMAT,
             cluster: "c".into(),
-            created: String::new(),
-            kubexm_version: String::new(),
+            created: "2026-11-28T15:00:00Z".into(),
+            kubexm_version: "0.1.0".into(),
             etcd_member: "n".into(),
             entries,
         };
         let scratch = dir.path().join("s");
+        let good = seal_tar(
+            &[(SNAPSHOT, b"good")],
+            &manifest(vec![entry(SNAPSHOT, b"good")]),
+        );
+        open(&good, &key, &scratch).expect("an archive that matches its manifest opens");
         let cases: Vec<(&str, PathBuf)> = vec![
             (
                 "changed content",
@@ -555,5 +628,41 @@ mod tests {
             assert!(matches!(e, BackupError::Invalid(_)), "{what}: {e}");
         }
         assert!(!dir.path().join("etc/passwd").exists());
+
+        // Text of the manifest that is printed (`backup verify`, `restore`'s refusals) or names
+        // the cluster: control characters, spaces and unbounded values are refused when the
+        // backup is opened, and the refusal shows them escaped.
+        type Edit = Box<dyn Fn(&mut Manifest)>;
+        let hostile: Vec<(&str, Edit)> = vec![
+            ("cluster", Box::new(|m| m.cluster = "c\u{1b}[2J".into())),
+            ("cluster", Box::new(|m| m.cluster = "c 1".into())),
+            ("cluster", Box::new(|m| m.cluster = "a".repeat(254))),
+            (
+                "etcdMember",
+                Box::new(|m| m.etcd_member = "n\nforged line".into()),
+            ),
+            ("created", Box::new(|m| m.created = "\u{7}".into())),
+            (
+                "kubexmVersion",
+                Box::new(|m| m.kubexm_version = "1".repeat(65)),
+            ),
+            (
+                "what",
+                Box::new(|m| m.entries[0].what = "snap\rshot".into()),
+            ),
+            (
+                "sha256",
+                Box::new(|m| m.entries[0].sha256 = m.entries[0].sha256.to_uppercase()),
+            ),
+        ];
+        for (field, edit) in hostile {
+            let mut m = manifest(vec![entry(SNAPSHOT, b"good")]);
+            edit(&mut m);
+            let file = seal_tar(&[(SNAPSHOT, b"good")], &m);
+            let e = open(&file, &key, &scratch).expect_err(field);
+            let shown = e.to_string();
+            assert!(shown.contains(field), "{field}: {shown}");
+            assert!(!shown.chars().any(char::is_control), "{field}: {shown:?}");
+        }
     }
 }
