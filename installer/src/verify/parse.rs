@@ -117,6 +117,20 @@ fn token(s: String) -> String {
     }
 }
 
+/// A label value as Kubernetes allows it: at most 63 of `[A-Za-z0-9._-]` (empty allowed).
+fn is_label_value(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of 1 to 63 of
+/// `[A-Za-z0-9._-]`.
+fn is_label_key(s: &str) -> bool {
+    let (prefix, name) = s.rsplit_once('/').map_or((None, s), |(p, n)| (Some(p), n));
+    prefix.is_none_or(is_node_name) && !name.is_empty() && is_label_value(name)
+}
+
 fn bounded<'a>(text: &'a str, what: &'static str) -> Result<&'a str, ParseError> {
     if text.len() > MAX_ANSWER {
         return Err(ParseError::Invalid {
@@ -204,7 +218,7 @@ pub fn pods(json: &str) -> Result<Vec<VerifyPod>, ParseError> {
                     .metadata
                     .labels
                     .into_iter()
-                    .filter(|(k, v)| k.len() <= 317 && v.len() <= 63)
+                    .filter(|(k, v)| is_label_key(k) && is_label_value(v))
                     .collect(),
                 namespace: p.metadata.namespace,
                 name: p.metadata.name,
@@ -344,6 +358,31 @@ mod tests {
         let bad_ip = PODS.replacen("10.244.0.4", "10.244.0.4; rm -rf /", 1);
         assert_ne!(bad_ip, PODS);
         assert!(pods(&bad_ip).is_err());
+    }
+
+    /// Labels are kept only when key and value are what Kubernetes allows: a value or key with
+    /// control characters or spaces is dropped, the others stay.
+    #[test]
+    fn labels_that_kubernetes_would_refuse_are_dropped() {
+        let bad = PODS
+            .replacen(
+                "\"app.kubernetes.io/managed-by\": \"kubexm\"",
+                "\"app.kubernetes.io/managed-by\": \"kubexm\\u001b[2J\"",
+                1,
+            )
+            .replacen("\"controller-revision-hash\"", "\"bad key/with space\"", 1);
+        assert_ne!(bad, PODS);
+        let p = pods(&bad).expect("parses");
+        let labels = &p[0].labels;
+        assert!(
+            !labels.contains_key("app.kubernetes.io/managed-by"),
+            "{labels:?}"
+        );
+        assert!(!labels.contains_key("bad key/with space"), "{labels:?}");
+        assert_eq!(labels["app.kubernetes.io/name"], "kubexm-verify-probe");
+        assert!(pods(PODS).expect("parses")[0]
+            .labels
+            .contains_key("app.kubernetes.io/managed-by"));
     }
 
     #[test]
