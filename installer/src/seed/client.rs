@@ -9,8 +9,9 @@
 //!   `Location` on another origin (or a relative one that would change the host) is refused
 //!   before anything is sent ([`same_origin`]), so the credentials never follow it; redirects
 //!   to another origin lose them (reqwest drops `Authorization` there);
-//! - credentials go to a token realm only over https, or over plain http to the very origin the
-//!   user named with `--plain-http` ([`realm_allowed`]); a realm on another host is logged;
+//! - credentials go to a token realm only on that same origin ([`realm_allowed`]): a realm on
+//!   another host, port or scheme is refused before anything is sent there; one helper
+//!   (`PushClient::attach`) adds `Authorization` to every request and applies the rule;
 //! - every request has a stall timeout (no byte for [`Deadlines::stall`]), a total deadline
 //!   scaled by its size, and all tries of one request share [`Deadlines::retry_budget`]; when
 //!   they run out the error names the registry, the repository and the blob or manifest;
@@ -85,21 +86,14 @@ pub fn same_origin(base: &reqwest::Url, url: &reqwest::Url) -> bool {
 }
 
 /// Whether credentials may be sent to the token `realm` of a registry at `base`
-/// (`https://host:port` or, with `--plain-http`, `http://host:port`): an https realm anywhere,
-/// or the plain-http registry's own origin.
+/// (`https://host:port` or, with `--plain-http`, `http://host:port`): only when the realm is on
+/// the registry's own origin ([`same_origin`]) and names no user. A token service elsewhere,
+/// even over https, is another party the operator did not name.
 pub fn realm_allowed(base: &str, realm: &str) -> bool {
     let (Ok(base), Ok(realm)) = (reqwest::Url::parse(base), reqwest::Url::parse(realm)) else {
         return false;
     };
-    match realm.scheme() {
-        "https" => true,
-        "http" => {
-            base.scheme() == "http"
-                && realm.host_str() == base.host_str()
-                && realm.port_or_known_default() == base.port_or_known_default()
-        }
-        _ => false,
-    }
+    same_origin(&base, &realm) && realm.username().is_empty() && realm.password().is_none()
 }
 
 /// Outcome of making sure a blob is in a repository.
@@ -707,9 +701,12 @@ impl PushClient {
                 Body::Empty => req.header(CONTENT_LENGTH, 0),
                 Body::Bytes(b) => req.body(b.clone()),
             };
-            if let Some(auth) = self.authorization(repo) {
-                req = req.header(AUTHORIZATION, auth);
-            }
+            req = self
+                .attach(req, &url, self.authorization(repo))
+                .map_err(|url| SeedError::Origin {
+                    registry: self.host.clone(),
+                    url: url.to_string(),
+                })?;
             match req.send().await {
                 Ok(resp) if resp.status() == StatusCode::UNAUTHORIZED && !reauthed => {
                     reauthed = true;
@@ -769,6 +766,23 @@ impl PushClient {
         })
     }
 
+    /// The one place the operator's credentials (`auth`: Basic, or a Bearer token the
+    /// registry's token service gave for them) are put on a request: only when `url` is on the
+    /// registry's own origin, the scheme, host and port the operator named, and names no user.
+    /// Anywhere else the request is not made; the refused URL is returned.
+    fn attach(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &reqwest::Url,
+        auth: Option<String>,
+    ) -> Result<reqwest::RequestBuilder, reqwest::Url> {
+        match auth {
+            None => Ok(req),
+            Some(_) if !realm_allowed(self.base_url.as_str(), url.as_str()) => Err(url.clone()),
+            Some(a) => Ok(req.header(AUTHORIZATION, a)),
+        }
+    }
+
     fn authorization(&self, repo: &str) -> Option<String> {
         if let Some(t) = self.tokens.lock().ok().and_then(|t| t.get(repo).cloned()) {
             return Some(format!("Bearer {t}"));
@@ -810,39 +824,22 @@ impl PushClient {
             } else {
                 format!("repository:{repo}:pull,push")
             };
-            let credentials = self.basic();
-            if credentials.is_some() {
-                if !realm_allowed(&self.base, realm) {
-                    return Err(SeedError::Realm {
-                        registry: self.host.clone(),
-                        realm: realm.clone(),
-                    });
-                }
-                let realm_host = reqwest::Url::parse(realm)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_owned));
-                let base_host = reqwest::Url::parse(&self.base)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_owned));
-                if realm_host != base_host {
-                    tracing::warn!(
-                        registry = %self.host,
-                        realm = %Untrusted(realm),
-                        "the registry sends its credentials to a token service on another host"
-                    );
-                }
-            }
+            let realm_refused = || SeedError::Realm {
+                registry: self.host.clone(),
+                realm: realm.clone(),
+            };
+            let realm_url = reqwest::Url::parse(realm).map_err(|_| realm_refused())?;
             let mut req = self
                 .http
-                .get(realm)
+                .get(realm_url.clone())
                 .timeout(self.deadlines.base)
                 .query(&[("scope", scope)]);
             if let Some(service) = params.get("service") {
                 req = req.query(&[("service", service)]);
             }
-            if let Some(b) = credentials {
-                req = req.header(AUTHORIZATION, b);
-            }
+            let req = self
+                .attach(req, &realm_url, self.basic())
+                .map_err(|_| realm_refused())?;
             let token_resp = req.send().await.map_err(|e| SeedError::Unauthorized {
                 registry: self.host.clone(),
                 detail: format!(
@@ -1004,17 +1001,30 @@ fn parse_challenge(header: &str) -> HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn credentials_only_to_https_or_the_named_origin() {
+    fn credentials_only_to_the_named_origin() {
         use super::realm_allowed;
         let tls = "https://reg.example:5000";
-        assert!(realm_allowed(tls, "https://auth.example/token"));
+        assert!(!realm_allowed(tls, "https://auth.example/token"));
+        assert!(realm_allowed(tls, "https://reg.example:5000/service/token"));
+        assert!(!realm_allowed(tls, "https://reg.example/service/token"));
+        assert!(realm_allowed(
+            "https://reg.example",
+            "https://reg.example:443/service/token"
+        ));
+        assert!(!realm_allowed(
+            tls,
+            "https://reg.example:8443/service/token"
+        ));
+        assert!(!realm_allowed(tls, "https://reg.example.evil/token"));
+        assert!(!realm_allowed(tls, "https://user@reg.example/token"));
         assert!(!realm_allowed(tls, "http://127.0.0.1:8080/token"));
         assert!(!realm_allowed(tls, "http://reg.example:5000/token"));
         let plain = "http://127.0.0.1:5000";
         assert!(realm_allowed(plain, "http://127.0.0.1:5000/token"));
         assert!(!realm_allowed(plain, "http://127.0.0.1:5001/token"));
         assert!(!realm_allowed(plain, "http://localhost:5000/token"));
-        assert!(realm_allowed(plain, "https://auth.example/token"));
+        assert!(!realm_allowed(plain, "https://auth.example/token"));
+        assert!(!realm_allowed(plain, "https://127.0.0.1:5000/token"));
         assert!(!realm_allowed(tls, "ftp://x/token"));
         assert!(!realm_allowed(tls, "not a url"));
     }

@@ -113,9 +113,9 @@ pub enum SeedError {
         /// Detail.
         detail: String,
     },
-    /// Credentials would go to a token service the user did not choose.
+    /// Credentials would go to a token service on another origin than the registry's.
     #[error(
-        "registry {registry}: refusing to send the credentials to token service `{}`: it is neither https nor the plain-http registry itself",
+        "registry {registry}: refusing to send the credentials to token service `{}`: it is not on the registry's own origin (the scheme, host and port given), and KubeXM sends the registry's credentials nowhere else\nhint: name the registry by the address that also serves its tokens (Harbor serves them itself), or configure the registry's token service on its own address",
         Untrusted(.realm)
     )]
     Realm {

@@ -343,6 +343,81 @@ fn attack_registry_realm_steals_the_password() {
     assert!(!text.contains("hunter2"), "{text}");
 }
 
+/// A token realm over https on another origin than the registry's: before the rule was the
+/// same origin, an https realm anywhere got the registry's credentials. Now nothing is sent
+/// there (no connection is even opened) and the refusal names the realm; a realm on the
+/// registry's own origin still gets them and the push goes through.
+#[test]
+fn attack_registry_https_realm_on_another_host_gets_no_credentials() {
+    let thief = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let thief_port = thief.local_addr().expect("addr").port();
+    thief.set_nonblocking(true).expect("nonblocking");
+    let realm = format!("https://127.0.0.1:{thief_port}/token");
+    let registry = StandIn::start(move |seen| {
+        if seen.header("authorization").is_some() {
+            return accepting(seen);
+        }
+        let challenge = format!(r#"Bearer realm="{realm}",service="evil""#);
+        send(401, &[("www-authenticate", challenge.as_str())], b"")
+    });
+    let tree = tree(honest_manifest);
+    let result = runtime().block_on(seed(
+        &tree.dir,
+        &tree.manifest,
+        &options(registry.host(), Some(("admin", "hunter2-secret"))),
+    ));
+    let reached = thief.accept().is_ok();
+    assert!(
+        !reached,
+        "a connection to the token service on another origin was opened"
+    );
+    let err = result.expect_err("the realm must be refused");
+    let text = chain(&err);
+    assert!(
+        text.contains(&format!("127.0.0.1:{thief_port}/token"))
+            && text.contains("not on the registry's own origin"),
+        "names the realm and the rule: {text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+
+    // The registry's own token service: the credentials go there, the token comes back and
+    // is what the registry then sees.
+    let port = Arc::new(Mutex::new(0u16));
+    let own = Arc::clone(&port);
+    let registry = StandIn::start(move |seen| {
+        if seen.path.starts_with("/token") {
+            return if seen
+                .header("authorization")
+                .is_some_and(|a| a.starts_with("Basic "))
+            {
+                send(200, &[], br#"{"token":"own-token"}"#)
+            } else {
+                send(401, &[], b"")
+            };
+        }
+        if seen.header("authorization") == Some("Bearer own-token") {
+            return accepting(seen);
+        }
+        let challenge = format!(
+            r#"Bearer realm="http://127.0.0.1:{}/token",service="own""#,
+            own.lock().expect("lock")
+        );
+        send(401, &[("www-authenticate", challenge.as_str())], b"")
+    });
+    *port.lock().expect("lock") = registry.port;
+    runtime()
+        .block_on(seed(
+            &tree.dir,
+            &tree.manifest,
+            &options(registry.host(), Some(("admin", "hunter2-secret"))),
+        ))
+        .expect("a token service on the registry's own origin is used");
+    assert!(registry
+        .seen()
+        .iter()
+        .any(|s| s.path.starts_with("/token") && s.header("authorization").is_some()));
+}
+
 #[test]
 fn attack_registry_error_body_fakes_success() {
     // The error body clears the line and prints a green success message.
