@@ -67,6 +67,12 @@ pub const NFD_GROUP: &str = "node-feature-discovery";
 /// The Node Feature Discovery release KubeXM's manifest is written for (the v0.10 layout the
 /// seed, KubeKey v3, deploys: master Deployment + worker DaemonSet speaking gRPC).
 pub const NFD_VERSION: &str = "v0.10.1";
+/// The catalog's image group of `kubexm-install verify-cluster`'s probe: a busybox with `httpd`,
+/// `wget` and `nslookup`, run on every node for the check's pod-network, Service and DNS probes.
+/// Every bundle carries it, so that every installed cluster can be verified offline.
+pub const PROBE_GROUP: &str = "kubexm-probe";
+/// The probe image's version (the catalog's `addonImages.kubexm-probe` key).
+pub const PROBE_VERSION: &str = "1.36.1";
 const MASTERS: &[Role] = &[Role::Master];
 /// The catalog's image group of the NFS provisioner (nfs-subdir-external-provisioner).
 pub const NFS_PROVISIONER_GROUP: &str = "nfs-subdir-external-provisioner";
@@ -314,6 +320,7 @@ pub fn resolve(
     r.image(&kubeadm_images.pause, "kubernetes", NODES);
     r.image(&kubeadm_images.coredns, "kubernetes", NODES);
     r.image_group("nodelocaldns", None, NODES, "spec.kubernetes");
+    r.image_group(PROBE_GROUP, Some(PROBE_VERSION), NODES, "verify-cluster's probe");
     // Kata Containers and Node Feature Discovery: the version KubeXM's manifests are written for
     // (their objects change between releases); the image list of that version comes from the
     // catalog's addonImages, so --catalog can point it elsewhere.

@@ -176,6 +176,14 @@ pub(crate) fn setup() -> Lab {
         "registry.k8s.io/dns/k8s-dns-node-cache:1.25.0".to_owned(),
         nc.index,
     );
+    // verify-cluster's probe (every bundle carries it): an index again, from docker.io/library.
+    let probe = images::push_index(
+        &open,
+        "library/busybox:1.36.1",
+        &[(&amd, "amd64"), (&arm, "arm64")],
+        None,
+    );
+    source_digests.insert("docker.io/library/busybox:1.36.1".to_owned(), probe.index);
     // kube-vip: a single Docker schema2 manifest (masters only, amd64).
     let kv = images::push_docker_schema2(
         &amd,
@@ -199,7 +207,7 @@ pub(crate) fn setup() -> Lab {
     );
     std::fs::write(dir.path().join("catalog.yaml"), pins).expect("write catalog");
     let zone = format!(
-        "apiVersion: kubexm.io/v1alpha1\nkind: Zone\nmetadata: {{name: lab}}\nfiles:\n  - {{from: 'https://', to: '{base}/'}}\nimages:\n  - {{from: registry.k8s.io, to: '{o}/registry.k8s.io', plainHTTP: true}}\n  - {{from: ghcr.io, to: '{o}/ghcr.io', plainHTTP: true}}\n  - {{from: docker.io/calico, to: '{p}/calico', plainHTTP: true}}\n",
+        "apiVersion: kubexm.io/v1alpha1\nkind: Zone\nmetadata: {{name: lab}}\nfiles:\n  - {{from: 'https://', to: '{base}/'}}\nimages:\n  - {{from: registry.k8s.io, to: '{o}/registry.k8s.io', plainHTTP: true}}\n  - {{from: ghcr.io, to: '{o}/ghcr.io', plainHTTP: true}}\n  - {{from: docker.io/calico, to: '{p}/calico', plainHTTP: true}}\n  - {{from: docker.io/library, to: '{o}/library', plainHTTP: true}}\n",
         base = mirror.base_url(),
         o = open.host(),
         p = private.host(),

@@ -518,7 +518,14 @@ fn network_plugin_none_bundles_no_cni() {
     }
     for i in &r.images {
         assert!(
-            ["kubernetes", "etcd", "nodelocaldns", "haproxy"].contains(&i.group.as_str()),
+            [
+                "kubernetes",
+                "etcd",
+                "nodelocaldns",
+                "haproxy",
+                kubexm_manifests::resolve::PROBE_GROUP
+            ]
+            .contains(&i.group.as_str()),
             "{} ({})",
             i.reference,
             i.group
@@ -626,4 +633,18 @@ fn os_packages_follow_the_cluster() {
         utils[0].roles,
         [Role::Master, Role::Worker, Role::Nfs].into()
     );
+}
+
+/// Every bundle carries `verify-cluster`'s probe image (issue 37), whatever the configuration.
+#[test]
+fn every_resolve_carries_the_probe_image() {
+    for r in [kubeadm_cluster("v1.33.11"), kubeadm_cluster("v1.20.2")] {
+        let probes: Vec<&str> = r
+            .images
+            .iter()
+            .filter(|i| i.group == kubexm_manifests::resolve::PROBE_GROUP)
+            .map(|i| i.reference.as_str())
+            .collect();
+        assert_eq!(probes, ["docker.io/library/busybox:1.36.1"]);
+    }
 }
