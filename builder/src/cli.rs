@@ -178,6 +178,13 @@ pub struct BundleArgs {
     /// First retry delay in milliseconds (doubles each retry).
     #[arg(long, default_value_t = 500, value_name = "MS")]
     pub retry_delay_ms: u64,
+    /// The whole time one file download may take, every retry included, in seconds (a server
+    /// that sends a byte now and then would otherwise hold the build forever).
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub download_deadline: u64,
+    /// The largest file downloaded (K, M, G, T: powers of 1024); a larger one is refused.
+    #[arg(long, default_value = "8G", value_name = "SIZE", value_parser = parse_size)]
+    pub max_download_size: u64,
     /// A docker config.json with registry credentials (default: $DOCKER_CONFIG or ~/.docker).
     #[arg(long, value_name = "FILE")]
     pub docker_config: Option<PathBuf>,

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kubexm_manifests::display::Untrusted;
+
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +36,44 @@ impl Retry {
     /// Delay before try number `attempt` (1-based; the first retry is attempt 2).
     pub fn delay(&self, attempt: u32) -> Duration {
         self.base * 2u32.saturating_pow(attempt.saturating_sub(2)).min(64)
+    }
+}
+
+/// Bounds of one file download into the cache, whatever the server sends: its size, and the
+/// whole time it may take (every try, resume and retry delay included). The stall timeout of
+/// the HTTP client (no byte for 60 s) does not bound a server that sends one byte every few
+/// seconds; this deadline does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DownloadLimits {
+    /// Most bytes one file may have.
+    pub max_bytes: u64,
+    /// The whole time one file may take.
+    pub deadline: Duration,
+}
+
+/// Default [`DownloadLimits::max_bytes`]: far above any file a bundle holds (Kubernetes
+/// binaries, runtimes and OS packages are at most a few hundred MiB).
+pub const DEFAULT_MAX_DOWNLOAD: u64 = 8 << 30;
+/// Default [`DownloadLimits::deadline`]: one hour per file.
+pub const DEFAULT_DOWNLOAD_DEADLINE: Duration = Duration::from_secs(3600);
+
+impl Default for DownloadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MAX_DOWNLOAD,
+            deadline: DEFAULT_DOWNLOAD_DEADLINE,
+        }
+    }
+}
+
+impl DownloadLimits {
+    /// Limits of `max_bytes` bytes and `deadline` per file.
+    pub fn new(max_bytes: u64, deadline: Duration) -> Self {
+        Self {
+            max_bytes,
+            deadline,
+        }
     }
 }
 
@@ -70,6 +110,26 @@ pub enum FetchError {
         url: String,
         /// Its size.
         size: u64,
+    },
+    /// The download did not finish within [`DownloadLimits::deadline`].
+    #[error("{}: not downloaded within {} s ({arrived} bytes arrived; the partial file is kept and resumed next time); the server is too slow or sends almost nothing: use a closer mirror (your zone's), or raise --download-deadline", Untrusted(.url), .deadline.as_secs())]
+    Deadline {
+        /// URL.
+        url: String,
+        /// The deadline.
+        deadline: Duration,
+        /// Bytes in the partial file when it passed.
+        arrived: u64,
+    },
+    /// The file is larger than [`DownloadLimits::max_bytes`].
+    #[error("{}: the server sends {size} bytes or more, above the limit of {max} bytes per file; the download was deleted: check the catalog URL (no file a bundle holds is this large), or raise --max-download-size", Untrusted(.url))]
+    TooLargeDownload {
+        /// URL.
+        url: String,
+        /// What the server announced or sent, at least.
+        size: u64,
+        /// The limit.
+        max: u64,
     },
     /// Transport errors or 5xx on every try.
     #[error("{url}: giving up after {attempts} tries: {last}")]
@@ -132,6 +192,7 @@ pub struct Fetcher {
     cache: Cache,
     retry: Retry,
     progress: Progress,
+    limits: DownloadLimits,
 }
 
 enum Attempt {
@@ -152,11 +213,19 @@ impl Fetcher {
             cache,
             retry,
             progress,
+            limits: DownloadLimits::default(),
         })
     }
 
+    /// The same fetcher holding every file download to `limits`.
+    #[must_use]
+    pub fn with_limits(mut self, limits: DownloadLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Makes sure the file with sha256 `expected` is in the cache, downloading it from `url` if
-    /// needed. A cache hit makes no request at all.
+    /// needed, within [`DownloadLimits`]. A cache hit makes no request at all.
     pub async fn fetch(
         &self,
         url: &str,
@@ -167,20 +236,39 @@ impl Fetcher {
             return Ok(self.cache.blob_path(expected));
         }
         let partial = self.cache.partial_path(expected);
+        let deadline = self.limits.deadline;
+        match tokio::time::timeout(deadline, self.download(url, expected, label, &partial)).await {
+            Ok(result) => result,
+            Err(_) => Err(FetchError::Deadline {
+                url: url.to_owned(),
+                deadline,
+                arrived: tokio::fs::metadata(&partial).await.map_or(0, |m| m.len()),
+            }),
+        }
+    }
+
+    /// [`Fetcher::fetch`] without its deadline.
+    async fn download(
+        &self,
+        url: &str,
+        expected: &str,
+        label: &str,
+        partial: &PathBuf,
+    ) -> Result<PathBuf, FetchError> {
         let mut item = self.progress.item(label, 0);
         let mut last = String::new();
         for attempt in 1..=self.retry.attempts {
             if attempt > 1 {
                 tokio::time::sleep(self.retry.delay(attempt)).await;
             }
-            match self.attempt(url, expected, &partial, &mut item).await? {
+            match self.attempt(url, expected, partial, &mut item).await? {
                 Attempt::Done(actual) if actual == expected => {
-                    let path = self.cache.commit(&partial, expected)?;
+                    let path = self.cache.commit(partial, expected)?;
                     item.finish("downloaded");
                     return Ok(path);
                 }
                 Attempt::Done(actual) => {
-                    let _ = tokio::fs::remove_file(&partial).await;
+                    let _ = tokio::fs::remove_file(partial).await;
                     item.reset(0);
                     tracing::warn!(%url, %expected, %actual, attempt, "sha256 mismatch; deleted, retrying");
                     if attempt == self.retry.attempts {
@@ -326,8 +414,19 @@ impl Fetcher {
             hasher = Sha256::new();
             have = 0;
         }
+        let max = self.limits.max_bytes;
+        let too_large = |size: u64| FetchError::TooLargeDownload {
+            url: url.to_owned(),
+            size,
+            max,
+        };
         if let Some(len) = resp.content_length() {
-            item.set_total(have + len);
+            let total = have.saturating_add(len);
+            if total > max {
+                let _ = tokio::fs::remove_file(partial).await;
+                return Err(too_large(total));
+            }
+            item.set_total(total);
         }
         item.reset(have);
         let mut file = tokio::fs::OpenOptions::new()
@@ -347,6 +446,12 @@ impl Fetcher {
                     return Ok(Attempt::Retry(format!("connection lost: {e}")));
                 }
             };
+            have = have.saturating_add(chunk.len() as u64);
+            if have > max {
+                drop(file);
+                let _ = tokio::fs::remove_file(partial).await;
+                return Err(too_large(have));
+            }
             hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(io)?;
             item.inc(chunk.len() as u64);
@@ -363,5 +468,153 @@ impl Fetcher {
             status,
             hint,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::time::Instant;
+
+    /// A server on 127.0.0.1 that answers every connection with `head` and then `body`, one
+    /// piece every `every`; returns its URL for `path`.
+    fn serve(path: &str, head: String, body: Vec<Vec<u8>>, every: Duration) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let (head, body) = (head.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request);
+                    if stream.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    for piece in body {
+                        std::thread::sleep(every);
+                        if stream
+                            .write_all(&piece)
+                            .and_then(|()| stream.flush())
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://127.0.0.1:{port}{path}")
+    }
+
+    fn fetcher(dir: &std::path::Path, limits: DownloadLimits) -> Fetcher {
+        let retry = Retry {
+            attempts: 2,
+            base: Duration::from_millis(10),
+        };
+        Fetcher::new(Cache::open(dir).expect("cache"), retry, Progress::auto())
+            .expect("client")
+            .with_limits(limits)
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// One byte every 200 ms of a 100 000-byte file: the stall timeout never fires, so only the
+    /// total deadline ends it, with an error naming the URL (escaped) and what to do; the
+    /// partial file stays to be resumed.
+    #[test]
+    fn a_trickling_server_meets_the_deadline() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let url = serve(
+            "/etcd\u{1b}[2J.tar.gz",
+            "HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n".into(),
+            vec![vec![b'x']; 100_000],
+            Duration::from_millis(200),
+        );
+        let f = fetcher(
+            dir.path(),
+            DownloadLimits::new(1 << 20, Duration::from_secs(2)),
+        );
+        let started = Instant::now();
+        let result = runtime().block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                f.fetch(&url, &"0".repeat(64), "etcd"),
+            )
+            .await
+        });
+        let err = result
+            .expect("the deadline ends the download, not the test's own timeout")
+            .expect_err("not downloaded");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(matches!(err, FetchError::Deadline { .. }), "{err:?}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains("127.0.0.1") && shown.contains("--download-deadline"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains('\u{1b}'),
+            "the URL is shown escaped: {shown:?}"
+        );
+    }
+
+    /// A file above the size limit is refused from its Content-Length before anything is
+    /// written, and, without one, as soon as more than the limit arrived; nothing stays behind.
+    #[test]
+    fn a_file_above_the_size_limit_is_refused() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let limits = DownloadLimits::new(1000, Duration::from_secs(60));
+        let announced = serve(
+            "/big",
+            "HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n".into(),
+            vec![vec![b'x'; 5000]],
+            Duration::ZERO,
+        );
+        let unannounced = serve(
+            "/big-unannounced",
+            "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".into(),
+            vec![vec![b'x'; 600]; 4],
+            Duration::from_millis(10),
+        );
+        let f = fetcher(dir.path(), limits);
+        for (url, sum) in [(announced, "1".repeat(64)), (unannounced, "2".repeat(64))] {
+            let err = runtime()
+                .block_on(f.fetch(&url, &sum, "big"))
+                .expect_err("too large");
+            assert!(
+                matches!(err, FetchError::TooLargeDownload { size, max: 1000, .. } if size > 1000),
+                "{url}: {err:?}"
+            );
+            assert!(err.to_string().contains("--max-download-size"), "{err}");
+            assert!(
+                !f.cache.partial_path(&sum).exists(),
+                "{url}: partial file left"
+            );
+        }
+        // Within the limit, the same fetcher downloads and checks the file.
+        let ok = serve(
+            "/small",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n".into(),
+            vec![b"abc".to_vec()],
+            Duration::ZERO,
+        );
+        let sum = kubexm_bundles::hash::sha256_hex(b"abc");
+        let path = runtime()
+            .block_on(f.fetch(&ok, &sum, "small"))
+            .expect("fetched");
+        assert_eq!(std::fs::read(path).expect("read"), b"abc");
     }
 }

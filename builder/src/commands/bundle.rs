@@ -14,7 +14,7 @@ use super::{bundle_extras, problems_error, Inputs};
 use crate::cache::Cache;
 use crate::cli::BundleArgs;
 use crate::credentials::Credentials;
-use crate::fetch::{Fetcher, Retry};
+use crate::fetch::{DownloadLimits, Fetcher, Retry};
 use crate::images::{ImageRequest, PulledImage, Puller, RegistryAccess};
 use crate::oci_layout;
 use crate::osrepo;
@@ -117,7 +117,11 @@ pub fn run(args: &BundleArgs, out: &mut dyn Write) -> Result<()> {
     let policy = osrepo::IndexPolicy::new(std::time::Duration::from_secs(args.os_index_max_age));
     let (files, images, addon_files, repos) = runtime.block_on(async {
         let fetcher = Fetcher::new(cache.clone(), retry, progress.clone())
-            .context("Failed to set up the HTTP client")?;
+            .context("Failed to set up the HTTP client")?
+            .with_limits(DownloadLimits::new(
+                args.max_download_size,
+                std::time::Duration::from_secs(args.download_deadline),
+            ));
         // The OS repositories first: a package missing from a release fails the build before
         // anything large is downloaded.
         let repos = osrepo::resolve_all(
