@@ -1,4 +1,4 @@
-// Written by hand for tests/lab/kubernetes/build-coredns-gomod: CoreDNS v1.14.6 (the version
+// Written by hand for tests/lab/kubernetes/build-addon-gomod: CoreDNS v1.14.6 (the version
 // kubeadm v1.37.2 deploys, registry.k8s.io/coredns/coredns:v1.14.6) built from its Go module.
 // CoreDNS's go.mod has no replaces, so this build list is CoreDNS's own.
 module kubexm.lab/coredns-v1.14.6
