@@ -31,6 +31,7 @@ pub mod bundle;
 pub mod cluster;
 mod command;
 pub mod json;
+pub mod kube;
 mod kubexm;
 mod lab;
 pub mod nodes;
