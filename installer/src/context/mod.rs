@@ -17,7 +17,6 @@ use kubexm_manifests::model::{LbMode, RegistryType};
 use kubexm_manifests::resolve::Resolution;
 use kubexm_manifests::validate::ValidCluster;
 
-use crate::modules::loadbalancer;
 use crate::pipeline::{Node, StepError};
 use crate::pki::{KeyDir, Keys};
 use crate::run;
@@ -203,7 +202,7 @@ impl InstallContext {
                 .unwrap_or_else(|| first.internal_address.clone()),
         };
         let port = match lb.mode {
-            LbMode::None => loadbalancer::APISERVER_PORT,
+            LbMode::None => crate::modules::k8s::APISERVER_PORT,
             _ => lb.port,
         };
         Ok(ControlPlaneEndpoint {

@@ -41,8 +41,8 @@ use kubexm_manifests::model::{EtcdType, KubernetesType};
 use super::phase::Phase;
 use crate::context::{InstallContext, Scope, UnknownNode};
 use crate::facts::ClusterFacts;
-use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
-use crate::modules::membership::LocalProxiesModule;
+use crate::modules::lifecycle::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
+use crate::modules::lifecycle::membership::LocalProxiesModule;
 use crate::modules::{
     etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
     runtime, scripts,

@@ -15,7 +15,7 @@ use super::phase::Phase;
 use crate::context::{InstallContext, UnknownNode};
 use crate::facts::ClusterFacts;
 use crate::modules::etcd::{EtcdLayout, EtcdModule};
-use crate::modules::etcd_member::{
+use crate::modules::lifecycle::etcd_member::{
     ApiServerEtcdModule, EtcdJoinModule, EtcdLeaveModule, RetireEtcdModule,
 };
 use crate::pipeline::{Module, Pipeline};

@@ -4,12 +4,13 @@
 //! join-credentials parser on kubeadm output in the exact formats kubeadm versions print; the
 //! module's task order; and the plan of a 3-master / 2-worker cluster.
 
+use kubexm_install::modules::k8s::ADMIN_CONF;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
 use kubexm_install::modules::kubeadm::config::KubeadmSettings;
-use kubexm_install::modules::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
+use kubexm_install::modules::kubeadm::init::LearnJoinCredentials;
 use kubexm_install::modules::kubeadm::join::{parse, JoinCredentials, JoinParseError};
 use kubexm_install::modules::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
 use kubexm_install::pipeline::ops::Op;

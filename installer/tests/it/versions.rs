@@ -16,12 +16,13 @@
 //!   vs `--register-with-taints` (v1.23), `--pod-infra-container-image` before v1.35, the
 //!   control-plane labels and CoreDNS's tolerations per version.
 
+use kubexm_install::modules::k8s::image_named;
 use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::kubeadm::binaries::KubeletService;
-use kubexm_install::modules::kubeadm::config::{image_named, KubeadmSettings};
+use kubexm_install::modules::kubeadm::config::KubeadmSettings;
 use kubexm_install::modules::kubeadm::init::InitControlPlane;
 use kubexm_install::modules::kubeadm::join::JoinCredentials;
 use kubexm_install::modules::kubeadm::labels::NodeRoles;

@@ -49,8 +49,9 @@ pub mod reconfigure;
 pub mod serving_csr;
 pub mod settle;
 
+use crate::modules::k8s::{admin_kubeconfig_path, ADMIN_CONF};
 use kubexm_manifests::resolve::Role;
-use std::path::PathBuf;
+
 use std::sync::Arc;
 
 use kubexm_manifests::model::{EtcdType, InternalLbType, KubernetesType, LbMode};
@@ -63,7 +64,7 @@ use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use binaries::{KubeBinaries, KubeletService, KUBEADM, KUBELET_DROPIN, KUBELET_UNIT};
 use config::KubeadmSettings;
-use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_CONF};
+use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials};
 use joining::JoinNode;
 use labels::NodeRoles;
 use node_settings::{KubeProxySettings, KubeletSettings};
@@ -72,11 +73,6 @@ use settle::{ControlPlaneSettled, RestartKubeProxy};
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
-
-/// Where the cluster's admin kubeconfig is kept on the control host.
-pub fn admin_kubeconfig_path(ctx: &InstallContext) -> PathBuf {
-    ctx.pki_dir.join("admin.conf")
-}
 
 /// The masters and workers.
 fn kubernetes_nodes(ctx: &InstallContext) -> Vec<String> {
@@ -306,7 +302,7 @@ impl Step for RemoveKubernetes {
         let bins = "/usr/local/bin/kubeadm /usr/local/bin/kubelet /usr/local/bin/kubectl /usr/local/bin/helm";
         let staging = "/var/lib/kubexm/artifacts/kubeadm /var/lib/kubexm/artifacts/kubelet /var/lib/kubexm/artifacts/kubectl /var/lib/kubexm/artifacts/helm /var/lib/kubexm/extract/helm-*";
         let etcd = if self.stacked {
-            config::STACKED_ETCD_DATA
+            crate::modules::k8s::STACKED_ETCD_DATA
         } else {
             ""
         };

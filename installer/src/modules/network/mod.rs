@@ -61,8 +61,8 @@ use kubexm_manifests::resolve::network_file;
 
 use super::apply::{bundle_upload, HelmBinary, HelmRelease, MANIFESTS_DIR};
 use super::images::node_image;
-use super::kubeadm::init::kubectl;
 use crate::context::InstallContext;
+use crate::modules::k8s::kubectl;
 use crate::pipeline::ops::{Op, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;

@@ -27,6 +27,7 @@
 //!
 //! Nothing here is undone by a rollback: the removed plugin is not in the new bundle.
 
+use crate::modules::k8s::{kubectl, ADMIN_CONF};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ use super::traces::plugin_traces;
 use super::{primary_plugin, MASTER_LABEL};
 use crate::context::InstallContext;
 use crate::modules::apply::{HELM, MANIFESTS_DIR};
-use crate::modules::kubeadm::init::{kubectl, ADMIN_CONF};
+
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;

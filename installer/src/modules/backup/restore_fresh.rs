@@ -27,22 +27,20 @@
 //! On the kubexm path the CAs come from the control host's key directory, which
 //! `restore --fresh` fills from the backup before the pipeline is built.
 
+use crate::modules::k8s::KUBEADM_PKI;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_manifests::model::{EtcdType, KubernetesType};
 
+use crate::modules::backup::restore::{Restore, RestoreData};
 use crate::modules::etcd;
-use crate::modules::kubeadm::init::kubectl;
+use crate::modules::k8s::kubectl;
 use crate::modules::kubeadm::KubeadmModule;
-use crate::modules::restore::{Restore, RestoreData};
 use crate::pipeline::ops::{CreateDir, Op, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::{shell, UploadSource};
-
-/// Where kubeadm keeps its PKI on a master.
-pub const KUBEADM_PKI: &str = "/etc/kubernetes/pki";
 
 /// The files of kubeadm's PKI that make the cluster's identity (CAs and the service-account
 /// key pair) with their modes; every other file kubeadm issues from them.
@@ -265,7 +263,7 @@ impl Step for RestoredNodesLapsed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::kubeadm::binaries::KUBECTL;
+    use crate::modules::k8s::KUBECTL;
     use std::os::unix::fs::PermissionsExt;
 
     /// Runs [`RestoredNodesLapsed::check`] with a fake kubectl answering from files in `dir`

@@ -35,6 +35,7 @@
 //! `drop-old` the `client-ca-file` of `extension-apiserver-authentication`; after each phase the
 //! stale `kubeadm-certs` Secret dropped and `admin.conf` fetched.
 
+use crate::modules::k8s::{ec_key_in_sec1, STATE_DIR};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,23 +44,23 @@ use kubexm_manifests::model::{InternalLbType, KubernetesType, LbMode};
 use kubexm_manifests::resolve::Role;
 
 use crate::context::InstallContext;
-use crate::modules::kubeadm::binaries::KUBEADM;
-use crate::modules::kubeadm::config::{ec_key_in_sec1, KubeadmSettings, STATE_DIR};
-use crate::modules::kubeadm::init::ADMIN_CONF;
-use crate::modules::kubeadm::reconfigure::Reconfigure;
-use crate::modules::renew::{fetch_admin, KubeletClient, KubeletHealthy, Marker};
-use crate::modules::renew_kubelet::{
+use crate::modules::backup::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
+use crate::modules::certs::renew::{fetch_admin, KubeletClient, KubeletHealthy, Marker};
+use crate::modules::certs::renew_kubelet::{
     serving_renewal_tasks, serving_set_aside, InstallClient, RequestClient, SignClients,
 };
-use crate::modules::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
-use crate::modules::restore_fresh::KUBEADM_PKI;
-use crate::modules::rotate::{
+use crate::modules::certs::rotate::{
     cluster_kubectl, stale_kubeadm_certs, AggregationTrust, FetchKubeadmCa, Rotate, RotatedCa,
     CLIENT_CA, KUBEADM_CA_DIR,
 };
-use crate::modules::rotate_kubernetes::{
+use crate::modules::certs::rotate_kubernetes::{
     NamePodsToRestart, RestartKubeVip, RestartSystemWorkloads, ServiceAccountCa,
 };
+use crate::modules::k8s::ADMIN_CONF;
+use crate::modules::k8s::KUBEADM_PKI;
+use crate::modules::kubeadm::binaries::KUBEADM;
+use crate::modules::kubeadm::config::KubeadmSettings;
+use crate::modules::kubeadm::reconfigure::Reconfigure;
 use crate::pipeline::ops::{CreateDir, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::pki::Ca;
