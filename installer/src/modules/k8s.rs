@@ -87,3 +87,6 @@ pub const LOCAL_API: &str = "https://127.0.0.1:6443";
 
 /// Where kubeadm keeps its PKI on a master.
 pub const KUBEADM_PKI: &str = "/etc/kubernetes/pki";
+
+/// The controller-manager's signing certificate while the cluster CA is rotated.
+pub const CA_SIGNER: &str = "/etc/kubernetes/pki/ca-signer.crt";

@@ -44,8 +44,8 @@ use crate::facts::ClusterFacts;
 use crate::modules::lifecycle::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::lifecycle::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
-    runtime, scripts,
+    etcd, finalize, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime,
+    scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -173,7 +173,7 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         }
         KubernetesType::Kubeadm => {
             phases.push(
-                Phase::new("kubeadm", kubeadm::KubeadmModule(d.clone()))
+                Phase::new("kubeadm", super::kubeadm::Kubeadm(d.clone()))
                     // kube-vip's pre-init manifest would flip the first master's kube-vip to
                     // the pre-init kubeconfig and back.
                     .except(&["kube-vip-first-master"])
@@ -182,7 +182,7 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
             // Every master's API server certificate lists every master (SANs): with a new
             // master, the others' are re-issued too, one master at a time.
             phases.push(
-                Phase::new("apiserver-certificates", kubeadm::KubeadmModule(d.clone()))
+                Phase::new("apiserver-certificates", super::kubeadm::Kubeadm(d.clone()))
                     .only(&["kubeadm-reconfigure"])
                     .scope(d.scope(&masters)?)
                     .skip_if(

@@ -8,8 +8,8 @@ use crate::modules::backup::restore_fresh::{
     FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
 };
 use crate::modules::{
-    addons, backup, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo,
-    plugins, preflight, registry, runtime, scripts, security, storage,
+    addons, backup, dns, etcd, finalize, kubexm, loadbalancer, network, os, osrepo, plugins,
+    preflight, registry, runtime, scripts, security, storage,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -47,11 +47,14 @@ pub(crate) fn install_modules(
         Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
         Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
     ];
-    let kubeadm = kubeadm::KubeadmModule(ctx.clone());
+    let kubeadm = super::kubeadm::Kubeadm(ctx.clone());
     let kubeadm: Box<dyn Module> = match fresh {
         Some(f) => {
             modules.push(Box::new(KubeadmCaModule(f.clone())));
-            Box::new(RestoredKubeadmModule(kubeadm))
+            Box::new(RestoredKubeadmModule {
+                kubeadm: Box::new(kubeadm),
+                ctx: ctx.clone(),
+            })
         }
         None => Box::new(kubeadm),
     };

@@ -364,7 +364,7 @@ fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
         "the versions' etcd tags differ"
     );
     let step = KubeadmUpgrade {
-        settings: Arc::new(KubeadmSettings::new(&target).expect("settings")),
+        settings: Arc::new(KubeadmSettings::new(&target, Default::default()).expect("settings")),
         version: target.cluster.version,
         apply: true,
     };

@@ -152,7 +152,7 @@ fn kubeadm_files_per_version() {
         let work = tempfile::tempdir().expect("tempdir");
         let ctx = cluster(work.path(), version, "kubeadm", |t| t);
         let ver = v(version);
-        let s = KubeadmSettings::new(&ctx).expect("settings");
+        let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
         let m1 = s.node(ctx.node("master1").expect("master1"), true, false);
         let init = text(&s.render_init(&m1).expect("init"));
         let cp = text(
@@ -347,7 +347,7 @@ fn kubeadm_docker_uses_dockershim_before_1_24_and_cri_dockerd_after() {
         let ctx = cluster(work.path(), version, "kubeadm", |t| {
             t.replace("    type: containerd\n", "    type: docker\n")
         });
-        let s = KubeadmSettings::new(&ctx).expect("settings");
+        let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
         let n = s.node(ctx.node("master1").expect("master1"), true, false);
         let init = text(&s.render_init(&n).expect("init"));
         let docs = yaml_docs(&init);

@@ -34,10 +34,10 @@ use std::time::Duration;
 
 use kubexm_manifests::model::{EtcdType, KubernetesType};
 
+use crate::context::InstallContext;
 use crate::modules::backup::restore::{Restore, RestoreData};
 use crate::modules::etcd;
 use crate::modules::k8s::kubectl;
-use crate::modules::kubeadm::KubeadmModule;
 use crate::pipeline::ops::{CreateDir, Op, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::{shell, UploadSource};
@@ -165,19 +165,24 @@ pub const LAPSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// kubelet: that node has joined already (a re-run), or an old node still runs under the name.
 pub const LIVE_LEASE_SECS: u64 = 60;
 
-/// The kubeadm module of a fresh restore: [`KubeadmModule`]'s tasks with
+/// The kubeadm module of a fresh restore: [`KubeadmModule`](crate::modules::kubeadm::KubeadmModule)'s tasks with
 /// [`RestoredNodesLapsed`] on the first master before the join credentials are made.
-pub struct RestoredKubeadmModule(pub KubeadmModule);
+pub struct RestoredKubeadmModule {
+    /// The kubeadm module (as the pipeline hands it its inputs).
+    pub kubeadm: Box<dyn Module>,
+    /// The cluster.
+    pub ctx: Arc<InstallContext>,
+}
 
 impl Module for RestoredKubeadmModule {
     fn name(&self) -> &str {
-        self.0.name()
+        self.kubeadm.name()
     }
     fn skip(&self) -> Option<String> {
-        self.0.skip()
+        self.kubeadm.skip()
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let mut tasks = self.0.tasks()?;
+        let mut tasks = self.kubeadm.tasks()?;
         let joining: Vec<String> = tasks
             .iter()
             .filter(|t| t.name == "join-control-plane" || t.name == "join-workers")
@@ -186,7 +191,7 @@ impl Module for RestoredKubeadmModule {
         if joining.is_empty() {
             return Ok(tasks);
         }
-        let first = self.0 .0.first_master()?.name.clone();
+        let first = self.ctx.first_master()?.name.clone();
         let at = tasks
             .iter()
             .position(|t| t.name == "join-credentials")

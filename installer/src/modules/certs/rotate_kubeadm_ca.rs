@@ -57,9 +57,9 @@ use crate::modules::certs::rotate_kubernetes::{
     NamePodsToRestart, RestartKubeVip, RestartSystemWorkloads, ServiceAccountCa,
 };
 use crate::modules::k8s::ADMIN_CONF;
-use crate::modules::k8s::KUBEADM_PKI;
+use crate::modules::k8s::{CA_SIGNER, KUBEADM_PKI};
 use crate::modules::kubeadm::binaries::KUBEADM;
-use crate::modules::kubeadm::config::KubeadmSettings;
+use crate::modules::kubeadm::config::{KubeadmInputs, KubeadmSettings};
 use crate::modules::kubeadm::reconfigure::Reconfigure;
 use crate::pipeline::ops::{CreateDir, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
@@ -67,8 +67,6 @@ use crate::pki::Ca;
 use crate::rotation::Phase;
 use crate::runner::shell;
 
-/// The controller-manager's signing certificate while the cluster CA is rotated.
-pub const CA_SIGNER: &str = "/etc/kubernetes/pki/ca-signer.crt";
 /// The new cluster CA key as uploaded (PKCS#8), converted from there to `ca.key`.
 const CA_KEY_PKCS8: &str = "/etc/kubernetes/kubexm/ca.key.pk8";
 /// The kubeconfigs kubeadm writes on a master, `kubelet.conf` last (also on workers).
@@ -94,6 +92,14 @@ pub fn separate_signer(ctx: &InstallContext) -> Result<bool, StepError> {
             source,
         })?;
     Ok(matches!(phase, Some(Phase::TrustBoth | Phase::Reissue)))
+}
+
+/// The kubeadm settings' inputs that come from the cluster CA's rotation state (read here, by
+/// the caller, not while the kubeadm module plans).
+pub fn kubeadm_inputs(ctx: &InstallContext) -> Result<KubeadmInputs, StepError> {
+    Ok(KubeadmInputs {
+        separate_signer: separate_signer(ctx)?,
+    })
 }
 
 /// Why masters may not join now, if so: while [`separate_signer`] holds, the masters'
@@ -182,7 +188,7 @@ impl Module for RotateKubeadmCaModule {
         } else {
             // The controller-manager's signer file (see `separate_signer`).
             on_masters = on_masters.step(Reconfigure {
-                settings: Arc::new(KubeadmSettings::new(ctx)?),
+                settings: Arc::new(KubeadmSettings::new(ctx, kubeadm_inputs(ctx)?)?),
                 first: first.clone(),
             });
         }

@@ -45,7 +45,7 @@
 //!   bind the node's own address: a per-node kubeadm patch adds `--bind-address` (the cluster
 //!   configuration is shared by every master, so it cannot hold a per-node address).
 
-use crate::modules::k8s::{ec_key_in_sec1, image_named, STACKED_ETCD_DATA};
+use crate::modules::k8s::{ec_key_in_sec1, image_named, CA_SIGNER, STACKED_ETCD_DATA};
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -240,6 +240,16 @@ pub struct KubeadmSettings {
     node_ips: BTreeMap<String, String>,
 }
 
+/// What the settings take from outside cluster.yaml, handed in by the caller (which reads the
+/// cluster CA's rotation state: `modules::certs::rotate_kubeadm_ca::kubeadm_inputs`), so
+/// planning the settings reads nothing from disk but the user's external etcd files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KubeadmInputs {
+    /// A rotation of the cluster CA has `ca.crt` hold two CAs: the controller-manager signs
+    /// with [`CA_SIGNER`] alone (`--cluster-signing-cert-file`).
+    pub separate_signer: bool,
+}
+
 /// What differs per node.
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeSettings {
@@ -259,12 +269,16 @@ pub struct NodeSettings {
 
 impl KubeadmSettings {
     /// Computes the settings for the cluster (reads the user's external etcd files).
-    pub fn new(ctx: &InstallContext) -> Result<Self, StepError> {
-        Self::for_version(ctx, ctx.cluster.version)
+    pub fn new(ctx: &InstallContext, inputs: KubeadmInputs) -> Result<Self, StepError> {
+        Self::for_version(ctx, ctx.cluster.version, inputs)
     }
 
     /// The settings as they would be for another Kubernetes version (tests of the older API).
-    pub fn for_version(ctx: &InstallContext, version: KubeVersion) -> Result<Self, StepError> {
+    pub fn for_version(
+        ctx: &InstallContext,
+        version: KubeVersion,
+        inputs: KubeadmInputs,
+    ) -> Result<Self, StepError> {
         let spec = &ctx.cluster.file.spec;
         let k8s = &spec.kubernetes;
         if !k8s.kube_proxy_args.is_empty() {
@@ -355,11 +369,9 @@ impl KubeadmSettings {
                 // While the cluster CA is rotated `ca.crt` holds two CAs, which the
                 // controller-manager's signer refuses: it signs with the signing CA alone.
                 let mut user = k8s.controller_manager_args.clone();
-                if crate::modules::certs::rotate_kubeadm_ca::separate_signer(ctx)? {
+                if inputs.separate_signer {
                     user.entry("cluster-signing-cert-file".to_string())
-                        .or_insert_with(|| {
-                            crate::modules::certs::rotate_kubeadm_ca::CA_SIGNER.to_string()
-                        });
+                        .or_insert_with(|| CA_SIGNER.to_string());
                 }
                 with_gates(&user)
             },

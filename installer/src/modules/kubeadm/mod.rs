@@ -63,7 +63,7 @@ use crate::context::InstallContext;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use binaries::{KubeBinaries, KubeletService, KUBEADM, KUBELET_DROPIN, KUBELET_UNIT};
-use config::KubeadmSettings;
+use config::{KubeadmInputs, KubeadmSettings};
 use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials};
 use joining::JoinNode;
 use labels::NodeRoles;
@@ -83,8 +83,28 @@ fn kubernetes_nodes(ctx: &InstallContext) -> Vec<String> {
         .collect()
 }
 
-/// The kubeadm module.
-pub struct KubeadmModule(pub Arc<InstallContext>);
+/// The kubeadm module, handed what its settings take from outside cluster.yaml.
+pub struct KubeadmModule {
+    /// The cluster.
+    pub ctx: Arc<InstallContext>,
+    /// The settings' inputs (the cluster CA's rotation state, read by the caller).
+    pub inputs: KubeadmInputs,
+}
+
+impl KubeadmModule {
+    /// The module for `ctx` with `inputs`.
+    pub fn new(ctx: Arc<InstallContext>, inputs: KubeadmInputs) -> Self {
+        Self { ctx, inputs }
+    }
+}
+
+/// Why the kubeadm modules skip: `kubernetes.type` is not kubeadm.
+fn skip_reason(ctx: &InstallContext) -> Option<String> {
+    (ctx.cluster.file.spec.kubernetes.kind != KubernetesType::Kubeadm).then(|| {
+        "kubernetes.type is kubexm: the control plane runs from binaries as systemd services"
+            .to_string()
+    })
+}
 
 impl Module for KubeadmModule {
     fn name(&self) -> &str {
@@ -92,15 +112,12 @@ impl Module for KubeadmModule {
     }
 
     fn skip(&self) -> Option<String> {
-        (self.0.cluster.file.spec.kubernetes.kind != KubernetesType::Kubeadm).then(|| {
-            "kubernetes.type is kubexm: the control plane runs from binaries as systemd services"
-                .to_string()
-        })
+        skip_reason(&self.ctx)
     }
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let ctx = &self.0;
-        let settings = Arc::new(KubeadmSettings::new(ctx)?);
+        let ctx = &self.ctx;
+        let settings = Arc::new(KubeadmSettings::new(ctx, self.inputs)?);
         let first = ctx.first_master()?.name.clone();
         let masters = ctx.with_role(Role::Master);
         let others: Vec<String> = masters.iter().skip(1).cloned().collect();
@@ -277,7 +294,7 @@ impl Module for KubeadmDeleteModule {
         "delete-kubeadm"
     }
     fn skip(&self) -> Option<String> {
-        KubeadmModule(self.0.clone()).skip()
+        skip_reason(&self.0)
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let stacked = self.0.cluster.file.spec.etcd.kind == EtcdType::Kubeadm;

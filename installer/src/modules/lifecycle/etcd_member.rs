@@ -324,7 +324,10 @@ impl Module for ApiServerEtcdModule {
         let servers = EtcdLayout::from_context(ctx).client_endpoints().join(",");
         match ctx.cluster.file.spec.kubernetes.kind {
             KubernetesType::Kubeadm => {
-                let settings = Arc::new(KubeadmSettings::new(ctx)?);
+                let settings = Arc::new(KubeadmSettings::new(
+                    ctx,
+                    crate::modules::certs::rotate_kubeadm_ca::kubeadm_inputs(ctx)?,
+                )?);
                 let first = ctx.first_master()?.name.clone();
                 let lb = &ctx.cluster.file.spec.load_balancer;
                 let kube_vip =

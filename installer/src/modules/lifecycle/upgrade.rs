@@ -108,7 +108,10 @@ impl UpgradeNodesModule {
     }
 
     fn kubeadm_tasks(&self, tasks: &mut Vec<Task>) -> Result<(), StepError> {
-        let settings: Settings = Arc::new(KubeadmSettings::new(&self.ctx)?);
+        let settings: Settings = Arc::new(KubeadmSettings::new(
+            &self.ctx,
+            crate::modules::certs::rotate_kubeadm_ca::kubeadm_inputs(&self.ctx)?,
+        )?);
         let mut first = Vec::new();
         let mut others = Vec::new();
         for n in self.names() {
