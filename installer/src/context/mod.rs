@@ -19,7 +19,6 @@ use kubexm_manifests::validate::ValidCluster;
 
 use crate::pipeline::{Node, StepError};
 use crate::pki::{KeyDir, Keys};
-use crate::run;
 
 /// Everything the install modules read.
 #[derive(Debug)]
@@ -244,7 +243,7 @@ impl InstallContext {
     /// see them.
     pub fn plan_nodes(&self) -> Vec<Node> {
         let mut v = self.nodes.clone();
-        v.push(run::control_node());
+        v.push(crate::inventory::control_node());
         v
     }
 

@@ -32,3 +32,4 @@ pub mod runtime;
 pub mod scripts;
 pub mod security;
 pub mod storage;
+pub mod task_id;

@@ -44,8 +44,8 @@ use crate::facts::ClusterFacts;
 use crate::modules::lifecycle::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
 use crate::modules::lifecycle::membership::LocalProxiesModule;
 use crate::modules::{
-    etcd, finalize, kubexm, loadbalancer, network, os, osrepo, preflight, registry, runtime,
-    scripts,
+    etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
+    runtime, scripts,
 };
 use crate::pipeline::Pipeline;
 
@@ -99,7 +99,7 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         // A new etcd member's (or kubeadm master's) data disk, before etcd runs there.
         Phase::new("etcd-disk", preflight::EtcdDiskModule(d.clone())).scope(new.clone()),
         Phase::new("etcd-certificates", etcd::EtcdModule(d.clone()))
-            .only(&["etcd-certificates"])
+            .only(&[etcd::ETCD_CERTIFICATES])
             .scope(new.clone())
             .skip_if(
                 !kubexm_etcd,
@@ -176,14 +176,14 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
                 Phase::new("kubeadm", super::kubeadm::Kubeadm(d.clone()))
                     // kube-vip's pre-init manifest would flip the first master's kube-vip to
                     // the pre-init kubeconfig and back.
-                    .except(&["kube-vip-first-master"])
+                    .except(&[kubeadm::KUBE_VIP_FIRST_MASTER])
                     .scope(with(std::slice::from_ref(&first))?),
             );
             // Every master's API server certificate lists every master (SANs): with a new
             // master, the others' are re-issued too, one master at a time.
             phases.push(
                 Phase::new("apiserver-certificates", super::kubeadm::Kubeadm(d.clone()))
-                    .only(&["kubeadm-reconfigure"])
+                    .only(&[kubeadm::KUBEADM_RECONFIGURE])
                     .scope(d.scope(&masters)?)
                     .skip_if(
                         new_masters.is_empty(),

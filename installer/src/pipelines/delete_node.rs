@@ -37,7 +37,7 @@ use crate::modules::lifecycle::etcd_member::{
 use crate::modules::lifecycle::membership::{
     DeleteNodeObjectModule, DrainModule, DrainOptions, LocalProxiesModule,
 };
-use crate::modules::{kubexm, loadbalancer, os};
+use crate::modules::{kubeadm, kubexm, loadbalancer, os};
 use crate::pipeline::{Module, Pipeline};
 
 /// The node leaving and the cluster before and after.
@@ -159,7 +159,7 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
     if i.cluster.file.spec.kubernetes.kind == KubernetesType::Kubeadm {
         phases.push(
             Phase::new("apiserver-certificates", super::kubeadm::Kubeadm(d.clone()))
-                .only(&["kubeadm-reconfigure"])
+                .only(&[kubeadm::KUBEADM_RECONFIGURE])
                 .scope(d.scope(&d.with_role(Role::Master))?)
                 .skip_if(
                     !master,

@@ -68,7 +68,7 @@ pub fn add_member_pipeline(c: &EtcdChange<'_>) -> Result<Pipeline, UnknownNode> 
         "etcd-add-member",
         vec![
             Phase::new("etcd-certificates", EtcdModule(d.clone()))
-                .only(&["etcd-certificates"])
+                .only(&[crate::modules::etcd::ETCD_CERTIFICATES])
                 .scope(d.scope(&[c.node])?),
             Phase::new(
                 "etcd-join",

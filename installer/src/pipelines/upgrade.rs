@@ -136,7 +136,7 @@ pub fn upgrade_pipeline(x: &Upgrade<'_>) -> Result<Pipeline, crate::pipeline::St
     let mut modules: Vec<Box<dyn Module>> = Vec::new();
     modules.push(Box::new(
         Phase::new("registry-images", registry::RegistryModule(ctx.clone()))
-            .only(&["seed-registry"]),
+            .only(&[registry::SEED_REGISTRY]),
     ));
     if ctx.cluster.file.spec.etcd.kind == EtcdType::Kubexm {
         let why = unchanged(x, "etcd", "etcd");

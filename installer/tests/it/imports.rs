@@ -17,6 +17,51 @@ use std::path::{Path, PathBuf};
 /// The largest import circle allowed, in files.
 const MAX_CIRCLE: usize = 2;
 
+/// Circles still to break, exactly as they are (the test fails when one changes or is gone,
+/// so this list only shrinks): `seed/` shares `SeedError` and `RegistryTarget` from its
+/// `mod.rs` with its children; moving them to a leaf file waits for the work under way there.
+const KNOWN_CIRCLES: [&[&str]; 1] = [&["seed/client.rs", "seed/harbor.rs", "seed/mod.rs"]];
+
+/// Component modules: what a cluster is made of. They never import a day-2 group.
+const COMPONENTS: [&str; 24] = [
+    "addons",
+    "apply",
+    "delete",
+    "dns",
+    "etcd",
+    "finalize",
+    "images",
+    "internal_lb",
+    "k8s",
+    "kubeadm",
+    "kubexm",
+    "loadbalancer",
+    "network",
+    "os",
+    "osrepo",
+    "plugins",
+    "preflight",
+    "registry",
+    "remote_path",
+    "runtime",
+    "scripts",
+    "security",
+    "storage",
+    "task_id",
+];
+
+/// Day-2 groups: they compose components (and each other); pipelines compose them all.
+const DAY2: [&str; 3] = ["backup", "certs", "lifecycle"];
+
+/// The top-level module of `modules/` a file belongs to (`modules/kubeadm/config.rs` →
+/// `kubeadm`), or `None` outside `modules/` and for `modules/mod.rs`.
+fn area(file: &str) -> Option<&str> {
+    let rest = file.strip_prefix("modules/")?;
+    let first = rest.split('/').next()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (name != "mod").then_some(name)
+}
+
 /// One source file of a crate.
 struct File {
     /// Path relative to `installer/src`, e.g. `modules/kubeadm/config.rs`.
@@ -157,7 +202,12 @@ enum Kind {
 }
 
 /// Walk a `use` tree starting at `tokens[i]` (just after `use`) with `prefix` already read.
-fn use_tree(t: &[String], mut i: usize, prefix: &[String], out: &mut Vec<(Vec<String>, Kind)>) -> usize {
+fn use_tree(
+    t: &[String],
+    mut i: usize,
+    prefix: &[String],
+    out: &mut Vec<(Vec<String>, Kind)>,
+) -> usize {
     let mut path = prefix.to_vec();
     if t.get(i).map(String::as_str) == Some("::") {
         i += 1;
@@ -266,7 +316,9 @@ fn scan(file: &File, base: &[String]) -> (Vec<PathUse>, Vec<Vec<String>>, Vec<Ve
                 let mut segs = vec![s.to_string()];
                 let mut j = i + 1;
                 while t.get(j).map(String::as_str) == Some("::")
-                    && t.get(j + 1).is_some_and(|n| n.starts_with(|ch: char| ch.is_alphanumeric() || ch == '_'))
+                    && t.get(j + 1).is_some_and(|n| {
+                        n.starts_with(|ch: char| ch.is_alphanumeric() || ch == '_')
+                    })
                 {
                     segs.push(t[j + 1].clone());
                     j += 2;
@@ -285,12 +337,18 @@ fn scan(file: &File, base: &[String]) -> (Vec<PathUse>, Vec<Vec<String>>, Vec<Ve
 }
 
 /// Read one crate from its root file; returns (module path → file index, files, uses).
-fn read_crate(src: &Path, root: &str, prefix: &str, graph: &mut Graph) -> Vec<(usize, Vec<PathUse>, BTreeMap<Vec<String>, usize>)> {
+fn read_crate(
+    src: &Path,
+    root: &str,
+    prefix: &str,
+    graph: &mut Graph,
+) -> Vec<(usize, Vec<PathUse>, BTreeMap<Vec<String>, usize>)> {
     let mut modules: BTreeMap<Vec<String>, usize> = BTreeMap::new();
     let mut scanned = Vec::new();
     let mut todo: Vec<(PathBuf, Vec<String>)> = vec![(src.join(root), Vec::new())];
     while let Some((path, modpath)) = todo.pop() {
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let rel = path
             .strip_prefix(src)
             .unwrap_or(&path)
@@ -310,7 +368,9 @@ fn read_crate(src: &Path, root: &str, prefix: &str, graph: &mut Graph) -> Vec<(u
         }
         // Children of `a/mod.rs`, `lib.rs` and `main.rs` live in `a/`; of `a/b.rs` in `a/b/`.
         let dir = match path.file_name().and_then(|n| n.to_str()) {
-            Some("mod.rs" | "lib.rs" | "main.rs") => path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            Some("mod.rs" | "lib.rs" | "main.rs") => {
+                path.parent().map(Path::to_path_buf).unwrap_or_default()
+            }
             _ => path.with_extension(""),
         };
         for child in children {
@@ -535,10 +595,25 @@ fn src_dir() -> PathBuf {
 #[test]
 fn no_import_circle_of_more_than_two_files() {
     let graph = graph(&src_dir());
-    assert!(graph.names.len() > 100, "scanned only {} files", graph.names.len());
-    let big: Vec<String> = components(&graph)
-        .iter()
+    assert!(
+        graph.names.len() > 100,
+        "scanned only {} files",
+        graph.names.len()
+    );
+    let circles: Vec<Vec<usize>> = components(&graph)
+        .into_iter()
         .filter(|c| c.len() > MAX_CIRCLE)
+        .collect();
+    let names = |c: &[usize]| -> Vec<&str> { c.iter().map(|f| graph.names[*f].as_str()).collect() };
+    for known in KNOWN_CIRCLES {
+        assert!(
+            circles.iter().any(|c| names(c) == known),
+            "the known circle {known:?} changed or is gone: update KNOWN_CIRCLES"
+        );
+    }
+    let big: Vec<String> = circles
+        .iter()
+        .filter(|c| !KNOWN_CIRCLES.contains(&names(c).as_slice()))
         .map(|c| {
             let files: Vec<&str> = c.iter().map(|f| graph.names[*f].as_str()).collect();
             format!(
@@ -549,7 +624,54 @@ fn no_import_circle_of_more_than_two_files() {
             )
         })
         .collect();
-    assert!(big.is_empty(), "import circles of more than {MAX_CIRCLE} files:\n{}", big.join("\n"));
+    assert!(
+        big.is_empty(),
+        "import circles of more than {MAX_CIRCLE} files:\n{}",
+        big.join("\n")
+    );
+}
+
+#[test]
+fn component_modules_never_import_the_day2_groups() {
+    let graph = graph(&src_dir());
+    let mut bad = Vec::new();
+    let mut unknown = BTreeSet::new();
+    for (from, edges) in graph.edges.iter().enumerate() {
+        let name = &graph.names[from];
+        let Some(a) = area(name) else { continue };
+        if !COMPONENTS.contains(&a) && !DAY2.contains(&a) {
+            unknown.insert(a.to_string());
+        }
+        if !COMPONENTS.contains(&a) {
+            continue;
+        }
+        for (to, via) in edges {
+            if let Some(b) = area(&graph.names[*to]).filter(|b| DAY2.contains(b)) {
+                bad.push(format!("{name} imports the day-2 group {b} (via `{via}`)"));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "modules neither component nor day-2 (add them to COMPONENTS or DAY2): {unknown:?}"
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_k8s_leaf_imports_no_other_module() {
+    let graph = graph(&src_dir());
+    let leaf = graph
+        .names
+        .iter()
+        .position(|n| n == "modules/k8s.rs")
+        .expect("modules/k8s.rs");
+    let up: Vec<&str> = graph.edges[leaf]
+        .keys()
+        .map(|t| graph.names[*t].as_str())
+        .filter(|n| n.starts_with("modules/"))
+        .collect();
+    assert!(up.is_empty(), "modules/k8s.rs imports {up:?}");
 }
 
 #[test]
@@ -561,5 +683,15 @@ fn scanner_sees_use_trees_and_code_paths() {
     };
     let (uses, _, _) = scan(&file, &["m".to_string()]);
     let seen: Vec<String> = uses.iter().map(|u| u.segs.join("::")).collect();
-    assert_eq!(seen, ["crate::a::b", "crate::a::b::C", "crate::a::d", "crate::a::f", "super::g::h", "e::i"]);
+    assert_eq!(
+        seen,
+        [
+            "crate::a::b",
+            "crate::a::b::C",
+            "crate::a::d",
+            "crate::a::f",
+            "super::g::h",
+            "e::i"
+        ]
+    );
 }

@@ -671,7 +671,7 @@ fn kubeadm_path_rotates_the_cluster_ca_on_every_node_and_points_the_signer_at_on
     let signer_arg = |ctx: &Arc<InstallContext>| {
         let inputs = kubexm_install::modules::certs::rotate_kubeadm_ca::kubeadm_inputs(ctx)
             .expect("rotation state");
-        let s = KubeadmSettings::new(ctx, inputs, Default::default()).expect("settings");
+        let s = KubeadmSettings::new(ctx, inputs).expect("settings");
         let drift = s.drift_files().expect("drift").control_plane;
         let arg = s
             .controller_manager_args

@@ -38,6 +38,7 @@ use crate::context::InstallContext;
 use crate::modules::backup::restore::{Restore, RestoreData};
 use crate::modules::etcd;
 use crate::modules::k8s::kubectl;
+use crate::modules::kubeadm::{JOIN_CONTROL_PLANE, JOIN_CREDENTIALS, JOIN_WORKERS};
 use crate::pipeline::ops::{CreateDir, Op, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::{shell, UploadSource};
@@ -185,7 +186,7 @@ impl Module for RestoredKubeadmModule {
         let mut tasks = self.kubeadm.tasks()?;
         let joining: Vec<String> = tasks
             .iter()
-            .filter(|t| t.name == "join-control-plane" || t.name == "join-workers")
+            .filter(|t| t.name == JOIN_CONTROL_PLANE.as_str() || t.name == JOIN_WORKERS.as_str())
             .flat_map(|t| t.hosts.iter().cloned())
             .collect();
         if joining.is_empty() {
@@ -194,7 +195,7 @@ impl Module for RestoredKubeadmModule {
         let first = self.ctx.first_master()?.name.clone();
         let at = tasks
             .iter()
-            .position(|t| t.name == "join-credentials")
+            .position(|t| t.name == JOIN_CREDENTIALS.as_str())
             .ok_or_else(|| {
                 StepError::Invalid(
                     "the kubeadm module has joins but no join-credentials task".into(),

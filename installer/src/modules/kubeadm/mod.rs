@@ -60,6 +60,7 @@ use super::internal_lb::{
     KubeProxyViaLocalProxy, KubeVip, KubeletViaLocalProxy, LocalProxy, LocalProxyKind,
 };
 use crate::context::InstallContext;
+use crate::modules::task_id::TaskId;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use binaries::{KubeBinaries, KubeletService, KUBEADM, KUBELET_DROPIN, KUBELET_UNIT};
@@ -70,6 +71,17 @@ use labels::NodeRoles;
 use node_settings::{KubeProxySettings, KubeletSettings};
 use reconfigure::Reconfigure;
 use settle::{ControlPlaneSettled, RestartKubeProxy};
+
+/// kube-vip's static pod on the first master before `kubeadm init`.
+pub const KUBE_VIP_FIRST_MASTER: TaskId = TaskId::new("kube-vip-first-master");
+/// The join credentials learned on the first master.
+pub const JOIN_CREDENTIALS: TaskId = TaskId::new("join-credentials");
+/// The other masters joining, one at a time.
+pub const JOIN_CONTROL_PLANE: TaskId = TaskId::new("join-control-plane");
+/// The workers joining.
+pub const JOIN_WORKERS: TaskId = TaskId::new("join-workers");
+/// Every master reconfigured with kubeadm's phases (API server SANs, control-plane flags).
+pub const KUBEADM_RECONFIGURE: TaskId = TaskId::new("kubeadm-reconfigure");
 
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
@@ -153,7 +165,7 @@ impl Module for KubeadmModule {
             } else {
                 KubeVip::new(ctx, ADMIN_CONF)?
             };
-            tasks.push(Task::new("kube-vip-first-master", [first.clone()]).step(step));
+            tasks.push(Task::new(KUBE_VIP_FIRST_MASTER, [first.clone()]).step(step));
         }
         init = init.step(InitControlPlane {
             settings: settings.clone(),
@@ -176,13 +188,13 @@ impl Module for KubeadmModule {
         ));
         if !others.is_empty() || !workers.is_empty() {
             tasks.push(
-                Task::new("join-credentials", [first.clone()]).step(LearnJoinCredentials {
+                Task::new(JOIN_CREDENTIALS, [first.clone()]).step(LearnJoinCredentials {
                     control_planes: !others.is_empty(),
                 }),
             );
         }
         if !others.is_empty() {
-            let mut t = Task::new("join-control-plane", others.clone())
+            let mut t = Task::new(JOIN_CONTROL_PLANE, others.clone())
                 .serial()
                 .step(JoinNode {
                     settings: settings.clone(),
@@ -202,7 +214,7 @@ impl Module for KubeadmModule {
             );
         }
         if !workers.is_empty() {
-            let mut t = Task::new("join-workers", workers).step(JoinNode {
+            let mut t = Task::new(JOIN_WORKERS, workers).step(JoinNode {
                 settings: settings.clone(),
                 control_plane: false,
             });
@@ -214,7 +226,7 @@ impl Module for KubeadmModule {
             tasks.push(t);
         }
         tasks.push(
-            Task::new("kubeadm-reconfigure", masters.clone())
+            Task::new(KUBEADM_RECONFIGURE, masters.clone())
                 .serial()
                 .step(Reconfigure {
                     settings: settings.clone(),

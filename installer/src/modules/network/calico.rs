@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{cidrs, plugin_file, split_image, ImageLocation};
+use super::common::{cidrs, plugin_file, split_image, ImageLocation};
 use crate::context::InstallContext;
 use crate::modules::apply::{bundle_upload, values_file, HelmRelease, MANIFESTS_DIR};
 use crate::modules::k8s::image_named;

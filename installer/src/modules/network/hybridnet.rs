@@ -10,7 +10,7 @@
 
 use kubexm_manifests::resolve::Role;
 
-use super::{cidrs, plugin_chart, split_image};
+use super::common::{cidrs, plugin_chart, split_image};
 use crate::context::InstallContext;
 use crate::modules::apply::{values_file, HelmRelease};
 use crate::modules::k8s::image_named;

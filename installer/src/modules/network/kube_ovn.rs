@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use kubexm_manifests::resolve::Role;
 use serde::Serialize;
 
-use super::{cidrs, plugin_chart, split_image, ImageLocation};
+use super::common::{cidrs, plugin_chart, split_image, ImageLocation};
 use crate::context::InstallContext;
 use crate::modules::apply::{values_file, HelmRelease};
 use crate::modules::k8s::image_named;

@@ -34,10 +34,11 @@ use std::time::Duration;
 use kubexm_manifests::model::{Network, Plugin};
 use kubexm_manifests::resolve::Role;
 
+use super::common::primary_plugin;
 use super::flannel::FLANNEL_MANIFEST;
+use super::kube_ovn::MASTER_LABEL;
 use super::multus::MULTUS_MANIFEST;
 use super::traces::plugin_traces;
-use super::{primary_plugin, MASTER_LABEL};
 use crate::context::InstallContext;
 use crate::modules::apply::{HELM, MANIFESTS_DIR};
 

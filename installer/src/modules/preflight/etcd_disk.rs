@@ -203,7 +203,7 @@ impl Step for CheckEtcdDisk {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
