@@ -184,6 +184,9 @@ fn tokens(src: &str) -> Vec<String> {
     out
 }
 
+/// Module paths (`["modules", "kubeadm"]`) to the file defining each.
+type Modules = BTreeMap<Vec<String>, usize>;
+
 /// A path met in a file: the module it was written in, its segments, how it was used.
 struct PathUse {
     scope: Vec<String>,
@@ -342,8 +345,8 @@ fn read_crate(
     root: &str,
     prefix: &str,
     graph: &mut Graph,
-) -> Vec<(usize, Vec<PathUse>, BTreeMap<Vec<String>, usize>)> {
-    let mut modules: BTreeMap<Vec<String>, usize> = BTreeMap::new();
+) -> Vec<(usize, Vec<PathUse>, Modules)> {
+    let mut modules: Modules = BTreeMap::new();
     let mut scanned = Vec::new();
     let mut todo: Vec<(PathBuf, Vec<String>)> = vec![(src.join(root), Vec::new())];
     while let Some((path, modpath)) = todo.pop() {
