@@ -110,8 +110,8 @@ pub(crate) struct DrainArgs {
 
 impl DrainArgs {
     /// The drain these flags ask for (the timeout bounded to 10 s – 1 h).
-    pub(crate) fn options(&self) -> kubexm_install::modules::membership::DrainOptions {
-        kubexm_install::modules::membership::DrainOptions {
+    pub(crate) fn options(&self) -> kubexm_install::modules::lifecycle::membership::DrainOptions {
+        kubexm_install::modules::lifecycle::membership::DrainOptions {
             force: self.force_drain,
             timeout: std::time::Duration::from_secs(self.drain_timeout.clamp(10, 3600)),
         }

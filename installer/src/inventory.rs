@@ -119,3 +119,19 @@ pub fn secrets(cluster: &ValidCluster, base: &Path) -> Vec<String> {
     out.dedup();
     out
 }
+
+/// The control host's node name in tasks.
+pub const CONTROL_HOST: &str = "localhost";
+
+/// The control host as a node (for tasks that run where the installer runs).
+pub fn control_node() -> Node {
+    Node {
+        name: CONTROL_HOST.to_string(),
+        address: "127.0.0.1".to_string(),
+        internal_address: "127.0.0.1".to_string(),
+        roles: Vec::new(),
+        arch: std::env::consts::ARCH
+            .replace("x86_64", "amd64")
+            .replace("aarch64", "arm64"),
+    }
+}

@@ -17,8 +17,7 @@ use crate::runner::local::LocalRunner;
 use crate::runner::ssh::{SshOptions, SshRunner};
 use crate::runner::{RunError, Runner};
 
-/// The control host's node name in tasks.
-pub const CONTROL_HOST: &str = "localhost";
+pub use crate::inventory::{control_node, CONTROL_HOST};
 
 /// How to connect and run.
 #[derive(Debug, Clone)]
@@ -136,19 +135,6 @@ pub async fn connect_nodes(
 
 /// The nodes reached (with their runners) and those that were not (with why).
 pub type ConnectOutcome = (Vec<(Node, Arc<dyn Runner>)>, Vec<(String, RunError)>);
-
-/// The control host as a node (for tasks that run where the installer runs).
-pub fn control_node() -> Node {
-    Node {
-        name: CONTROL_HOST.to_string(),
-        address: "127.0.0.1".to_string(),
-        internal_address: "127.0.0.1".to_string(),
-        roles: Vec::new(),
-        arch: std::env::consts::ARCH
-            .replace("x86_64", "amd64")
-            .replace("aarch64", "arm64"),
-    }
-}
 
 /// Runs `pipeline` over `runners`, journaling under the work directory.
 pub async fn run_pipeline(

@@ -1,7 +1,7 @@
 //! Every file KubeXM writes on a host, as tera templates from the repository's `templates/`
 //! directory, embedded at build time.
 
-use crate::pipeline::StepError;
+use crate::pipeline::error::StepError;
 
 macro_rules! embed {
     ($($name:literal),* $(,)?) => {

@@ -69,7 +69,7 @@ pub(crate) fn run(args: &AddNodeArgs, work_dir: &std::path::Path) -> Result<()> 
         .collect();
     if !new_masters.is_empty() {
         if let Some(why) =
-            kubexm_install::modules::rotate_kubeadm_ca::master_join_refused(&s.installed)?
+            kubexm_install::modules::certs::rotate_kubeadm_ca::master_join_refused(&s.installed)?
         {
             return Err(crate::exit::UsageError(format!(
                 "add-node {}: {why}",

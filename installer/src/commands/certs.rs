@@ -176,7 +176,7 @@ fn renew(args: &CertsRenewArgs, work_dir: &std::path::Path) -> Result<()> {
         resolution: i.resolution.clone(),
         os_releases: i.os_releases.clone(),
     });
-    let r = kubexm_install::modules::renew::Renew {
+    let r = kubexm_install::modules::certs::renew::Renew {
         ctx,
         id: since.to_string(),
         under_days: args.under_days,

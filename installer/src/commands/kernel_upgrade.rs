@@ -163,7 +163,7 @@ pub(crate) fn run(args: &KernelUpgradeArgs, work_dir: &std::path::Path) -> Resul
         facts: &conn.facts,
         drain,
         source,
-        reboot: kubexm_install::modules::kernel::REBOOT_BOUNDS,
+        reboot: kubexm_install::modules::lifecycle::kernel::REBOOT_BOUNDS,
     })?;
     let mut notes = verdict.warnings.clone();
     notes.extend(args.drain.forced_warning("pods"));

@@ -1,5 +1,5 @@
 //! `restore --fresh`: a backup brought back onto nodes that hold nothing of the cluster (see
-//! [`kubexm_install::modules::restore_fresh`] for what the pipeline does differently from an
+//! [`kubexm_install::modules::backup::restore_fresh`] for what the pipeline does differently from an
 //! install, and [`kubexm_install::backup::fresh`] for what is taken from the backup).
 
 use std::path::Path;
@@ -8,8 +8,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use kubexm_install::backup::{self, fresh, BackupKey, SNAPSHOT};
 use kubexm_install::intake::trust::TrustPolicy;
-use kubexm_install::modules::restore::{Restore, Snapshot};
-use kubexm_install::modules::restore_fresh::{FreshRestore, IdentityFile, KUBEADM_IDENTITY};
+use kubexm_install::modules::backup::restore::{Restore, Snapshot};
+use kubexm_install::modules::backup::restore_fresh::{
+    FreshRestore, IdentityFile, KUBEADM_IDENTITY,
+};
 use kubexm_manifests::model::{EtcdType, KubernetesType};
 
 use super::{install_context, run_options};

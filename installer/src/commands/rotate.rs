@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use kubexm_install::context::InstallContext;
-use kubexm_install::modules::rotate::RotatedCa;
+use kubexm_install::modules::certs::rotate::RotatedCa;
 use kubexm_install::pki::Rotating;
 use kubexm_install::rotation::{Files, Phase, State};
 use kubexm_manifests::model::EtcdType;
@@ -126,7 +126,7 @@ pub(crate) fn run(args: &RotateCaArgs, work_dir: &std::path::Path) -> Result<()>
             os_releases: i.os_releases.clone(),
         });
         let pipeline = kubexm_install::pipelines::rotate::rotate_pipeline(
-            &kubexm_install::modules::rotate::Rotate {
+            &kubexm_install::modules::certs::rotate::Rotate {
                 ca: rotated,
                 ctx: ctx.clone(),
                 id,

@@ -17,10 +17,8 @@ use kubexm_manifests::model::{LbMode, RegistryType};
 use kubexm_manifests::resolve::Resolution;
 use kubexm_manifests::validate::ValidCluster;
 
-use crate::modules::loadbalancer;
 use crate::pipeline::{Node, StepError};
 use crate::pki::{KeyDir, Keys};
-use crate::run;
 
 /// Everything the install modules read.
 #[derive(Debug)]
@@ -203,7 +201,7 @@ impl InstallContext {
                 .unwrap_or_else(|| first.internal_address.clone()),
         };
         let port = match lb.mode {
-            LbMode::None => loadbalancer::APISERVER_PORT,
+            LbMode::None => crate::modules::k8s::APISERVER_PORT,
             _ => lb.port,
         };
         Ok(ControlPlaneEndpoint {
@@ -245,7 +243,7 @@ impl InstallContext {
     /// see them.
     pub fn plan_nodes(&self) -> Vec<Node> {
         let mut v = self.nodes.clone();
-        v.push(run::control_node());
+        v.push(crate::inventory::control_node());
         v
     }
 

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::inventory::CONTROL_HOST;
 use crate::pipeline::{Module, Pipeline, StepError, Task};
-use crate::run::CONTROL_HOST;
 
 /// The set of nodes a module applies to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -34,7 +34,7 @@ use kubexm_manifests::model::EtcdType;
 
 use crate::context::InstallContext;
 use crate::modules::etcd::EtcdLayout;
-use crate::modules::membership::kubectl_on;
+use crate::modules::lifecycle::membership::kubectl_on;
 use crate::runner::{Exec, Runner};
 pub use parse::{ApiNode, EndpointHealth, EtcdMember};
 
@@ -346,7 +346,9 @@ pub async fn gather(
                 f.api_node.as_ref().and_then(|m| runners.get(m)),
             ) {
                 let etcdctl = match ctx.node(&m).map(|n| kubectl_on(ctx, n)) {
-                    Some(Ok(k)) => Some(crate::modules::etcd_member::stacked_etcdctl(&k, &m)),
+                    Some(Ok(k)) => Some(crate::modules::lifecycle::etcd_member::stacked_etcdctl(
+                        &k, &m,
+                    )),
                     _ => None,
                 };
                 if let Some(etcdctl) = etcdctl {

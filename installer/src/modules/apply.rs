@@ -6,12 +6,12 @@
 //! to it records the sha256 of what was last applied successfully, so a re-run applies again only
 //! when the file changed (an apply that failed leaves no record and is retried).
 
+use crate::modules::k8s::{kubectl, ADMIN_CONF};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use kubexm_bundles::manifest::FileRecord;
 
-use super::kubeadm::init::{kubectl, ADMIN_CONF};
 use super::runtime::{bundle_file, copy, extract, upload, BIN_DIR};
 use crate::context::InstallContext;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, UploadFile};

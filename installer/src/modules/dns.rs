@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use super::apply::ApplyManifest;
 use super::images::node_image;
-use super::kubeadm::config::image_named;
 use crate::context::InstallContext;
+use crate::modules::k8s::image_named;
 use crate::pipeline::{Module, StepError, Task};
 
 /// The address NodeLocal DNSCache answers on, on every node (the kubelet's `clusterDNS`), on

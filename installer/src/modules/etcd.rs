@@ -29,6 +29,7 @@ use kubexm_manifests::model::EtcdType;
 use serde::Serialize;
 
 use crate::context::InstallContext;
+use crate::modules::task_id::TaskId;
 use crate::pipeline::ops::{
     CopyFile, CreateDir, ExtractTarball, Op, RenderTemplate, RunCommand, Systemd, SystemdAction,
     UploadFile, WaitFor,
@@ -36,6 +37,9 @@ use crate::pipeline::ops::{
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::pki::{CertSpec, KeyDir, PkiError, San, Usage};
 use crate::runner::{shell, UploadSource};
+
+/// The task making (on the control host) and uploading every member's etcd certificates.
+pub const ETCD_CERTIFICATES: TaskId = TaskId::new("etcd-certificates");
 
 /// Certificates on the nodes.
 pub const CERT_DIR: &str = "/etc/ssl/etcd/ssl";
@@ -428,7 +432,7 @@ pub fn install_tasks(
         install = install.step_arc(step);
     }
     Ok(vec![
-        Task::new("etcd-certificates", cert_hosts).step(EtcdCertificates {
+        Task::new(ETCD_CERTIFICATES, cert_hosts).step(EtcdCertificates {
             layout: layout.clone(),
             files,
             restart: true,

@@ -16,7 +16,7 @@ use kubexm_manifests::model::KubernetesType;
 use kubexm_manifests::resolve::Role;
 
 use crate::context::InstallContext;
-use crate::modules::kubeadm::init::ADMIN_CONF;
+use crate::modules::k8s::ADMIN_CONF;
 use crate::modules::kubexm::KubexmCluster;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};

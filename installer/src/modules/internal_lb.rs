@@ -19,12 +19,13 @@
 //!   whole cluster) is pointed there too, which on a master is the local API server. The API
 //!   server certificate carries `127.0.0.1` (see [`super::kubeadm::config`]).
 
+use crate::modules::k8s::{APISERVER_PORT, LOCAL_API};
 use std::time::Duration;
 
 use super::images::node_image;
-use super::kubeadm::config::image_named;
-use super::loadbalancer::{api_backends, Backend, APISERVER_PORT, HEALTH_PORT};
+use super::loadbalancer::{api_backends, Backend, HEALTH_PORT};
 use crate::context::InstallContext;
+use crate::modules::k8s::image_named;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;
@@ -38,8 +39,6 @@ pub const KUBE_VIP_MANIFEST: &str = "/etc/kubernetes/manifests/kube-vip.yaml";
 pub const PROXY_MANIFEST: &str = "/etc/kubernetes/manifests/kube-lb.yaml";
 /// The local proxy's configuration directory.
 pub const PROXY_DIR: &str = "/etc/kubexm/kube-lb";
-/// Where the local proxy listens.
-pub const LOCAL_API: &str = "https://127.0.0.1:6443";
 
 /// Whether every node reaches the API on `127.0.0.1:6443` (`loadBalancer.mode: internal` with
 /// haproxy or nginx): a master's own API server, a worker's local proxy to every master.
@@ -184,11 +183,11 @@ impl Step for KubeVip {
         let mut staged = self.render()?;
         staged.file.dest = KUBE_VIP_BOOTSTRAP.to_string();
         ops.push(Op::Mkdir(CreateDir {
-            path: super::kubeadm::config::STATE_DIR.into(),
+            path: crate::modules::k8s::STATE_DIR.into(),
             mode: 0o700,
         }));
         ops.push(Op::Template(staged));
-        let admin = super::kubeadm::init::ADMIN_CONF;
+        let admin = crate::modules::k8s::ADMIN_CONF;
         ops.push(Op::Run(
             RunCommand::new(format!(
                 "install -m 0600 {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
@@ -318,7 +317,7 @@ impl Step for KubeProxyViaLocalProxy {
         "kube-proxy-via-local-proxy"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let k = super::kubeadm::init::kubectl();
+        let k = crate::modules::k8s::kubectl();
         let get = format!("{k} -n kube-system get configmap kube-proxy -o yaml");
         Ok(vec![Op::Run(
             RunCommand::new(format!(

@@ -20,6 +20,7 @@
 //! `0.0.0.0` — otherwise one of the two cannot bind. [`api_server_must_bind_node_address`] tells
 //! the Kubernetes module when that applies.
 
+use crate::modules::k8s::APISERVER_PORT;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
@@ -34,8 +35,6 @@ use kubexm_manifests::model::{ExternalLbType, LbMode};
 
 /// Port of the local health endpoint on load-balancer nodes.
 pub const HEALTH_PORT: u16 = 8081;
-/// Port the API servers listen on (the backends).
-pub const APISERVER_PORT: u16 = 6443;
 /// The sysctl drop-in letting the proxy bind the VIP on backup nodes.
 pub const SYSCTL_FILE: &str = "/etc/sysctl.d/98-kubexm-lb.conf";
 /// System user nginx workers run as (created when missing: Debian and RHEL differ).

@@ -30,8 +30,8 @@ use kubexm_manifests::resolve::{KATA_DEPLOY_VERSION, NFD_VERSION};
 use super::apply::ApplyManifest;
 use super::delete::Ops;
 use super::images::node_image;
-use super::kubeadm::config::image_named;
 use crate::context::InstallContext;
+use crate::modules::k8s::image_named;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Module, StepError, Task};
 

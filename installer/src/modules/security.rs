@@ -208,7 +208,7 @@ pub fn rules(ctx: &InstallContext, node: &Node) -> Vec<Rule> {
         rules.push(Rule::dir(AUDIT_POLICY_DIR, 0o700));
         rules.push(Rule::dir(AUDIT_LOG_DIR, 0o700));
         if spec.etcd.kind == EtcdType::Kubeadm && spec.kubernetes.kind == KubernetesType::Kubeadm {
-            rules.push(Rule::dir(super::kubeadm::config::STACKED_ETCD_DATA, 0o700));
+            rules.push(Rule::dir(crate::modules::k8s::STACKED_ETCD_DATA, 0o700));
         }
     }
     if node.has_role(Role::Etcd) && spec.etcd.kind == EtcdType::Kubexm {

@@ -32,8 +32,8 @@ use kubexm_manifests::resolve::{Role, LOCAL_PV_VERSION, NFS_PROVISIONER_VERSION}
 use super::apply::ApplyManifest;
 use super::delete::{keep_unit_state, Ops, ORIG_DIR};
 use super::images::node_image;
-use super::kubeadm::config::image_named;
 use crate::context::InstallContext;
+use crate::modules::k8s::image_named;
 use crate::pipeline::ops::{
     Check, GenericStep, ManagedBlock, Op, Package, PackageSource, RunCommand, Systemd,
     SystemdAction,

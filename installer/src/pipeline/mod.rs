@@ -10,90 +10,23 @@
 //! * A **pipeline** ([`Pipeline`]) is an ordered list of modules, run by [`executor::Executor`].
 
 pub mod critical_path;
+pub(crate) mod error;
 pub mod executor;
+pub(crate) mod facts;
 pub mod journal;
 pub mod ops;
 pub mod plan;
 pub mod state;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_manifests::resolve::Role;
 
-use crate::runner::RunError;
 use ops::Op;
 
-/// Why a step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    /// The node could not be reached or the command could not run.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// A command exited non-zero.
-    #[error("`{command}` exited with {}: {stderr}", code.map_or_else(|| "a signal".to_string(), |c| format!("status {c}")))]
-    Command {
-        /// First line of the command.
-        command: String,
-        /// Exit status.
-        code: Option<i32>,
-        /// Its stderr.
-        stderr: String,
-    },
-    /// A check on the node failed (the message says what is wrong and what to do).
-    #[error("{what}: {message}")]
-    Check {
-        /// What was checked.
-        what: String,
-        /// The check's message.
-        message: String,
-    },
-    /// The action ran but its verification failed.
-    #[error("verification failed: {0}")]
-    Verify(String),
-    /// The step ran longer than its policy allows.
-    #[error("step timed out after {0:?}")]
-    Timeout(Duration),
-    /// A template failed to render.
-    #[error("template {name}: {message}")]
-    Template {
-        /// Template name.
-        name: String,
-        /// Tera's explanation.
-        message: String,
-    },
-    /// Seeding the registry failed.
-    #[error("seeding the registry: {0}")]
-    Seed(String),
-    /// The step cannot be built for this node (bad input; names what to fix).
-    #[error("{0}")]
-    Invalid(String),
-    /// Certificates or keys could not be made or read (the cause says which file and why).
-    #[error("{what}")]
-    Pki {
-        /// Which certificates (e.g. "Kubernetes certificates").
-        what: &'static str,
-        /// Cause.
-        #[source]
-        source: crate::pki::PkiError,
-    },
-}
-
-impl StepError {
-    /// Worth another try (transient); bad input and templates are not.
-    pub fn is_retryable(&self) -> bool {
-        !matches!(
-            self,
-            StepError::Template { .. }
-                | StepError::Invalid(_)
-                | StepError::Pki { .. }
-                | StepError::Check { .. }
-                | StepError::Run(RunError::Auth { .. })
-                | StepError::Run(RunError::HostKey { .. })
-        )
-    }
-}
+pub use error::StepError;
+pub use facts::Facts;
 
 /// How a step is run: time limit and retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,46 +68,6 @@ impl Node {
     /// Has the role.
     pub fn has_role(&self, role: Role) -> bool {
         self.roles.contains(&role)
-    }
-}
-
-/// Values learned while the pipeline runs (e.g. the join credentials), readable by later
-/// steps: a step's `ops()` is built when its task starts on a node, so a task sees what earlier
-/// tasks learned ([`ops::LearnFacts`] stores them).
-///
-/// The plan is built without running anything, so nothing is learned: [`Facts::is_planning`]
-/// tells steps to describe placeholders instead of failing on a missing value.
-#[derive(Debug, Clone, Default)]
-pub struct Facts {
-    values: Arc<Mutex<BTreeMap<String, String>>>,
-    planning: bool,
-}
-
-impl Facts {
-    /// Stores a value.
-    pub fn set(&self, key: impl Into<String>, value: impl Into<String>) {
-        if let Ok(mut m) = self.values.lock() {
-            m.insert(key.into(), value.into());
-        }
-    }
-
-    /// Reads a value.
-    pub fn get(&self, key: &str) -> Option<String> {
-        self.values.lock().ok().and_then(|m| m.get(key).cloned())
-    }
-
-    /// The same facts, marked as seen by the plan (nothing runs, nothing is learned).
-    #[must_use]
-    pub fn for_plan(&self) -> Self {
-        Self {
-            values: self.values.clone(),
-            planning: true,
-        }
-    }
-
-    /// Whether the steps are being planned rather than run.
-    pub fn is_planning(&self) -> bool {
-        self.planning
     }
 }
 

@@ -41,8 +41,8 @@ use kubexm_manifests::model::{EtcdType, KubernetesType};
 use super::phase::Phase;
 use crate::context::{InstallContext, Scope, UnknownNode};
 use crate::facts::ClusterFacts;
-use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
-use crate::modules::membership::LocalProxiesModule;
+use crate::modules::lifecycle::etcd_member::{ApiServerEtcdModule, EtcdJoinModule};
+use crate::modules::lifecycle::membership::LocalProxiesModule;
 use crate::modules::{
     etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo, preflight, registry,
     runtime, scripts,
@@ -99,7 +99,7 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         // A new etcd member's (or kubeadm master's) data disk, before etcd runs there.
         Phase::new("etcd-disk", preflight::EtcdDiskModule(d.clone())).scope(new.clone()),
         Phase::new("etcd-certificates", etcd::EtcdModule(d.clone()))
-            .only(&["etcd-certificates"])
+            .only(&[etcd::ETCD_CERTIFICATES])
             .scope(new.clone())
             .skip_if(
                 !kubexm_etcd,
@@ -173,17 +173,17 @@ pub fn add_node_pipeline(a: &AddNodes<'_>) -> Result<Pipeline, UnknownNode> {
         }
         KubernetesType::Kubeadm => {
             phases.push(
-                Phase::new("kubeadm", kubeadm::KubeadmModule(d.clone()))
+                Phase::new("kubeadm", super::kubeadm::Kubeadm(d.clone()))
                     // kube-vip's pre-init manifest would flip the first master's kube-vip to
                     // the pre-init kubeconfig and back.
-                    .except(&["kube-vip-first-master"])
+                    .except(&[kubeadm::KUBE_VIP_FIRST_MASTER])
                     .scope(with(std::slice::from_ref(&first))?),
             );
             // Every master's API server certificate lists every master (SANs): with a new
             // master, the others' are re-issued too, one master at a time.
             phases.push(
-                Phase::new("apiserver-certificates", kubeadm::KubeadmModule(d.clone()))
-                    .only(&["kubeadm-reconfigure"])
+                Phase::new("apiserver-certificates", super::kubeadm::Kubeadm(d.clone()))
+                    .only(&[kubeadm::KUBEADM_RECONFIGURE])
                     .scope(d.scope(&masters)?)
                     .skip_if(
                         new_masters.is_empty(),

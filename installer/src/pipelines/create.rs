@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use crate::context::InstallContext;
-use crate::modules::restore_fresh::{
+use crate::modules::backup::restore_fresh::{
     FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
 };
 use crate::modules::{
-    addons, backup_timer, dns, etcd, finalize, kubeadm, kubexm, loadbalancer, network, os, osrepo,
-    plugins, preflight, registry, runtime, scripts, security, storage,
+    addons, backup, dns, etcd, finalize, kubexm, loadbalancer, network, os, osrepo, plugins,
+    preflight, registry, runtime, scripts, security, storage,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -22,7 +22,7 @@ pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
 }
 
 /// The install modules in order; with `fresh`, the cluster's identity and etcd data come from
-/// a backup (`restore --fresh`, [`crate::modules::restore_fresh`]).
+/// a backup (`restore --fresh`, [`crate::modules::backup::restore_fresh`]).
 pub(crate) fn install_modules(
     ctx: &Arc<InstallContext>,
     fresh: Option<&FreshRestore>,
@@ -47,11 +47,14 @@ pub(crate) fn install_modules(
         Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
         Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
     ];
-    let kubeadm = kubeadm::KubeadmModule(ctx.clone());
+    let kubeadm = super::kubeadm::Kubeadm(ctx.clone());
     let kubeadm: Box<dyn Module> = match fresh {
         Some(f) => {
             modules.push(Box::new(KubeadmCaModule(f.clone())));
-            Box::new(RestoredKubeadmModule(kubeadm))
+            Box::new(RestoredKubeadmModule {
+                kubeadm: Box::new(kubeadm),
+                ctx: ctx.clone(),
+            })
         }
         None => Box::new(kubeadm),
     };
@@ -74,7 +77,7 @@ pub(crate) fn install_modules(
         Box::new(finalize::FinalizeModule(ctx.clone())),
         // The cluster is complete before its first scheduled backup; the operator's
         // post-install scripts stay last.
-        Box::new(backup_timer::BackupTimerModule(ctx.clone())),
+        Box::new(backup::timer::BackupTimerModule(ctx.clone())),
         Box::new(scripts::PostInstallModule(ctx.clone())),
     ]);
     modules

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::context::InstallContext;
 use crate::modules::delete::DeletePreflight;
 use crate::modules::{
-    backup_timer, etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, plugins, registry,
-    runtime, scripts, security, storage,
+    backup, etcd, finalize, kubeadm, kubexm, loadbalancer, os, osrepo, plugins, registry, runtime,
+    scripts, security, storage,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -17,7 +17,7 @@ pub fn delete_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
     let mut modules = node_delete_modules(ctx);
     // First after the preflight: no scheduled backup or renewal runs against a cluster being
     // deleted (the control host's timers belong to the whole cluster, not to one node).
-    modules.insert(1, Box::new(backup_timer::delete_module(ctx)));
+    modules.insert(1, Box::new(backup::timer::delete_module(ctx)));
     Pipeline {
         name: "delete".to_string(),
         modules,

@@ -17,7 +17,7 @@
 //! 6. `stacked-etcd-member` (kubeadm etcd, a master) — the member checked gone (removed here
 //!    when the node was unreachable).
 //! 7. `delete-node-object` — `kubectl delete node`, after the reset (see
-//!    [`crate::modules::membership`]).
+//!    [`crate::modules::lifecycle::membership`]).
 //! 8. `apiserver-certificates` (kubeadm path, a master) — every master that stays gets its API
 //!    server certificate re-issued without the master's name and address (`kubeadm-reconfigure`,
 //!    one master at a time), so that a later re-run finds nothing to change.
@@ -31,8 +31,10 @@ use kubexm_manifests::model::{EtcdType, KubernetesType};
 use super::phase::Phase;
 use crate::context::{InstallContext, UnknownNode};
 use crate::facts::ClusterFacts;
-use crate::modules::etcd_member::{ApiServerEtcdModule, EtcdLeaveModule, StackedMemberGoneModule};
-use crate::modules::membership::{
+use crate::modules::lifecycle::etcd_member::{
+    ApiServerEtcdModule, EtcdLeaveModule, StackedMemberGoneModule,
+};
+use crate::modules::lifecycle::membership::{
     DeleteNodeObjectModule, DrainModule, DrainOptions, LocalProxiesModule,
 };
 use crate::modules::{kubeadm, kubexm, loadbalancer, os};
@@ -156,8 +158,8 @@ pub fn delete_node_pipeline(x: &DeleteNode<'_>) -> Result<Pipeline, UnknownNode>
     );
     if i.cluster.file.spec.kubernetes.kind == KubernetesType::Kubeadm {
         phases.push(
-            Phase::new("apiserver-certificates", kubeadm::KubeadmModule(d.clone()))
-                .only(&["kubeadm-reconfigure"])
+            Phase::new("apiserver-certificates", super::kubeadm::Kubeadm(d.clone()))
+                .only(&[kubeadm::KUBEADM_RECONFIGURE])
                 .scope(d.scope(&d.with_role(Role::Master))?)
                 .skip_if(
                     !master,

@@ -15,7 +15,7 @@ use super::phase::Phase;
 use crate::context::{InstallContext, UnknownNode};
 use crate::facts::ClusterFacts;
 use crate::modules::etcd::{EtcdLayout, EtcdModule};
-use crate::modules::etcd_member::{
+use crate::modules::lifecycle::etcd_member::{
     ApiServerEtcdModule, EtcdJoinModule, EtcdLeaveModule, RetireEtcdModule,
 };
 use crate::pipeline::{Module, Pipeline};
@@ -68,7 +68,7 @@ pub fn add_member_pipeline(c: &EtcdChange<'_>) -> Result<Pipeline, UnknownNode> 
         "etcd-add-member",
         vec![
             Phase::new("etcd-certificates", EtcdModule(d.clone()))
-                .only(&["etcd-certificates"])
+                .only(&[crate::modules::etcd::ETCD_CERTIFICATES])
                 .scope(d.scope(&[c.node])?),
             Phase::new(
                 "etcd-join",

@@ -1,7 +1,7 @@
 //! The `kernel-upgrade` pipeline: the nodes' kernels upgraded one node at a time, so that never
 //! more than one master or etcd member is down.
 //!
-//! One phase per node, `kernel-<node>` ([`crate::modules::kernel::KernelNodeModule`]: cordon,
+//! One phase per node, `kernel-<node>` ([`crate::modules::lifecycle::kernel::KernelNodeModule`]: cordon,
 //! drain, the kubelet stopped, the kernel package installed, reboot, `uname -r` and the runtime
 //! verified, the kubelet started, uncordon, Ready, then the master's API server and the etcd
 //! member healthy), in [`order`]: masters first, then the other etcd members, then the workers,
@@ -21,8 +21,8 @@ use super::phase::Phase;
 use crate::context::{InstallContext, UnknownNode};
 use crate::facts::kernel::KernelState;
 use crate::facts::ClusterFacts;
-use crate::modules::kernel::{KernelNodeModule, KernelTarget};
-use crate::modules::membership::DrainOptions;
+use crate::modules::lifecycle::kernel::{KernelNodeModule, KernelTarget};
+use crate::modules::lifecycle::membership::DrainOptions;
 use crate::pipeline::ops::{PackageSource, WaitBounds};
 use crate::pipeline::{Module, Node, Pipeline};
 
@@ -44,7 +44,7 @@ pub struct KernelUpgrade<'a> {
     /// Where the kernel package comes from.
     pub source: PackageSource,
     /// How long a node may take to come back from its reboot
-    /// ([`crate::modules::kernel::REBOOT_BOUNDS`]).
+    /// ([`crate::modules::lifecycle::kernel::REBOOT_BOUNDS`]).
     pub reboot: WaitBounds,
 }
 

@@ -49,6 +49,7 @@ pub mod delete;
 pub mod delete_node;
 pub mod etcd_member;
 pub mod kernel_upgrade;
+pub mod kubeadm;
 pub mod phase;
 pub mod renew;
 pub mod restore;

@@ -6,7 +6,8 @@
 //! A day-2 command is its list of phases: the plan (`--dry-run`) and the run come from the same
 //! list, so what would change and what changes cannot differ.
 
-use crate::context::{Scope, Scoped};
+use crate::context::Scope;
+use crate::modules::task_id::TaskId;
 use crate::pipeline::{Module, StepError, Task};
 
 /// Which of the module's tasks a phase keeps.
@@ -14,14 +15,16 @@ use crate::pipeline::{Module, StepError, Task};
 enum Tasks {
     #[default]
     All,
-    Only(Vec<&'static str>),
-    Except(Vec<&'static str>),
+    Only(Vec<TaskId>),
+    Except(Vec<TaskId>),
 }
 
 /// A module as one phase of a day-2 pipeline.
 pub struct Phase {
     title: String,
-    module: Scoped,
+    module: Box<dyn Module>,
+    /// Every scope given, in order (a node must be in all of them).
+    scopes: Vec<Scope>,
     skip: Option<String>,
     serial: bool,
     tasks: Tasks,
@@ -32,7 +35,8 @@ impl Phase {
     pub fn new(title: impl Into<String>, module: impl Module + 'static) -> Self {
         Self {
             title: title.into(),
-            module: Scoped::new(module, Scope::All),
+            module: Box::new(module),
+            scopes: Vec::new(),
             skip: None,
             serial: false,
             tasks: Tasks::All,
@@ -41,21 +45,9 @@ impl Phase {
 
     /// Only on the nodes of `scope` (and the control host).
     #[must_use]
-    pub fn scope(self, scope: Scope) -> Self {
-        let Self {
-            title,
-            module,
-            skip,
-            serial,
-            tasks,
-        } = self;
-        Self {
-            title,
-            module: Scoped::boxed(Box::new(module), scope),
-            skip,
-            serial,
-            tasks,
-        }
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scopes.push(scope);
+        self
     }
 
     /// Every task one node at a time.
@@ -65,16 +57,17 @@ impl Phase {
         self
     }
 
-    /// Only the named tasks of the module.
+    /// Only these tasks of the module; planning fails when the module has none of them (a
+    /// phase that selects nothing is a mistake, not an empty phase).
     #[must_use]
-    pub fn only(mut self, tasks: &[&'static str]) -> Self {
+    pub fn only(mut self, tasks: &[TaskId]) -> Self {
         self.tasks = Tasks::Only(tasks.to_vec());
         self
     }
 
-    /// All but the named tasks of the module.
+    /// All but these tasks of the module.
     #[must_use]
-    pub fn except(mut self, tasks: &[&'static str]) -> Self {
+    pub fn except(mut self, tasks: &[TaskId]) -> Self {
         self.tasks = Tasks::Except(tasks.to_vec());
         self
     }
@@ -100,10 +93,40 @@ impl Module for Phase {
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let mut tasks = self.module.tasks()?;
+        let named = |ids: &[TaskId], t: &Task| ids.iter().any(|id| id.as_str() == t.name);
         match &self.tasks {
             Tasks::All => {}
-            Tasks::Only(names) => tasks.retain(|t| names.contains(&t.name.as_str())),
-            Tasks::Except(names) => tasks.retain(|t| !names.contains(&t.name.as_str())),
+            Tasks::Only(ids) => {
+                let names: Vec<String> = tasks.iter().map(|t| t.name.clone()).collect();
+                tasks.retain(|t| named(ids, t));
+                if tasks.is_empty() {
+                    return Err(StepError::Invalid(format!(
+                        "phase {}: module {} has none of the tasks it selects ({}); its tasks: {}",
+                        self.title,
+                        self.module.name(),
+                        ids.iter()
+                            .map(|id| id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if names.is_empty() {
+                            "none".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    )));
+                }
+            }
+            Tasks::Except(ids) => tasks.retain(|t| !named(ids, t)),
+        }
+        // As `Scoped` does: a task keeps the hosts in scope, and is dropped without any.
+        for scope in &self.scopes {
+            if *scope == Scope::All {
+                continue;
+            }
+            for t in &mut tasks {
+                t.hosts.retain(|h| scope.contains(h));
+            }
+            tasks.retain(|t| !t.hosts.is_empty());
         }
         if self.serial {
             for t in &mut tasks {
@@ -111,5 +134,58 @@ impl Module for Phase {
             }
         }
         Ok(tasks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: TaskId = TaskId::new("a");
+    const RENAMED: TaskId = TaskId::new("renamed");
+
+    struct Two;
+
+    impl Module for Two {
+        fn name(&self) -> &str {
+            "two"
+        }
+        fn tasks(&self) -> Result<Vec<Task>, StepError> {
+            Ok(vec![Task::new(A, ["n1"]), Task::new("b", ["n2"])])
+        }
+    }
+
+    fn names(p: &Phase) -> Vec<String> {
+        p.tasks()
+            .expect("tasks")
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    }
+
+    #[test]
+    fn only_keeps_the_named_tasks_and_except_drops_them() {
+        assert_eq!(names(&Phase::new("p", Two).only(&[A])), ["a"]);
+        assert_eq!(names(&Phase::new("p", Two).except(&[A])), ["b"]);
+        assert_eq!(names(&Phase::new("p", Two)), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_phase_that_selects_nothing_fails() {
+        let Err(e) = Phase::new("p", Two).only(&[RENAMED]).tasks() else {
+            panic!("a phase selecting nothing planned");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("phase p: module two has none of the tasks it selects (renamed)"),
+            "{e}"
+        );
+        assert!(e.contains("its tasks: a, b"), "{e}");
+    }
+
+    #[test]
+    fn a_scope_that_leaves_a_selected_task_without_hosts_drops_it_as_before() {
+        let scope = Scope::Nodes(["n2".to_string()].into());
+        assert!(names(&Phase::new("p", Two).only(&[A]).scope(scope)).is_empty());
     }
 }

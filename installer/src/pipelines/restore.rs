@@ -1,12 +1,12 @@
 //! The `restore` pipeline: a backup's etcd snapshot becomes KubeXM's etcd again on the same
 //! members, the control plane and node agents restarted around it (modules in
-//! [`crate::modules::restore`], in this order).
+//! [`crate::modules::backup::restore`], in this order).
 
-use crate::modules::restore::{
+use crate::modules::backup::restore::{
     RestartNodeAgentsModule, Restore, RestoreDataModule, StartControlPlaneModule, StartEtcdModule,
     StopControlPlaneModule, StopEtcdModule,
 };
-use crate::modules::restore_fresh::FreshRestore;
+use crate::modules::backup::restore_fresh::FreshRestore;
 use crate::pipeline::Pipeline;
 
 /// The `restore` pipeline.
@@ -26,7 +26,7 @@ pub fn restore_pipeline(r: &Restore) -> Pipeline {
 
 /// The `restore-fresh` pipeline (`restore --fresh`): the install pipeline onto nodes that hold
 /// nothing of the cluster, with etcd's data and the cluster's CAs from the backup
-/// ([`crate::modules::restore_fresh`]).
+/// ([`crate::modules::backup::restore_fresh`]).
 pub fn restore_fresh_pipeline(f: &FreshRestore) -> Pipeline {
     Pipeline {
         name: "restore-fresh".to_string(),

@@ -1,12 +1,12 @@
 //! The `rotate-ca` pipeline of one phase ([`crate::rotation::Phase`]): the etcd members first,
-//! then the API servers that read the etcd CA; the front-proxy CA; the cluster CA on either path (modules in [`crate::modules::rotate`]; each skips
+//! then the API servers that read the etcd CA; the front-proxy CA; the cluster CA on either path (modules in [`crate::modules::certs::rotate`]; each skips
 //! itself when it does not apply).
 
-use crate::modules::rotate::{
+use crate::modules::certs::rotate::{
     Rotate, RotateEtcdClientsModule, RotateEtcdModule, RotateFrontProxyModule,
 };
-use crate::modules::rotate_kubeadm_ca::RotateKubeadmCaModule;
-use crate::modules::rotate_kubernetes::RotateKubernetesModule;
+use crate::modules::certs::rotate_kubeadm_ca::RotateKubeadmCaModule;
+use crate::modules::certs::rotate_kubernetes::RotateKubernetesModule;
 use crate::pipeline::Pipeline;
 
 /// The pipeline of `r`'s phase (state and journal named `rotate-ca-<ca>-<phase>`).

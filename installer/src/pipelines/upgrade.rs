@@ -10,7 +10,7 @@
 //!    member at a time, its binary replaced and the member restarted, the whole cluster
 //!    healthy before the next ([`crate::modules::etcd`]).
 //! 3. `control-plane-<master>`, one master at a time, the first master first
-//!    ([`crate::modules::upgrade`]): drained, upgraded (kubeadm `upgrade apply` on the first,
+//!    ([`crate::modules::lifecycle::upgrade`]): drained, upgraded (kubeadm `upgrade apply` on the first,
 //!    `upgrade node` on the others; kubexm: the new binaries and units, each service restarted
 //!    onto them and answering), its kubelet too, uncordoned, its API server and etcd healthy.
 //! 4. `runtime-<node>` (only when the new bundle's container runtime differs): the runtime's
@@ -35,9 +35,9 @@ use kubexm_manifests::resolve::Role;
 use super::phase::Phase;
 use crate::context::{InstallContext, Scope};
 use crate::facts::ClusterFacts;
-use crate::modules::kernel::KernelTarget;
-use crate::modules::membership::DrainOptions;
-use crate::modules::upgrade::{EtcdMemberModule, UpgradeNode, UpgradeNodesModule};
+use crate::modules::lifecycle::kernel::KernelTarget;
+use crate::modules::lifecycle::membership::DrainOptions;
+use crate::modules::lifecycle::upgrade::{EtcdMemberModule, UpgradeNode, UpgradeNodesModule};
 use crate::modules::{addons, dns, etcd, kubexm, network, plugins, registry, runtime};
 use crate::pipeline::{Module, Pipeline};
 
@@ -136,7 +136,7 @@ pub fn upgrade_pipeline(x: &Upgrade<'_>) -> Result<Pipeline, crate::pipeline::St
     let mut modules: Vec<Box<dyn Module>> = Vec::new();
     modules.push(Box::new(
         Phase::new("registry-images", registry::RegistryModule(ctx.clone()))
-            .only(&["seed-registry"]),
+            .only(&[registry::SEED_REGISTRY]),
     ));
     if ctx.cluster.file.spec.etcd.kind == EtcdType::Kubexm {
         let why = unchanged(x, "etcd", "etcd");

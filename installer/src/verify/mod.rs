@@ -580,7 +580,7 @@ pub fn control_plane_script() -> String {
 const CONTROL_PLANE: [(&str, u16, &str); 3] = [
     (
         "kube-apiserver",
-        crate::modules::loadbalancer::APISERVER_PORT,
+        crate::modules::k8s::APISERVER_PORT,
         "/readyz",
     ),
     ("kube-controller-manager", 10257, "/healthz"),
@@ -1107,7 +1107,8 @@ fn api<'a>(target: &Target<'a>) -> Option<Api<'a>> {
     let node = target.facts.api_node.as_ref()?;
     let runner = target.runners.get(node)?;
     let kubectl =
-        crate::modules::membership::kubectl_on(target.ctx, target.ctx.node(node)?).ok()?;
+        crate::modules::lifecycle::membership::kubectl_on(target.ctx, target.ctx.node(node)?)
+            .ok()?;
     Some(Api { runner, kubectl })
 }
 

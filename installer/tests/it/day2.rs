@@ -15,7 +15,7 @@ use kubexm_install::facts::checks::{
     check_add, check_delete, check_etcd_add, check_etcd_remove, Guards,
 };
 use kubexm_install::facts::{ClusterFacts, EndpointHealth};
-use kubexm_install::modules::membership::DrainOptions;
+use kubexm_install::modules::lifecycle::membership::DrainOptions;
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::add_node::{add_node_pipeline, AddNodes};
 use kubexm_install::pipelines::delete_node::{delete_node_pipeline, DeleteNode};

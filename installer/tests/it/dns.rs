@@ -44,7 +44,7 @@ fn manifest_args(manifest: &str) -> Vec<String> {
 
 /// The kubeadm path's KubeletConfiguration (in the first master's init configuration).
 pub(crate) fn kubeadm_kubelet(ctx: &kubexm_install::context::InstallContext) -> serde_json::Value {
-    let s = KubeadmSettings::new(ctx).expect("settings");
+    let s = KubeadmSettings::new(ctx, Default::default()).expect("settings");
     let init = text(
         &s.render_init(&s.node(ctx.node("master1").expect("m1"), true, false))
             .expect("init"),
@@ -113,7 +113,7 @@ fn dual_stack_cluster_caches_dns_on_both_families_and_nodes_get_both_node_ips() 
         serde_json::json!([NODELOCAL_DNS_IP, NODELOCAL_DNS_IPV6])
     );
     // kubeadm path: the join configuration's node-ip has both families for worker1 only.
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     let w1 = s.node(ctx.node("worker1").expect("worker1"), false, false);
     let w2 = s.node(ctx.node("worker2").expect("worker2"), false, false);
     let node_ip = |n: &kubexm_install::modules::kubeadm::config::NodeSettings| {

@@ -81,7 +81,7 @@ mod backup_timer {
 
     use async_trait::async_trait;
     use kubexm_install::backup::schedule::{Job, Schedule};
-    use kubexm_install::modules::backup_timer::{
+    use kubexm_install::modules::backup::timer::{
         delete_module, schedule_of, BackupTimer, BackupTimerModule,
     };
     use kubexm_install::pipeline::ops::Op;

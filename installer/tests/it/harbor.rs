@@ -649,8 +649,8 @@ fn delete_stops_harbor_then_removes_its_files_compose_and_docker() {
 /// then Harbor must serve a certificate valid beyond the threshold.
 #[test]
 fn certs_renew_redeploys_harbor_on_its_renewed_certificate() {
-    use kubexm_install::modules::renew::Renew;
-    use kubexm_install::modules::renew_registry::RenewRegistryModule;
+    use kubexm_install::modules::certs::renew::Renew;
+    use kubexm_install::modules::certs::renew_registry::RenewRegistryModule;
     let (ctx, _work) = harbor_context(|t| t);
     let r = Renew {
         ctx: ctx.clone(),

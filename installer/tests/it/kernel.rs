@@ -11,8 +11,8 @@ use std::sync::Arc;
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::facts::kernel::{KernelPackage, KernelRelease, KernelState};
 use kubexm_install::facts::ClusterFacts;
-use kubexm_install::modules::kernel::REBOOT_BOUNDS;
-use kubexm_install::modules::membership::DrainOptions;
+use kubexm_install::modules::lifecycle::kernel::REBOOT_BOUNDS;
+use kubexm_install::modules::lifecycle::membership::DrainOptions;
 use kubexm_install::modules::osrepo::package_source;
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::kernel_upgrade::{kernel_upgrade_pipeline, order, KernelUpgrade};
@@ -314,7 +314,9 @@ fn a_single_master_is_drained_from_itself() {
 #[ignore = "needs a lab node offering the stand-in kernel package"]
 fn lab_node_installs_the_stand_in_and_reboots_into_it() {
     use kubexm_install::facts::kernel::gather;
-    use kubexm_install::modules::kernel::{InstallKernel, LearnExpected, RebootIntoKernel};
+    use kubexm_install::modules::lifecycle::kernel::{
+        InstallKernel, LearnExpected, RebootIntoKernel,
+    };
     use kubexm_install::pipeline::ops::PackageSource;
     use kubexm_install::pipeline::{Facts, Node, Step};
     use kubexm_install::runner::ssh::{SshOptions, SshRunner};

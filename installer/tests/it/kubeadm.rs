@@ -4,12 +4,13 @@
 //! join-credentials parser on kubeadm output in the exact formats kubeadm versions print; the
 //! module's task order; and the plan of a 3-master / 2-worker cluster.
 
+use kubexm_install::modules::k8s::ADMIN_CONF;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::internal_lb::{KubeVip, LocalProxy, LocalProxyKind};
 use kubexm_install::modules::kubeadm::config::KubeadmSettings;
-use kubexm_install::modules::kubeadm::init::{LearnJoinCredentials, ADMIN_CONF};
+use kubexm_install::modules::kubeadm::init::LearnJoinCredentials;
 use kubexm_install::modules::kubeadm::join::{parse, JoinCredentials, JoinParseError};
 use kubexm_install::modules::kubeadm::{KubeadmModule, SUPER_ADMIN_CONF};
 use kubexm_install::pipeline::ops::Op;
@@ -84,7 +85,7 @@ fn join_text(ctx: &InstallContext, s: &KubeadmSettings, node: &str, cp: bool) ->
 #[test]
 fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
     let ctx = lab_context(|t| t);
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     assert_eq!(s.api, KubeadmApi::V1beta4);
     let init = init_text(&ctx, &s, "node1", false);
     assert!(init.starts_with("# Written by KubeXM"), "{init}");
@@ -213,7 +214,7 @@ fn stacked_etcd_no_lb_and_component_settings_on_v1_31() {
             .replace("worker: [\"node[1:2]\"]", "worker: [master2, master3, \"node[1:2]\"]")
             .replace("    mode: internal\n    internal:\n      type: haproxy\n", "    mode: none\n")
     });
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     assert_eq!(s.api, KubeadmApi::V1beta4);
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
@@ -279,7 +280,7 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
     });
     let v130: KubeVersion = "v1.30.14".parse().expect("version");
     assert_eq!(v130.kubeadm_api(), KubeadmApi::V1beta3);
-    let s = KubeadmSettings::for_version(&ctx, v130).expect("settings");
+    let s = KubeadmSettings::for_version(&ctx, v130, Default::default()).expect("settings");
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
     assert_eq!(docs[0]["apiVersion"], "kubeadm.k8s.io/v1beta3");
@@ -347,7 +348,7 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
 #[test]
 fn kubelet_unit_and_kubeadm_drop_in() {
     let ctx = lab_context(|t| t);
-    let module = KubeadmModule(ctx.clone());
+    let module = KubeadmModule::new(ctx.clone(), Default::default());
     let files: Vec<(String, String, String)> = rendered(&ctx, &OnlyFirstTask(&module));
     let unit = file_of(&files, "node2", "/etc/systemd/system/kubelet.service");
     assert!(
@@ -379,7 +380,7 @@ impl Module for OnlyFirstTask<'_> {
 }
 
 fn module_tasks(ctx: &Arc<InstallContext>) -> Vec<(String, Vec<String>, Vec<String>)> {
-    KubeadmModule(ctx.clone())
+    KubeadmModule::new(ctx.clone(), Default::default())
         .tasks()
         .expect("tasks")
         .iter()
@@ -418,7 +419,7 @@ fn kubelet_serving_csrs_are_learned_then_approved_on_the_first_master_for_every_
         );
     }
     // The plan names every master and worker (the CSRs are only known at run time).
-    let module = KubeadmModule(ctx.clone());
+    let module = KubeadmModule::new(ctx.clone(), Default::default());
     let all = module.tasks().expect("tasks");
     let approve = &all[at("approve-kubelet-serving-csrs")];
     let node = ctx.node("node1").expect("node1");
@@ -565,7 +566,9 @@ fn task_order_per_load_balancer_mode() {
         tasks[6].2,
         v(&["kubeadm-join", "local-api-proxy", "kubelet-via-local-proxy"])
     );
-    let m = KubeadmModule(ctx.clone()).tasks().expect("tasks");
+    let m = KubeadmModule::new(ctx.clone(), Default::default())
+        .tasks()
+        .expect("tasks");
     assert!(!m[4].parallel, "control-plane nodes join one at a time");
     assert!(m[5].parallel, "workers join in parallel");
 
@@ -610,7 +613,7 @@ fn task_order_per_load_balancer_mode() {
         ])
     );
     // kubeadm accepts the manifest placed before init.
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     let init = init_text(&ctx, &s, "master1", true);
     assert_eq!(
         yaml_docs(&init)[0]["nodeRegistration"]["ignorePreflightErrors"],
@@ -1161,7 +1164,7 @@ fn cgroup_v1_kept_on_1_35_ignores_kubeadms_system_verification_at_init_and_join(
         } else {
             crate::versions::cluster(work.path(), version, "kubeadm", |t| t)
         };
-        let s = KubeadmSettings::new(&ctx).expect("settings");
+        let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
         assert_eq!(s.ignore_system_verification, want, "{version} kept={kept}");
         let init = yaml_docs(&init_text(&ctx, &s, "master1", false));
         let master2 = yaml_docs(&join_text(&ctx, &s, "master2", true));
@@ -1203,7 +1206,7 @@ fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
         )
     });
     // What the kubelet is told (and so puts in its CSR).
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     let join = yaml_docs(&join_text(&ctx, &s, "worker1", false));
     assert_eq!(
         join[0]["nodeRegistration"]["kubeletExtraArgs"][0],
@@ -1219,7 +1222,9 @@ fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
         ips: ips.iter().map(|i| i.parse().expect("ip")).collect(),
         other_names: Vec::new(),
     };
-    let tasks = KubeadmModule(ctx.clone()).tasks().expect("tasks");
+    let tasks = KubeadmModule::new(ctx.clone(), Default::default())
+        .tasks()
+        .expect("tasks");
     let approve = tasks
         .iter()
         .find(|t| t.name == "approve-kubelet-serving-csrs")
@@ -1257,14 +1262,18 @@ fn kube_proxy_args_are_refused_on_the_kubeadm_path_naming_them() {
             "    proxyMode: iptables\n    kubeProxyArgs: {v: \"4\", metrics-bind-address: \"0.0.0.0:10249\"}\n",
         )
     });
-    let e = KubeadmSettings::new(&ctx).expect_err("refused").to_string();
+    let e = KubeadmSettings::new(&ctx, Default::default())
+        .expect_err("refused")
+        .to_string();
     assert!(
         e.contains("spec.kubernetes.kubeProxyArgs (metrics-bind-address, v) is not applied with kubernetes.type kubeadm")
             && e.contains("remove kubeProxyArgs"),
         "{e}"
     );
-    assert!(KubeadmModule(ctx.clone()).tasks().is_err());
+    assert!(KubeadmModule::new(ctx.clone(), Default::default())
+        .tasks()
+        .is_err());
     // Without them: planned as before.
     let ctx = crate::versions::cluster(work.path(), "v1.33.11", "kubeadm", |t| t);
-    assert!(KubeadmSettings::new(&ctx).is_ok());
+    assert!(KubeadmSettings::new(&ctx, Default::default()).is_ok());
 }

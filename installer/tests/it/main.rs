@@ -14,6 +14,7 @@ mod finalize;
 mod guide;
 mod harbor;
 mod hostile_templates;
+mod imports;
 mod intake;
 mod intake_cli;
 mod kernel;

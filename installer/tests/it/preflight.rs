@@ -127,7 +127,7 @@ async fn cgroup_v1_nodes_are_refused_on_1_35_unless_fail_cgroup_v1_is_false() {
         assert_eq!(kubelet["failCgroupV1"], false, "{kind}");
     }
     // Unset: nothing rendered (the kubelet's own default).
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     let init = text(
         &s.render_init(&s.node(ctx.node("master1").expect("m1"), true, false))
             .expect("init"),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
-use kubexm_install::modules::renew::{kubeadm_renew_command, KubeletClient, Marker, Renew};
+use kubexm_install::modules::certs::renew::{kubeadm_renew_command, KubeletClient, Marker, Renew};
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::renew::renew_pipeline;
 use kubexm_install::pki::{KeyDir, Keys, Reissue};

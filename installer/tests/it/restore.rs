@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
-use kubexm_install::modules::restore::{Restore, RestoreData, Snapshot, PARKED, SNAPSHOT_ON_NODE};
+use kubexm_install::modules::backup::restore::{
+    Restore, RestoreData, Snapshot, PARKED, SNAPSHOT_ON_NODE,
+};
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::restore_pipeline;
 
@@ -171,7 +173,7 @@ fn the_kubexm_path_stops_and_starts_units_and_stacked_etcd_is_not_restored() {
 /// its first start, and (kubeadm path) the backup's CAs on the first master before `kubeadm init`.
 #[test]
 fn the_fresh_restore_is_an_install_that_keeps_the_backups_identity_and_data() {
-    use kubexm_install::modules::restore_fresh::{
+    use kubexm_install::modules::backup::restore_fresh::{
         FreshRestore, IdentityFile, KubeadmCaModule, KUBEADM_IDENTITY,
     };
     use kubexm_install::pipeline::Module;

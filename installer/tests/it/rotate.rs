@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::InstallContext;
-use kubexm_install::modules::rotate::{Rotate, RotatedCa};
+use kubexm_install::modules::certs::rotate::{Rotate, RotatedCa};
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::rotate::rotate_pipeline;
 use kubexm_install::pki::Rotating;
@@ -669,7 +669,9 @@ fn kubeadm_path_rotates_the_cluster_ca_on_every_node_and_points_the_signer_at_on
     let installed = context_of(ca, work.path(), edit, None);
     let dir = installed.pki_dir.join("kubeadm");
     let signer_arg = |ctx: &Arc<InstallContext>| {
-        let s = KubeadmSettings::new(ctx).expect("settings");
+        let inputs = kubexm_install::modules::certs::rotate_kubeadm_ca::kubeadm_inputs(ctx)
+            .expect("rotation state");
+        let s = KubeadmSettings::new(ctx, inputs).expect("settings");
         let drift = s.drift_files().expect("drift").control_plane;
         let arg = s
             .controller_manager_args
@@ -842,7 +844,7 @@ fn kubeadm_path_rotates_the_cluster_ca_on_every_node_and_points_the_signer_at_on
 /// master would not get (trust-both and reissue finished); before and after, it may.
 #[test]
 fn kubeadm_path_refuses_a_joining_master_while_ca_crt_holds_two_cas() {
-    use kubexm_install::modules::rotate_kubeadm_ca::master_join_refused;
+    use kubexm_install::modules::certs::rotate_kubeadm_ca::master_join_refused;
     let ca = RotatedCa::Kubernetes;
     let work = tempfile::tempdir().expect("tempdir");
     let installed = context_of(ca, work.path(), |t| t, None);
@@ -878,7 +880,7 @@ fn kubeadm_path_refuses_a_joining_master_while_ca_crt_holds_two_cas() {
 #[test]
 fn the_service_account_wait_holds_only_when_every_secret_and_configmap_holds_the_bundle() {
     use base64::Engine as _;
-    use kubexm_install::modules::rotate_kubernetes::ServiceAccountCa;
+    use kubexm_install::modules::certs::rotate_kubernetes::ServiceAccountCa;
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = context_of(RotatedCa::Kubernetes, work.path(), kubexm, None);
     let k = Arc::new(kubexm_install::modules::kubexm::KubexmCluster::new(&ctx).expect("kubexm"));

@@ -157,7 +157,7 @@ fn kubexm_path_api_server_audits_and_keeps_anonymous_auth() {
 #[test]
 fn kubeadm_path_mounts_the_policy_and_locks_the_kubelet() {
     let ctx = example_context(on);
-    let s = KubeadmSettings::new(&ctx).expect("settings");
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     let init = init_text(&ctx, &s, "master1", false);
     let docs = yaml_docs(&init);
     let api = &docs[1]["apiServer"];
@@ -191,7 +191,7 @@ fn kubeadm_path_mounts_the_policy_and_locks_the_kubelet() {
 
     // Off: none of it.
     let off = example_context(|t| t);
-    let s = KubeadmSettings::new(&off).expect("settings");
+    let s = KubeadmSettings::new(&off, Default::default()).expect("settings");
     let init = init_text(&off, &s, "master1", false);
     for absent in ["audit", "extraVolumes", "anonymous", "readOnlyPort"] {
         assert!(!init.contains(absent), "{absent} in\n{init}");

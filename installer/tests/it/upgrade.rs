@@ -3,12 +3,13 @@
 //! master at a time with the first master's `kubeadm upgrade apply`, workers in batches, the
 //! CNI and add-ons last), which node drains which, and the commands each node runs.
 
+use kubexm_install::modules::k8s::image_named;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::facts::ClusterFacts;
-use kubexm_install::modules::membership::DrainOptions;
+use kubexm_install::modules::lifecycle::membership::DrainOptions;
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::upgrade::{upgrade_pipeline, Upgrade};
 
@@ -338,8 +339,8 @@ fn an_upgrade_across_the_default_proxy_mode_change_is_refused_naming_what_to_set
 /// and CoreDNS's new tags) before it, so both move with the upgrade.
 #[test]
 fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
-    use kubexm_install::modules::kubeadm::config::{image_named, KubeadmSettings};
-    use kubexm_install::modules::upgrade::{KubeadmUpgrade, UPGRADE_CONFIG};
+    use kubexm_install::modules::kubeadm::config::KubeadmSettings;
+    use kubexm_install::modules::lifecycle::upgrade::{KubeadmUpgrade, UPGRADE_CONFIG};
     use kubexm_install::pipeline::ops::Op;
     use kubexm_install::pipeline::{Facts, Step};
     let work = tempfile::tempdir().expect("tempdir");
@@ -363,7 +364,7 @@ fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
         "the versions' etcd tags differ"
     );
     let step = KubeadmUpgrade {
-        settings: Arc::new(KubeadmSettings::new(&target).expect("settings")),
+        settings: Arc::new(KubeadmSettings::new(&target, Default::default()).expect("settings")),
         version: target.cluster.version,
         apply: true,
     };

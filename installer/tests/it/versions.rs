@@ -16,12 +16,13 @@
 //!   vs `--register-with-taints` (v1.23), `--pod-infra-container-image` before v1.35, the
 //!   control-plane labels and CoreDNS's tolerations per version.
 
+use kubexm_install::modules::k8s::image_named;
 use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::kubeadm::binaries::KubeletService;
-use kubexm_install::modules::kubeadm::config::{image_named, KubeadmSettings};
+use kubexm_install::modules::kubeadm::config::KubeadmSettings;
 use kubexm_install::modules::kubeadm::init::InitControlPlane;
 use kubexm_install::modules::kubeadm::join::JoinCredentials;
 use kubexm_install::modules::kubeadm::labels::NodeRoles;
@@ -151,7 +152,7 @@ fn kubeadm_files_per_version() {
         let work = tempfile::tempdir().expect("tempdir");
         let ctx = cluster(work.path(), version, "kubeadm", |t| t);
         let ver = v(version);
-        let s = KubeadmSettings::new(&ctx).expect("settings");
+        let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
         let m1 = s.node(ctx.node("master1").expect("master1"), true, false);
         let init = text(&s.render_init(&m1).expect("init"));
         let cp = text(
@@ -346,7 +347,7 @@ fn kubeadm_docker_uses_dockershim_before_1_24_and_cri_dockerd_after() {
         let ctx = cluster(work.path(), version, "kubeadm", |t| {
             t.replace("    type: containerd\n", "    type: docker\n")
         });
-        let s = KubeadmSettings::new(&ctx).expect("settings");
+        let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
         let n = s.node(ctx.node("master1").expect("master1"), true, false);
         let init = text(&s.render_init(&n).expect("init"));
         let docs = yaml_docs(&init);

@@ -15,8 +15,6 @@ use crate::pipeline::{Facts, Node, Step, StepError};
 pub const KUBEADM: &str = "/usr/local/bin/kubeadm";
 /// The kubelet on every node.
 pub const KUBELET: &str = "/usr/local/bin/kubelet";
-/// kubectl on the masters.
-pub const KUBECTL: &str = "/usr/local/bin/kubectl";
 /// The kubelet's unit.
 pub const KUBELET_UNIT: &str = "/etc/systemd/system/kubelet.service";
 /// kubeadm's drop-in for it.

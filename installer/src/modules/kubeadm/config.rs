@@ -45,6 +45,7 @@
 //!   bind the node's own address: a per-node kubeadm patch adds `--bind-address` (the cluster
 //!   configuration is shared by every master, so it cannot hold a per-node address).
 
+use crate::modules::k8s::{ec_key_in_sec1, image_named, CA_SIGNER, STACKED_ETCD_DATA};
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,13 +61,11 @@ use crate::modules::etcd::EtcdLayout;
 use crate::modules::images::{node_image, ImageParts};
 use crate::modules::runtime::cri::Cri;
 use crate::modules::{dns, loadbalancer, security};
-use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
+use crate::pipeline::ops::{CopyFile, CreateDir, Op, RenderTemplate, UploadFile};
 use crate::pipeline::{Node, StepError};
 
 /// `kubeadm init --config` file on the first master.
 pub const INIT_CONFIG: &str = "/etc/kubernetes/kubeadm-config.yaml";
-/// KubeXM's files next to kubeadm's (init output, join configuration, patches); root only.
-pub const STATE_DIR: &str = "/etc/kubernetes/kubexm";
 /// `kubeadm join --config` file.
 pub const JOIN_CONFIG: &str = "/etc/kubernetes/kubexm/kubeadm-join.yaml";
 /// kubeadm patches (the API server's bind address).
@@ -77,8 +76,6 @@ pub const ETCD_CA: &str = "/etc/kubernetes/pki/etcd/ca.crt";
 pub const ETCD_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
 /// External etcd: its key.
 pub const ETCD_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
-/// Stacked etcd's data directory (kubeadm's default).
-pub const STACKED_ETCD_DATA: &str = "/var/lib/etcd";
 /// kubeadm's preflight check that runs the system validator (kernel, OS, cgroups): its name
 /// in `ignorePreflightErrors` and `--ignore-preflight-errors` (kubeadm's
 /// `SystemVerificationCheck.Name()`, run by `init`, `join`, `upgrade apply` and `upgrade node`).
@@ -243,6 +240,16 @@ pub struct KubeadmSettings {
     node_ips: BTreeMap<String, String>,
 }
 
+/// What the settings take from outside cluster.yaml, handed in by the caller (which reads the
+/// cluster CA's rotation state: `modules::certs::rotate_kubeadm_ca::kubeadm_inputs`), so
+/// planning the settings reads nothing from disk but the user's external etcd files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KubeadmInputs {
+    /// A rotation of the cluster CA has `ca.crt` hold two CAs: the controller-manager signs
+    /// with [`CA_SIGNER`] alone (`--cluster-signing-cert-file`).
+    pub separate_signer: bool,
+}
+
 /// What differs per node.
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeSettings {
@@ -262,12 +269,16 @@ pub struct NodeSettings {
 
 impl KubeadmSettings {
     /// Computes the settings for the cluster (reads the user's external etcd files).
-    pub fn new(ctx: &InstallContext) -> Result<Self, StepError> {
-        Self::for_version(ctx, ctx.cluster.version)
+    pub fn new(ctx: &InstallContext, inputs: KubeadmInputs) -> Result<Self, StepError> {
+        Self::for_version(ctx, ctx.cluster.version, inputs)
     }
 
     /// The settings as they would be for another Kubernetes version (tests of the older API).
-    pub fn for_version(ctx: &InstallContext, version: KubeVersion) -> Result<Self, StepError> {
+    pub fn for_version(
+        ctx: &InstallContext,
+        version: KubeVersion,
+        inputs: KubeadmInputs,
+    ) -> Result<Self, StepError> {
         let spec = &ctx.cluster.file.spec;
         let k8s = &spec.kubernetes;
         if !k8s.kube_proxy_args.is_empty() {
@@ -331,7 +342,7 @@ impl KubeadmSettings {
             cluster_name: ctx.cluster.cluster_name().to_string(),
             version: v,
             endpoint: format!("{}:{}", endpoint.domain, endpoint.port),
-            apiserver_port: loadbalancer::APISERVER_PORT,
+            apiserver_port: crate::modules::k8s::APISERVER_PORT,
             image_repository: apiserver.repository,
             dns_image_repository: coredns.repository,
             dns_image_tag: coredns.tag,
@@ -358,11 +369,9 @@ impl KubeadmSettings {
                 // While the cluster CA is rotated `ca.crt` holds two CAs, which the
                 // controller-manager's signer refuses: it signs with the signing CA alone.
                 let mut user = k8s.controller_manager_args.clone();
-                if crate::modules::rotate_kubeadm_ca::separate_signer(ctx)? {
+                if inputs.separate_signer {
                     user.entry("cluster-signing-cert-file".to_string())
-                        .or_insert_with(|| {
-                            crate::modules::rotate_kubeadm_ca::CA_SIGNER.to_string()
-                        });
+                        .or_insert_with(|| CA_SIGNER.to_string());
                 }
                 with_gates(&user)
             },
@@ -623,28 +632,6 @@ impl KubeadmSettings {
     }
 }
 
-/// KubeXM's ECDSA key `src` (PKCS#8, `BEGIN PRIVATE KEY`) written to `dest` as SEC1 (`BEGIN EC
-/// PRIVATE KEY`, root only). kubeadm's `--upload-certs` carries the external etcd client key to
-/// the other control-plane nodes, and kubeadm v1.20's `join` refuses an ECDSA key in PKCS#8 when
-/// it writes it back ("error downloading certs: unknown data found in Secret entry":
-/// client-go's keyutil before PKCS#8 EC support; measured with real kubeadm v1.20.2 in the
-/// lab). SEC1 is read by every version.
-pub fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
-    let (s, d) = (
-        crate::runner::shell::quote(src),
-        crate::runner::shell::quote(dest),
-    );
-    Op::Run(
-        RunCommand::new(format!(
-            "set -e\numask 077\nopenssl ec -in {s} -out {d}.kubexm-part 2>/dev/null\nmv -f {d}.kubexm-part {d}"
-        ))
-        .unless(format!(
-            "head -n 1 {d} 2>/dev/null | grep -qx -- '-----BEGIN EC PRIVATE KEY-----' && [ \"$(openssl ec -in {s} -pubout 2>/dev/null)\" = \"$(openssl ec -in {d} -pubout 2>/dev/null)\" ]"
-        ))
-        .undo(format!("rm -f {d}")),
-    )
-}
-
 /// `A=true,B=false`, or `None` without gates.
 fn feature_gates(gates: &BTreeMap<String, bool>) -> Option<String> {
     (!gates.is_empty()).then(|| {
@@ -659,21 +646,6 @@ fn feature_gates(gates: &BTreeMap<String, bool>) -> Option<String> {
 /// The CoreDNS image of the cluster (`registry.k8s.io/coredns/coredns:<catalog tag>`).
 fn coredns_reference(ctx: &InstallContext) -> Result<String, StepError> {
     image_named(ctx, "coredns")
-}
-
-/// The cluster image whose last path component is `name`.
-pub fn image_named(ctx: &InstallContext, name: &str) -> Result<String, StepError> {
-    ctx.image_references()
-        .into_iter()
-        .find(|r| {
-            r.parse::<kubexm_manifests::image_ref::ImageRef>()
-                .is_ok_and(|i| i.basename() == name)
-        })
-        .ok_or_else(|| {
-            StepError::Invalid(format!(
-                "no {name} image in the bundle (or the catalog's resolution): rebuild the bundle for this cluster"
-            ))
-        })
 }
 
 fn etcd_settings(ctx: &InstallContext) -> Result<(EtcdSettings, EtcdClientFiles), StepError> {

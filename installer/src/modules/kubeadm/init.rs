@@ -1,30 +1,24 @@
 //! The first master: `kubeadm init`, the admin kubeconfig fetched to the control host, and the
 //! join credentials learned for the other nodes.
 
+use crate::modules::k8s::{kubectl, ADMIN_CONF, STATE_DIR};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::binaries::{KUBEADM, KUBECTL};
-use super::config::{Settings, INIT_CONFIG, STATE_DIR};
+use super::binaries::KUBEADM;
+use super::config::{Settings, INIT_CONFIG};
 use super::join;
 use crate::pipeline::ops::{
     CreateDir, FetchFile, LearnFacts, Op, RunCommand, Systemd, SystemdAction, WaitFor,
 };
 use crate::pipeline::{Facts, Node, Policy, Step, StepError};
 
-/// The cluster's admin kubeconfig on every master.
-pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 /// The full output of `kubeadm init` (root only: it holds the join token and certificate key).
 pub const INIT_LOG: &str = "/etc/kubernetes/kubexm/kubeadm-init.log";
 /// The newest kubeadm output holding valid join credentials (root only).
 pub const CREDENTIALS: &str = "/etc/kubernetes/kubexm/join-credentials";
 /// A bootstrap token with less than this left is replaced before joining.
 pub const TOKEN_MARGIN: Duration = Duration::from_secs(3600);
-
-/// `kubectl` with the admin kubeconfig (on a master).
-pub fn kubectl() -> String {
-    format!("{KUBECTL} --kubeconfig {ADMIN_CONF}")
-}
 
 /// Shell check: the API server answers `/readyz`.
 pub fn api_ready() -> String {

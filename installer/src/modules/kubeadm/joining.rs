@@ -1,10 +1,11 @@
 //! `kubeadm join` on the other masters (as control-plane nodes) and on the workers, with the
 //! credentials the first master provided ([`super::init::LearnJoinCredentials`]).
 
+use crate::modules::k8s::STATE_DIR;
 use std::time::Duration;
 
 use super::binaries::KUBEADM;
-use super::config::{planned_credentials, Settings, JOIN_CONFIG, STATE_DIR};
+use super::config::{planned_credentials, Settings, JOIN_CONFIG};
 use super::join::JoinCredentials;
 use crate::pipeline::ops::{CreateDir, Op, RunCommand, Systemd, SystemdAction};
 use crate::pipeline::{Facts, Node, Policy, Step, StepError};

@@ -12,8 +12,8 @@ use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::init::kubectl;
 use crate::context::InstallContext;
+use crate::modules::k8s::kubectl;
 use crate::pipeline::ops::{Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;

@@ -49,8 +49,9 @@ pub mod reconfigure;
 pub mod serving_csr;
 pub mod settle;
 
+use crate::modules::k8s::{admin_kubeconfig_path, ADMIN_CONF};
 use kubexm_manifests::resolve::Role;
-use std::path::PathBuf;
+
 use std::sync::Arc;
 
 use kubexm_manifests::model::{EtcdType, InternalLbType, KubernetesType, LbMode};
@@ -59,24 +60,31 @@ use super::internal_lb::{
     KubeProxyViaLocalProxy, KubeVip, KubeletViaLocalProxy, LocalProxy, LocalProxyKind,
 };
 use crate::context::InstallContext;
+use crate::modules::task_id::TaskId;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use binaries::{KubeBinaries, KubeletService, KUBEADM, KUBELET_DROPIN, KUBELET_UNIT};
-use config::KubeadmSettings;
-use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials, ADMIN_CONF};
+use config::{KubeadmInputs, KubeadmSettings};
+use init::{FetchAdminKubeconfig, InitControlPlane, LearnJoinCredentials};
 use joining::JoinNode;
 use labels::NodeRoles;
 use node_settings::{KubeProxySettings, KubeletSettings};
 use reconfigure::Reconfigure;
 use settle::{ControlPlaneSettled, RestartKubeProxy};
 
+/// kube-vip's static pod on the first master before `kubeadm init`.
+pub const KUBE_VIP_FIRST_MASTER: TaskId = TaskId::new("kube-vip-first-master");
+/// The join credentials learned on the first master.
+pub const JOIN_CREDENTIALS: TaskId = TaskId::new("join-credentials");
+/// The other masters joining, one at a time.
+pub const JOIN_CONTROL_PLANE: TaskId = TaskId::new("join-control-plane");
+/// The workers joining.
+pub const JOIN_WORKERS: TaskId = TaskId::new("join-workers");
+/// Every master reconfigured with kubeadm's phases (API server SANs, control-plane flags).
+pub const KUBEADM_RECONFIGURE: TaskId = TaskId::new("kubeadm-reconfigure");
+
 /// kubeadm's "super admin" kubeconfig (v1.29+), which has its rights before init ends.
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
-
-/// Where the cluster's admin kubeconfig is kept on the control host.
-pub fn admin_kubeconfig_path(ctx: &InstallContext) -> PathBuf {
-    ctx.pki_dir.join("admin.conf")
-}
 
 /// The masters and workers.
 fn kubernetes_nodes(ctx: &InstallContext) -> Vec<String> {
@@ -87,8 +95,28 @@ fn kubernetes_nodes(ctx: &InstallContext) -> Vec<String> {
         .collect()
 }
 
-/// The kubeadm module.
-pub struct KubeadmModule(pub Arc<InstallContext>);
+/// The kubeadm module, handed what its settings take from outside cluster.yaml.
+pub struct KubeadmModule {
+    /// The cluster.
+    pub ctx: Arc<InstallContext>,
+    /// The settings' inputs (the cluster CA's rotation state, read by the caller).
+    pub inputs: KubeadmInputs,
+}
+
+impl KubeadmModule {
+    /// The module for `ctx` with `inputs`.
+    pub fn new(ctx: Arc<InstallContext>, inputs: KubeadmInputs) -> Self {
+        Self { ctx, inputs }
+    }
+}
+
+/// Why the kubeadm modules skip: `kubernetes.type` is not kubeadm.
+fn skip_reason(ctx: &InstallContext) -> Option<String> {
+    (ctx.cluster.file.spec.kubernetes.kind != KubernetesType::Kubeadm).then(|| {
+        "kubernetes.type is kubexm: the control plane runs from binaries as systemd services"
+            .to_string()
+    })
+}
 
 impl Module for KubeadmModule {
     fn name(&self) -> &str {
@@ -96,15 +124,12 @@ impl Module for KubeadmModule {
     }
 
     fn skip(&self) -> Option<String> {
-        (self.0.cluster.file.spec.kubernetes.kind != KubernetesType::Kubeadm).then(|| {
-            "kubernetes.type is kubexm: the control plane runs from binaries as systemd services"
-                .to_string()
-        })
+        skip_reason(&self.ctx)
     }
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let ctx = &self.0;
-        let settings = Arc::new(KubeadmSettings::new(ctx)?);
+        let ctx = &self.ctx;
+        let settings = Arc::new(KubeadmSettings::new(ctx, self.inputs)?);
         let first = ctx.first_master()?.name.clone();
         let masters = ctx.with_role(Role::Master);
         let others: Vec<String> = masters.iter().skip(1).cloned().collect();
@@ -140,7 +165,7 @@ impl Module for KubeadmModule {
             } else {
                 KubeVip::new(ctx, ADMIN_CONF)?
             };
-            tasks.push(Task::new("kube-vip-first-master", [first.clone()]).step(step));
+            tasks.push(Task::new(KUBE_VIP_FIRST_MASTER, [first.clone()]).step(step));
         }
         init = init.step(InitControlPlane {
             settings: settings.clone(),
@@ -163,13 +188,13 @@ impl Module for KubeadmModule {
         ));
         if !others.is_empty() || !workers.is_empty() {
             tasks.push(
-                Task::new("join-credentials", [first.clone()]).step(LearnJoinCredentials {
+                Task::new(JOIN_CREDENTIALS, [first.clone()]).step(LearnJoinCredentials {
                     control_planes: !others.is_empty(),
                 }),
             );
         }
         if !others.is_empty() {
-            let mut t = Task::new("join-control-plane", others.clone())
+            let mut t = Task::new(JOIN_CONTROL_PLANE, others.clone())
                 .serial()
                 .step(JoinNode {
                     settings: settings.clone(),
@@ -189,7 +214,7 @@ impl Module for KubeadmModule {
             );
         }
         if !workers.is_empty() {
-            let mut t = Task::new("join-workers", workers).step(JoinNode {
+            let mut t = Task::new(JOIN_WORKERS, workers).step(JoinNode {
                 settings: settings.clone(),
                 control_plane: false,
             });
@@ -201,7 +226,7 @@ impl Module for KubeadmModule {
             tasks.push(t);
         }
         tasks.push(
-            Task::new("kubeadm-reconfigure", masters.clone())
+            Task::new(KUBEADM_RECONFIGURE, masters.clone())
                 .serial()
                 .step(Reconfigure {
                     settings: settings.clone(),
@@ -281,7 +306,7 @@ impl Module for KubeadmDeleteModule {
         "delete-kubeadm"
     }
     fn skip(&self) -> Option<String> {
-        KubeadmModule(self.0.clone()).skip()
+        skip_reason(&self.0)
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let stacked = self.0.cluster.file.spec.etcd.kind == EtcdType::Kubeadm;
@@ -306,7 +331,7 @@ impl Step for RemoveKubernetes {
         let bins = "/usr/local/bin/kubeadm /usr/local/bin/kubelet /usr/local/bin/kubectl /usr/local/bin/helm";
         let staging = "/var/lib/kubexm/artifacts/kubeadm /var/lib/kubexm/artifacts/kubelet /var/lib/kubexm/artifacts/kubectl /var/lib/kubexm/artifacts/helm /var/lib/kubexm/extract/helm-*";
         let etcd = if self.stacked {
-            config::STACKED_ETCD_DATA
+            crate::modules::k8s::STACKED_ETCD_DATA
         } else {
             ""
         };

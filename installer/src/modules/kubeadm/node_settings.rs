@@ -15,12 +15,13 @@
 //!   rewrites kube-proxy's ConfigMap and DaemonSet; its pods are then restarted one node at a
 //!   time by the DaemonSet's rolling update, and KubeXM waits for the rollout.
 
+use crate::modules::k8s::STATE_DIR;
 use std::time::Duration;
 
 use super::binaries::KUBEADM;
-use super::config::{NodeSettings, Settings, STATE_DIR};
-use super::init::kubectl;
+use super::config::{NodeSettings, Settings};
 use super::reconfigure::{APPLIED_DIR, RECONFIGURE_CONFIG, WANTED_DIR};
+use crate::modules::k8s::kubectl;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Node, Policy, Step, StepError};
 

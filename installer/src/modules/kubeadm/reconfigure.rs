@@ -21,13 +21,14 @@
 //! configuration is uploaded (`kubeadm init phase upload-config kubeadm`) so that later joins get
 //! it. Masters are reconfigured one at a time, each waiting until its API server answers again.
 
+use crate::modules::k8s::{KUBECTL, STATE_DIR};
 use std::time::Duration;
 
-use super::binaries::{KUBEADM, KUBECTL};
-use super::config::{NodeSettings, Settings, STATE_DIR};
-use super::init::ADMIN_CONF;
-use crate::modules::kubexm::host_url;
-use crate::modules::loadbalancer::APISERVER_PORT;
+use super::binaries::KUBEADM;
+use super::config::{NodeSettings, Settings};
+use crate::modules::k8s::host_url;
+use crate::modules::k8s::ADMIN_CONF;
+use crate::modules::k8s::APISERVER_PORT;
 use crate::pipeline::ops::{Check, CreateDir, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Node, Policy, Step, StepError};
 

@@ -45,8 +45,8 @@ use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension};
 
 use kubexm_manifests::display::escape;
 
-use super::init::kubectl;
 use crate::context::InstallContext;
+use crate::modules::k8s::kubectl;
 use crate::pipeline::ops::{LearnFacts, Op, RunCommand};
 use crate::pipeline::{Facts, Node, Step, StepError};
 use crate::runner::shell;

@@ -13,11 +13,11 @@
 //!   done once per set of joined control-plane nodes (a stamp on the first master records it),
 //!   then KubeXM waits for the rollout.
 
+use crate::modules::k8s::{kubectl, ADMIN_CONF};
 use std::time::Duration;
 
-use super::init::{kubectl, ADMIN_CONF};
-use crate::modules::kubexm::host_url;
-use crate::modules::loadbalancer::APISERVER_PORT;
+use crate::modules::k8s::host_url;
+use crate::modules::k8s::APISERVER_PORT;
 use crate::pipeline::ops::{Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Node, Policy, Step, StepError};
 use crate::runner::shell;
@@ -49,7 +49,7 @@ impl Step for ControlPlaneSettled {
                 format!("the API server on {} answering /readyz", node.name),
                 format!(
                     "{} --kubeconfig {ADMIN_CONF} --server {api} get --raw=/readyz >/dev/null",
-                    super::binaries::KUBECTL
+                    crate::modules::k8s::KUBECTL
                 ),
             ),
             wait(

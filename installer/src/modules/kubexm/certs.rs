@@ -297,7 +297,7 @@ pub fn certificates(
         let node_api = if node.has_role(Role::Master) {
             k.local_api(node)
         } else if k.local_proxy().is_some() {
-            crate::modules::internal_lb::LOCAL_API.to_string()
+            crate::modules::k8s::LOCAL_API.to_string()
         } else {
             endpoint.clone()
         };

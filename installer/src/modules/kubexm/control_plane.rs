@@ -16,6 +16,7 @@
 //! `kubernetes.featureGates` go to every component; `apiserverArgs`, `controllerManagerArgs`
 //! and `schedulerArgs` replace or add flags.
 
+use crate::modules::k8s::APISERVER_PORT;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use super::certs::etcd_client_paths;
 use super::flags::Flags;
 use super::{service_ops, Binaries, KubexmCluster, CLUSTER_ADMINS};
 use crate::modules::etcd::EtcdLayout;
-use crate::modules::loadbalancer::{api_server_must_bind_node_address, APISERVER_PORT};
+use crate::modules::loadbalancer::api_server_must_bind_node_address;
 use crate::modules::security;
 use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
@@ -60,7 +61,7 @@ impl Module for KubexmControlPlaneModule {
             Task::new("fetch-admin-kubeconfig", [first]).step(
                 crate::modules::kubeadm::init::FetchAdminKubeconfig {
                     src: k.layout.conf("admin.conf"),
-                    dest: crate::modules::kubeadm::admin_kubeconfig_path(&self.0),
+                    dest: crate::modules::k8s::admin_kubeconfig_path(&self.0),
                 },
             ),
         ])

@@ -40,6 +40,7 @@ pub mod flags;
 pub mod kubeconfig;
 pub mod node;
 
+use crate::modules::k8s::host_url;
 use kubexm_manifests::resolve::Role;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -47,9 +48,9 @@ use std::sync::Arc;
 use kubexm_manifests::model::KubernetesType;
 use kubexm_manifests::version::KubeVersion;
 
-use super::loadbalancer::APISERVER_PORT;
 use super::runtime;
 use crate::context::{ControlPlaneEndpoint, InstallContext};
+use crate::modules::k8s::APISERVER_PORT;
 use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, Systemd, SystemdAction};
 use crate::pipeline::{Facts, Node, Step, StepError};
 
@@ -248,15 +249,6 @@ pub fn feature_gate_lines(
         .iter()
         .map(|(k, v)| serde_json::json!({ "name": k, "enabled": v }))
         .collect()
-}
-
-/// `https://ADDRESS:PORT`, bracketing IPv6 addresses.
-pub fn host_url(address: &str, port: u16) -> String {
-    if address.contains(':') {
-        format!("https://[{address}]:{port}")
-    } else {
-        format!("https://{address}:{port}")
-    }
 }
 
 /// The `n`th address of `cidr` (`10.233.0.0/18`, 10 → `10.233.0.10`); `field` names the setting

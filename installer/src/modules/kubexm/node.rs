@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::modules::internal_lb::{KubeVip, LocalProxy};
-use crate::modules::kubeadm::init::ADMIN_CONF;
+use crate::modules::k8s::ADMIN_CONF;
 use std::time::Duration;
 
 use kubexm_manifests::kube_version::Taint as KubeTaint;

@@ -2,10 +2,10 @@
 
 use serde::Serialize;
 
-use super::{cidrs, plugin_file, split_image, ImageLocation};
+use super::common::{cidrs, plugin_file, split_image, ImageLocation};
 use crate::context::InstallContext;
 use crate::modules::apply::{bundle_upload, values_file, HelmRelease, MANIFESTS_DIR};
-use crate::modules::kubeadm::config::image_named;
+use crate::modules::k8s::image_named;
 use crate::pipeline::ops::Op;
 use crate::pipeline::{Facts, Node, Step, StepError};
 

@@ -1,6 +1,6 @@
 //! flannel: the release's `kube-flannel.yml` from the bundle, rendered for the cluster.
 
-use super::{cidrs, plugin_file, rewrite_images};
+use super::common::{cidrs, plugin_file, rewrite_images};
 use crate::context::InstallContext;
 use crate::modules::apply::{ApplyManifest, MANIFESTS_DIR};
 use crate::pipeline::ops::{Op, UploadFile};

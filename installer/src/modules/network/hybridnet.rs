@@ -10,10 +10,10 @@
 
 use kubexm_manifests::resolve::Role;
 
-use super::{cidrs, plugin_chart, split_image};
+use super::common::{cidrs, plugin_chart, split_image};
 use crate::context::InstallContext;
 use crate::modules::apply::{values_file, HelmRelease};
-use crate::modules::kubeadm::config::image_named;
+use crate::modules::k8s::image_named;
 use crate::pipeline::ops::Op;
 use crate::pipeline::{Facts, Node, Step, StepError};
 

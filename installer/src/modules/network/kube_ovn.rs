@@ -13,11 +13,11 @@ use std::net::IpAddr;
 use kubexm_manifests::resolve::Role;
 use serde::Serialize;
 
-use super::{cidrs, plugin_chart, split_image, ImageLocation};
+use super::common::{cidrs, plugin_chart, split_image, ImageLocation};
 use crate::context::InstallContext;
 use crate::modules::apply::{values_file, HelmRelease};
-use crate::modules::kubeadm::config::image_named;
-use crate::modules::kubeadm::init::kubectl;
+use crate::modules::k8s::image_named;
+use crate::modules::k8s::kubectl;
 use crate::modules::kubeadm::labels::LABELS;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Node, Step, StepError};

@@ -13,8 +13,8 @@ use std::time::Duration;
 use crate::context::InstallContext;
 use crate::modules::apply::ApplyManifest;
 use crate::modules::images::node_image;
-use crate::modules::kubeadm::config::image_named;
-use crate::modules::kubeadm::init::kubectl;
+use crate::modules::k8s::image_named;
+use crate::modules::k8s::kubectl;
 use crate::pipeline::ops::{Op, WaitFor};
 use crate::pipeline::{Facts, Node, Policy, Step, StepError};
 

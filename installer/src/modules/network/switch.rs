@@ -27,19 +27,21 @@
 //!
 //! Nothing here is undone by a rollback: the removed plugin is not in the new bundle.
 
+use crate::modules::k8s::{kubectl, ADMIN_CONF};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_manifests::model::{Network, Plugin};
 use kubexm_manifests::resolve::Role;
 
+use super::common::primary_plugin;
 use super::flannel::FLANNEL_MANIFEST;
+use super::kube_ovn::MASTER_LABEL;
 use super::multus::MULTUS_MANIFEST;
 use super::traces::plugin_traces;
-use super::{primary_plugin, MASTER_LABEL};
 use crate::context::InstallContext;
 use crate::modules::apply::{HELM, MANIFESTS_DIR};
-use crate::modules::kubeadm::init::{kubectl, ADMIN_CONF};
+
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;

@@ -41,7 +41,7 @@ impl EtcdDiskRules {
         let spec = &ctx.cluster.file.spec;
         let data_dir = spec.etcd.data_dir.clone().unwrap_or_else(|| {
             match spec.etcd.kind {
-                EtcdType::Kubeadm => crate::modules::kubeadm::config::STACKED_ETCD_DATA,
+                EtcdType::Kubeadm => crate::modules::k8s::STACKED_ETCD_DATA,
                 _ => crate::modules::etcd::DEFAULT_DATA_DIR,
             }
             .to_string()
@@ -203,7 +203,7 @@ impl Step for CheckEtcdDisk {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 

@@ -185,7 +185,7 @@ impl Step for GatherHarborFacts {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
@@ -205,7 +205,7 @@ impl Step for CheckHarborHost {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 

@@ -140,7 +140,7 @@ impl Step for GatherHostFacts {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
@@ -160,7 +160,7 @@ impl Step for CheckHostRequirements {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 

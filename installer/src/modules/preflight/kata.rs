@@ -60,7 +60,7 @@ impl Step for GatherKvmFacts {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
@@ -79,7 +79,7 @@ impl Step for CheckKvm {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 

@@ -6,6 +6,7 @@ mod harbor;
 mod host;
 mod kata;
 mod network;
+mod policy;
 
 pub use etcd_disk::{CheckEtcdDisk, EtcdDiskModule, EtcdDiskRules, MeasureEtcdDisk};
 pub use harbor::{CheckHarborHost, GatherHarborFacts, HarborRules};
@@ -108,14 +109,6 @@ impl Module for PreflightModule {
     }
 }
 
-fn check_policy() -> Policy {
-    Policy {
-        timeout: std::time::Duration::from_secs(120),
-        attempts: 1,
-        retry_delay: std::time::Duration::ZERO,
-    }
-}
-
 macro_rules! check_step {
     ($ty:ident, $name:literal) => {
         impl Step for $ty {
@@ -126,7 +119,7 @@ macro_rules! check_step {
                 Ok(vec![Op::Check(self.check(node))])
             }
             fn policy(&self) -> Policy {
-                check_policy()
+                policy::check_policy()
             }
         }
     };
@@ -299,7 +292,7 @@ impl Step for CheckPorts {
         Ok(vec![Op::Check(self.check(node))])
     }
     fn policy(&self) -> Policy {
-        check_policy()
+        policy::check_policy()
     }
 }
 

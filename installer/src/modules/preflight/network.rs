@@ -272,7 +272,7 @@ impl Step for GatherNetFacts {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
@@ -292,7 +292,7 @@ impl Step for CheckNodeNetwork {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
@@ -320,7 +320,7 @@ impl Step for ProbeVip {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 
@@ -348,7 +348,7 @@ impl Step for CheckVipFree {
         })])
     }
     fn policy(&self) -> Policy {
-        super::check_policy()
+        super::policy::check_policy()
     }
 }
 

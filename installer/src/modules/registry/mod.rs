@@ -19,6 +19,7 @@ use kubexm_manifests::secret::Secret;
 use sha2::{Digest, Sha256};
 
 use crate::context::InstallContext;
+use crate::modules::task_id::TaskId;
 use crate::pipeline::ops::{
     CreateDir, ExtractTarball, Op, RenderTemplate, RunCommand, SeedImages, Systemd, SystemdAction,
     UploadFile, WaitFor,
@@ -28,6 +29,9 @@ use crate::pki::{CertSpec, San, Usage};
 use crate::run::CONTROL_HOST;
 use crate::runner::{shell, UploadSource};
 use crate::seed::{RegistryTarget, SeedOptions};
+
+/// The task pushing the bundle's images into the registry (from the control host).
+pub const SEED_REGISTRY: TaskId = TaskId::new("seed-registry");
 
 /// Where the registry's configuration, TLS files and htpasswd live on the registry host.
 pub const CONFIG_DIR: &str = "/etc/kubexm-registry";
@@ -207,7 +211,7 @@ impl Module for RegistryModule {
         };
         let harbor = spec.kind == RegistryType::Harbor;
         tasks.push(
-            Task::new("seed-registry", [CONTROL_HOST]).step(SeedRegistry {
+            Task::new(SEED_REGISTRY, [CONTROL_HOST]).step(SeedRegistry {
                 op: SeedImages {
                     dir: bundle.map(|b| b.dir.clone()),
                     manifest: bundle.map(|b| Arc::new(b.manifest.clone())),

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::cri::Cri;
-use super::{
+use super::common::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
     sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
     BIN_DIR, EXTRACT, RUNC,
 };
+use super::cri::Cri;
 use crate::context::InstallContext;
 use crate::pipeline::ops::{Op, RenderTemplate};
 use crate::pipeline::{Facts, Node, Step, StepError, Task};
@@ -299,7 +299,7 @@ impl Step for ContainerdConfig {
 ///    `/usr/local/bin`, `/usr/local/sbin/runc`, the unit, `/etc/containerd/config.toml`, the
 ///    pull credentials, the private registry's `hosts.toml` (and its `ca.crt`) under
 ///    `/etc/containerd/certs.d`, `/etc/crictl.yaml`; emptied directories are removed.
-/// 3. The CNI plugins KubeXM copied ([`super::remove_cni_plugins`]).
+/// 3. The CNI plugins KubeXM copied ([`super::common::remove_cni_plugins`]).
 /// 4. containerd's data (`/var/lib/containerd`: images, snapshots; and `/opt/containerd`) only
 ///    when [`DATA_MARKER`] says KubeXM started containerd on an absent or empty directory.
 /// 5. The runtime's bundle files and staging directories under `/var/lib/kubexm`.
@@ -310,9 +310,15 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         .map(|b| format!("{BIN_DIR}/{b}"))
         .collect();
     files.extend(
-        [RUNC, UNIT_FILE, CONFIG, PULL_AUTH, super::CRICTL_CONFIG]
-            .iter()
-            .map(|s| s.to_string()),
+        [
+            RUNC,
+            UNIT_FILE,
+            CONFIG,
+            PULL_AUTH,
+            super::common::CRICTL_CONFIG,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
     );
     let mut dirs = Vec::new();
     if let Some(e) = ctx.registry_endpoint() {
@@ -333,10 +339,10 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         "/run/containerd {ARTIFACTS}/containerd {ARTIFACTS}/runc {ARTIFACTS}/crictl {EXTRACT}/containerd-* {EXTRACT}/crictl-*"
     );
     let ops = vec![
-        super::stop_units(&["containerd"], UNIT_FILE),
-        super::remove_paths(&files, &dirs),
-        super::remove_cni_plugins(),
-        super::remove_data(DATA_MARKER, &[DATA_DIR, "/opt/containerd"], &staging),
+        super::common::stop_units(&["containerd"], UNIT_FILE),
+        super::common::remove_paths(&files, &dirs),
+        super::common::remove_cni_plugins(),
+        super::common::remove_data(DATA_MARKER, &[DATA_DIR, "/opt/containerd"], &staging),
     ];
     Ok(vec![Task::new("delete-containerd", runtime_hosts(ctx))
         .step(Ops {

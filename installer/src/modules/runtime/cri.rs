@@ -55,9 +55,10 @@ impl Cri {
         }
     }
 
-    /// The cluster's CRI ([`super::Runtime::cri`]).
+    /// The cluster's CRI (as [`super::Runtime::cri`] gives it).
     pub fn of(ctx: &InstallContext) -> Self {
-        super::Runtime::of(ctx).cri(ctx)
+        let r = &ctx.cluster.file.spec.runtime;
+        Self::new(r.kind, r.cri_dockerd, ctx.cluster.version)
     }
 
     /// The socket path.

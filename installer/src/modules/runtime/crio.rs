@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::{
+use super::common::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runtime_hosts,
     sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
     BIN_DIR, CNI_BIN_DIR, EXTRACT,
@@ -116,10 +116,7 @@ impl CrioConfig {
         if let Some(r) = &registry {
             c.insert("endpoint", &r.endpoint);
             c.insert("insecure", &r.plain_http);
-            c.insert(
-                "ca",
-                &super::registry_ca_path(kubexm_manifests::model::RuntimeType::CriO, &r.endpoint),
-            );
+            c.insert("ca", &format!("{CERTS_DIR}/{}/ca.crt", r.endpoint));
             files.push(RenderTemplate::new(
                 "crio/registries.conf.tera",
                 &c,
@@ -188,7 +185,7 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
             POLICY,
             AUTH_FILE,
             REGISTRIES_CONF,
-            super::CRICTL_CONFIG,
+            super::common::CRICTL_CONFIG,
         ]
         .iter()
         .map(|s| s.to_string()),
@@ -211,10 +208,10 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         Ops {
             name: "remove-cri-o",
             ops: vec![
-                super::stop_units(&["crio"], UNIT_FILE),
-                super::remove_paths(&files, &dirs),
-                super::remove_cni_plugins(),
-                super::remove_data(DATA_MARKER, &[DATA_DIR], &also),
+                super::common::stop_units(&["crio"], UNIT_FILE),
+                super::common::remove_paths(&files, &dirs),
+                super::common::remove_cni_plugins(),
+                super::common::remove_data(DATA_MARKER, &[DATA_DIR], &also),
             ],
         },
     )])

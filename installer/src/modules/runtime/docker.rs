@@ -20,12 +20,12 @@ use std::sync::Arc;
 
 use kubexm_manifests::model::RegistryType;
 
-use super::cri::Cri;
-use super::{
+use super::common::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, none_exist, runtime_hosts,
     sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
     BIN_DIR, CNI_BIN_DIR, EXTRACT,
 };
+use super::cri::Cri;
 use crate::context::InstallContext;
 use crate::modules::delete::Ops;
 use crate::pipeline::ops::{Op, RenderTemplate, RunCommand, Systemd, SystemdAction, WaitFor};
@@ -265,9 +265,9 @@ pub fn engine_delete_ops(ctx: &InstallContext) -> Vec<Op> {
     dirs.extend([CERTS_DIR.to_string(), "/etc/docker".to_string()]);
     let also = format!("/run/docker /run/docker.sock {ARTIFACTS}/docker {EXTRACT}/docker-*");
     vec![
-        super::stop_units(&["docker.service", "docker.socket"], UNIT_FILE),
-        super::remove_paths(&files, &dirs),
-        super::remove_data(DATA_MARKER, &[DATA_DIR], &also),
+        super::common::stop_units(&["docker.service", "docker.socket"], UNIT_FILE),
+        super::common::remove_paths(&files, &dirs),
+        super::common::remove_data(DATA_MARKER, &[DATA_DIR], &also),
     ]
 }
 
@@ -281,7 +281,7 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         CRI_DOCKERD,
         CRI_UNIT_FILE,
         CRI_SOCKET_FILE,
-        super::CRICTL_CONFIG,
+        super::common::CRICTL_CONFIG,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -293,9 +293,9 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
     let mut tasks = vec![Task::new("delete-cri-dockerd", hosts.clone()).step(Ops {
         name: "remove-cri-dockerd",
         ops: vec![
-            super::stop_units(&["cri-docker.service", "cri-docker.socket"], CRI_UNIT_FILE),
-            super::remove_paths(&files, &[]),
-            super::remove_cni_plugins(),
+            super::common::stop_units(&["cri-docker.service", "cri-docker.socket"], CRI_UNIT_FILE),
+            super::common::remove_paths(&files, &[]),
+            super::common::remove_cni_plugins(),
             Op::Run(RunCommand::new(format!("rm -rf -- {state}")).unless(none_exist(&state))),
         ],
     })];

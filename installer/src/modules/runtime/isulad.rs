@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::{
+use super::common::{
     cni_plugin_ops, component_version, copy, crictl_config, crictl_ops, runc_ops, runtime_hosts,
     sandbox_image, start_daemon, upload_and_extract, PrivateRegistry, PullPause, ARTIFACTS,
     BIN_DIR, CNI_BIN_DIR, EXTRACT, RUNC,
@@ -176,7 +176,7 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
             DAEMON_JSON,
             PULL_AUTH,
             LD_CONF,
-            super::CRICTL_CONFIG,
+            super::common::CRICTL_CONFIG,
         ]
         .iter()
         .map(|s| s.to_string()),
@@ -194,14 +194,14 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
         Ops {
             name: "remove-isulad",
             ops: vec![
-                super::stop_units(&["isulad"], UNIT_FILE),
-                super::remove_paths(&files, &dirs),
+                super::common::stop_units(&["isulad"], UNIT_FILE),
+                super::common::remove_paths(&files, &dirs),
                 Op::Run(
                     RunCommand::new(format!("rm -rf -- {LIB_DIR}\nldconfig"))
                         .unless(format!("[ ! -e {LIB_DIR} ]")),
                 ),
-                super::remove_cni_plugins(),
-                super::remove_data(DATA_MARKER, &[DATA_DIR], &also),
+                super::common::remove_cni_plugins(),
+                super::common::remove_data(DATA_MARKER, &[DATA_DIR], &also),
             ],
         },
     )])

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{run_ok, run_test, GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{run_ok, run_test, GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::{shell, Runner};
 
 /// Runs a shell command as root.
@@ -359,7 +359,7 @@ impl GenericStep for Check {
     async fn apply(&self, runner: &dyn Runner) -> Result<(), StepError> {
         self.apply_noted(runner).await.map(drop)
     }
-    async fn apply_noted(&self, runner: &dyn Runner) -> Result<super::Applied, StepError> {
+    async fn apply_noted(&self, runner: &dyn Runner) -> Result<super::generic::Applied, StepError> {
         let script = if self.control_time {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -377,7 +377,7 @@ impl GenericStep for Check {
             .exec(&crate::runner::Exec::root(script).with_timeout(Duration::from_secs(120)))
             .await?;
         if out.success() {
-            Ok(super::Applied {
+            Ok(super::generic::Applied {
                 notes: out
                     .stdout
                     .lines()

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{run_ok, run_test, GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{run_ok, run_test, GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::{shell, Runner, Upload, UploadSource};
 
 const BACKUP: &str = ".kubexm-orig";
@@ -85,10 +85,10 @@ impl GenericStep for UploadFile {
         has_sha256(runner, &self.dest, &self.sha256).await
     }
 
-    fn written(&self) -> Option<super::Written<'_>> {
+    fn written(&self) -> Option<super::generic::Written<'_>> {
         Some(match &self.source {
-            UploadSource::Bytes(b) => super::Written::Bytes(std::borrow::Cow::Borrowed(b)),
-            UploadSource::File(p) => super::Written::File(p),
+            UploadSource::Bytes(b) => super::generic::Written::Bytes(std::borrow::Cow::Borrowed(b)),
+            UploadSource::File(p) => super::generic::Written::File(p),
         })
     }
 
@@ -302,7 +302,7 @@ impl GenericStep for RenderTemplate {
     fn commit(&self) -> Option<String> {
         self.file.commit()
     }
-    fn written(&self) -> Option<super::Written<'_>> {
+    fn written(&self) -> Option<super::generic::Written<'_>> {
         self.file.written()
     }
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{run_ok, GenericStep, OpPlan};
-use crate::pipeline::{Facts, StepError};
+use super::generic::{run_ok, GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
+use crate::pipeline::facts::Facts;
 use crate::runner::{shell, Runner};
 
 /// Turns a script's standard output into `(key, value)` facts; the error says what is missing

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{run_ok, run_test, GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{run_ok, run_test, GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::Runner;
 
 /// Where Linux says which boot this is (a random UUID made at every boot).

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::{Applied, GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{Applied, GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::Runner;
 
 /// What a requirement found on a node: warnings for the operator, or why the node cannot run

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use kubexm_bundles::manifest::BundleManifest;
 
-use super::{GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::Runner;
 use crate::seed::SeedOptions;
 
@@ -70,7 +70,10 @@ impl GenericStep for SeedImages {
         self.apply_noted(_runner).await.map(drop)
     }
 
-    async fn apply_noted(&self, _runner: &dyn Runner) -> Result<super::Applied, StepError> {
+    async fn apply_noted(
+        &self,
+        _runner: &dyn Runner,
+    ) -> Result<super::generic::Applied, StepError> {
         let (Some(dir), Some(manifest)) = (&self.dir, &self.manifest) else {
             return Err(StepError::Invalid(
                 "seeding needs the unpacked bundle (run with --bundle)".to_string(),
@@ -90,7 +93,7 @@ impl GenericStep for SeedImages {
         .await
         .map_err(|e| StepError::Seed(format!("the seeding thread failed: {e}")))??;
         let changed = report.images_complete < report.images;
-        Ok(super::Applied {
+        Ok(super::generic::Applied {
             notes: if changed {
                 vec![format!(
                     "seeded {} image(s) into {}: {} already complete, {} blob(s) uploaded, {} mounted, {} present",

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{run_ok, run_test, GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{run_ok, run_test, GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::{shell, Runner};
 
 /// What to do with systemd.

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{GenericStep, OpPlan};
-use crate::pipeline::StepError;
+use super::generic::{GenericStep, OpPlan};
+use crate::pipeline::error::StepError;
 use crate::runner::Runner;
 
 /// Polls `check` until it exits 0 or `timeout` passes.

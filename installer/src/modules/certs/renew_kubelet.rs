@@ -23,9 +23,9 @@ use base64::Engine as _;
 
 use kubexm_manifests::model::KubernetesType;
 
-use super::kubeadm::serving_csr::{approval_tasks, await_serving, NodeNames};
 use super::renew::{KubeletHealthy, Marker, Renew, KUBELET_PKI};
 use crate::context::InstallContext;
+use crate::modules::kubeadm::serving_csr::{approval_tasks, await_serving, NodeNames};
 use crate::pipeline::ops::{LearnFacts, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
@@ -365,7 +365,7 @@ pub const SERVING_FETCH: Duration = Duration::from_secs(180);
 /// the CSR checks, from `ctx`: [`NodeNames::of`]), approved on the first master `first`: each node sets its
 /// certificate aside (to `before`) and restarts its kubelet; the first master waits (bounded)
 /// until each has a pending CSR and approves the acceptable ones; each node is given
-/// [`SETTLE`](super::kubeadm::serving_csr::SETTLE) to hold a new certificate; the first master approves what is pending then
+/// [`SETTLE`](crate::modules::kubeadm::serving_csr::SETTLE) to hold a new certificate; the first master approves what is pending then
 /// (no wait); each node must hold a new certificate within [`SERVING_FETCH`].
 ///
 /// The second round is for a kubelet that asked before its restart: a kubelet restarted on a
@@ -436,7 +436,7 @@ impl Step for RequestServing {
 
 /// The node holds a valid serving certificate that is not the one set aside. `required`: awaited
 /// for [`SERVING_FETCH`], else the step fails naming the node; otherwise the node is given
-/// [`SETTLE`](super::kubeadm::serving_csr::SETTLE) and the step succeeds either way (a second approval round follows).
+/// [`SETTLE`](crate::modules::kubeadm::serving_csr::SETTLE) and the step succeeds either way (a second approval round follows).
 pub struct ServingRenewed {
     /// Where [`RequestServing`] set the old one aside.
     pub before: String,

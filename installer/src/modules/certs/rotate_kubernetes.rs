@@ -35,10 +35,14 @@ use std::time::Duration;
 
 use kubexm_manifests::model::KubernetesType;
 
+use crate::modules::certs::renew::{
+    fetch_admin, kubexm_rolling_tasks, Marker, RestartServices, RENEWED,
+};
+use crate::modules::certs::rotate::{
+    cluster_kubectl, AggregationTrust, Rotate, RotatedCa, CLIENT_CA,
+};
 use crate::modules::kubexm::certs::{certificates, KubernetesCertificates};
 use crate::modules::kubexm::KubexmCluster;
-use crate::modules::renew::{fetch_admin, kubexm_rolling_tasks, Marker, RestartServices, RENEWED};
-use crate::modules::rotate::{cluster_kubectl, AggregationTrust, Rotate, RotatedCa, CLIENT_CA};
 use crate::pipeline::ops::{Check, Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::rotation::Phase;

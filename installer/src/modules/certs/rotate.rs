@@ -39,15 +39,15 @@ use kubexm_manifests::model::{EtcdType, KubernetesType};
 use kubexm_manifests::resolve::Role;
 
 use crate::context::InstallContext;
+use crate::modules::backup::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
+use crate::modules::certs::renew::{
+    etcd_rolling_tasks, EtcdClientFiles, KubeletHealthy, Marker, RestartServices, RENEWED,
+};
 use crate::modules::etcd::EtcdLayout;
+use crate::modules::k8s::KUBEADM_PKI;
 use crate::modules::kubexm::certs::KubernetesCertificates;
 use crate::modules::kubexm::control_plane::WaitControlPlane;
 use crate::modules::kubexm::KubexmCluster;
-use crate::modules::renew::{
-    etcd_rolling_tasks, EtcdClientFiles, KubeletHealthy, Marker, RestartServices, RENEWED,
-};
-use crate::modules::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
-use crate::modules::restore_fresh::KUBEADM_PKI;
 use crate::pipeline::ops::{FetchFile, Op, RunCommand, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::pki::{CertSpec, KeyDir, Usage};
@@ -355,7 +355,7 @@ pub struct AggregationTrust {
 pub fn cluster_kubectl(kubexm: Option<&Arc<KubexmCluster>>, node: &Node) -> String {
     match kubexm {
         Some(k) => k.kubectl(node),
-        None => crate::modules::kubeadm::init::kubectl(),
+        None => crate::modules::k8s::kubectl(),
     }
 }
 
@@ -483,7 +483,7 @@ impl KubeadmFrontProxyFiles {
                 FRONT_PROXY_KEY_PKCS8,
                 0o600,
             ));
-            convert = Some(crate::modules::kubeadm::config::ec_key_in_sec1(
+            convert = Some(crate::modules::k8s::ec_key_in_sec1(
                 FRONT_PROXY_KEY_PKCS8,
                 &at("front-proxy-ca.key"),
             ));
@@ -518,7 +518,7 @@ impl Step for KubeadmFrontProxyFiles {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut ops = vec![Op::Mkdir(crate::pipeline::ops::CreateDir {
-            path: crate::modules::kubeadm::config::STATE_DIR.into(),
+            path: crate::modules::k8s::STATE_DIR.into(),
             mode: 0o700,
         })];
         ops.extend(self.files.iter().cloned().map(Op::Upload));
@@ -546,7 +546,7 @@ impl Step for DropKubeadmCerts {
         "drop-kubeadm-certs"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let k = crate::modules::kubeadm::init::kubectl();
+        let k = crate::modules::k8s::kubectl();
         Ok(vec![Op::Run(
             RunCommand::new(format!(
                 "{k} -n kube-system delete secret kubeadm-certs --ignore-not-found"

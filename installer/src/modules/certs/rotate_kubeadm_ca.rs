@@ -35,6 +35,7 @@
 //! `drop-old` the `client-ca-file` of `extension-apiserver-authentication`; after each phase the
 //! stale `kubeadm-certs` Secret dropped and `admin.conf` fetched.
 
+use crate::modules::k8s::{ec_key_in_sec1, STATE_DIR};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,31 +44,29 @@ use kubexm_manifests::model::{InternalLbType, KubernetesType, LbMode};
 use kubexm_manifests::resolve::Role;
 
 use crate::context::InstallContext;
-use crate::modules::kubeadm::binaries::KUBEADM;
-use crate::modules::kubeadm::config::{ec_key_in_sec1, KubeadmSettings, STATE_DIR};
-use crate::modules::kubeadm::init::ADMIN_CONF;
-use crate::modules::kubeadm::reconfigure::Reconfigure;
-use crate::modules::renew::{fetch_admin, KubeletClient, KubeletHealthy, Marker};
-use crate::modules::renew_kubelet::{
+use crate::modules::backup::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
+use crate::modules::certs::renew::{fetch_admin, KubeletClient, KubeletHealthy, Marker};
+use crate::modules::certs::renew_kubelet::{
     serving_renewal_tasks, serving_set_aside, InstallClient, RequestClient, SignClients,
 };
-use crate::modules::restore::{RestartNodeAgents, StartControlPlane, StopControlPlane};
-use crate::modules::restore_fresh::KUBEADM_PKI;
-use crate::modules::rotate::{
+use crate::modules::certs::rotate::{
     cluster_kubectl, stale_kubeadm_certs, AggregationTrust, FetchKubeadmCa, Rotate, RotatedCa,
     CLIENT_CA, KUBEADM_CA_DIR,
 };
-use crate::modules::rotate_kubernetes::{
+use crate::modules::certs::rotate_kubernetes::{
     NamePodsToRestart, RestartKubeVip, RestartSystemWorkloads, ServiceAccountCa,
 };
+use crate::modules::k8s::ADMIN_CONF;
+use crate::modules::k8s::{CA_SIGNER, KUBEADM_PKI};
+use crate::modules::kubeadm::binaries::KUBEADM;
+use crate::modules::kubeadm::config::{KubeadmInputs, KubeadmSettings};
+use crate::modules::kubeadm::reconfigure::Reconfigure;
 use crate::pipeline::ops::{CreateDir, Op, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::pki::Ca;
 use crate::rotation::Phase;
 use crate::runner::shell;
 
-/// The controller-manager's signing certificate while the cluster CA is rotated.
-pub const CA_SIGNER: &str = "/etc/kubernetes/pki/ca-signer.crt";
 /// The new cluster CA key as uploaded (PKCS#8), converted from there to `ca.key`.
 const CA_KEY_PKCS8: &str = "/etc/kubernetes/kubexm/ca.key.pk8";
 /// The kubeconfigs kubeadm writes on a master, `kubelet.conf` last (also on workers).
@@ -93,6 +92,14 @@ pub fn separate_signer(ctx: &InstallContext) -> Result<bool, StepError> {
             source,
         })?;
     Ok(matches!(phase, Some(Phase::TrustBoth | Phase::Reissue)))
+}
+
+/// The kubeadm settings' inputs that come from the cluster CA's rotation state (read here, by
+/// the caller, not while the kubeadm module plans).
+pub fn kubeadm_inputs(ctx: &InstallContext) -> Result<KubeadmInputs, StepError> {
+    Ok(KubeadmInputs {
+        separate_signer: separate_signer(ctx)?,
+    })
 }
 
 /// Why masters may not join now, if so: while [`separate_signer`] holds, the masters'
@@ -181,7 +188,7 @@ impl Module for RotateKubeadmCaModule {
         } else {
             // The controller-manager's signer file (see `separate_signer`).
             on_masters = on_masters.step(Reconfigure {
-                settings: Arc::new(KubeadmSettings::new(ctx)?),
+                settings: Arc::new(KubeadmSettings::new(ctx, kubeadm_inputs(ctx)?)?),
                 first: first.clone(),
             });
         }

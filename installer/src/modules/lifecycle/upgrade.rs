@@ -6,7 +6,7 @@
 //! For one group of nodes, in order:
 //!
 //! 1. `cordon-drain` (on `via`, a master outside the group): each registered node cordoned and
-//!    drained through the eviction API ([`crate::modules::membership`]'s steps: budgets are
+//!    drained through the eviction API ([`crate::modules::lifecycle::membership`]'s steps: budgets are
 //!    respected, a failed drain uncordons the node).
 //! 2. kubeadm path, `kubeadm-upgrade` (the nodes): kubeadm, the kubelet and kubectl from the new
 //!    bundle, then on the first master the target's configuration uploaded as `kubeadm-config`
@@ -15,7 +15,7 @@
 //!    kube-proxy, CoreDNS, stacked etcd; with the internal load balancer's local proxy,
 //!    kube-proxy's kubeconfig put back on `127.0.0.1:6443` after it, as the install does), or
 //!    `kubeadm upgrade node` on the others (their static pods, their kubelet configuration); what kubeadm applied is recorded
-//!    ([`super::kubeadm::reconfigure`]) and a marker names the version, so a resumed run skips
+//!    ([`crate::modules::kubeadm::reconfigure`]) and a marker names the version, so a resumed run skips
 //!    a node done. kubexm path, `control-plane` (masters): the new kube-apiserver,
 //!    kube-controller-manager, kube-scheduler and kubectl, their units rendered for the new
 //!    version, each service restarted when it runs a replaced binary, every one answering
@@ -27,6 +27,7 @@
 //! 5. `health` (masters): the node's API server answers `/readyz` and reports the new version;
 //!    its etcd member (KubeXM's or the stacked one) is healthy with the whole cluster.
 
+use crate::modules::k8s::{host_url, KUBECTL, STATE_DIR};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,20 +35,20 @@ use kubexm_manifests::model::KubernetesType;
 use kubexm_manifests::resolve::Role;
 use kubexm_manifests::version::KubeVersion;
 
-use super::internal_lb::KubeProxyViaLocalProxy;
 use super::kernel::{ApiServerReady, EtcdHealthy, EtcdMembership, NodeReady, Uncordon};
-use super::kubeadm::binaries::{KubeBinaries, KUBEADM, KUBECTL, KUBELET};
-use super::kubeadm::config::{KubeadmSettings, Settings, STATE_DIR};
-use super::kubeadm::init::ADMIN_CONF;
-use super::kubeadm::reconfigure::record_applied;
-use super::kubexm::control_plane::{
-    self, ApiServer, ControllerManager, Scheduler, WaitControlPlane,
-};
-use super::kubexm::node::{KubeProxy, Kubelet};
-use super::kubexm::{host_url, Binaries, KubexmCluster};
-use super::loadbalancer::APISERVER_PORT;
 use super::membership::{kubectl_on, Cordon, Drain, DrainOptions};
 use crate::context::InstallContext;
+use crate::modules::internal_lb::KubeProxyViaLocalProxy;
+use crate::modules::k8s::ADMIN_CONF;
+use crate::modules::k8s::APISERVER_PORT;
+use crate::modules::kubeadm::binaries::{KubeBinaries, KUBEADM, KUBELET};
+use crate::modules::kubeadm::config::{KubeadmSettings, Settings};
+use crate::modules::kubeadm::reconfigure::record_applied;
+use crate::modules::kubexm::control_plane::{
+    self, ApiServer, ControllerManager, Scheduler, WaitControlPlane,
+};
+use crate::modules::kubexm::node::{KubeProxy, Kubelet};
+use crate::modules::kubexm::{Binaries, KubexmCluster};
 use crate::pipeline::ops::{Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;
@@ -107,7 +108,10 @@ impl UpgradeNodesModule {
     }
 
     fn kubeadm_tasks(&self, tasks: &mut Vec<Task>) -> Result<(), StepError> {
-        let settings: Settings = Arc::new(KubeadmSettings::new(&self.ctx)?);
+        let settings: Settings = Arc::new(KubeadmSettings::new(
+            &self.ctx,
+            crate::modules::certs::rotate_kubeadm_ca::kubeadm_inputs(&self.ctx)?,
+        )?);
         let mut first = Vec::new();
         let mut others = Vec::new();
         for n in self.names() {
@@ -139,7 +143,7 @@ impl UpgradeNodesModule {
                     apply,
                 }),
             );
-            if apply && super::internal_lb::local_proxy_kind(&self.ctx).is_some() {
+            if apply && crate::modules::internal_lb::local_proxy_kind(&self.ctx).is_some() {
                 // `upgrade apply` writes kube-proxy's kubeconfig back to the endpoint's name
                 // (the first master): every kube-proxy through 127.0.0.1:6443 again, as the
                 // install leaves it.
@@ -185,7 +189,7 @@ impl UpgradeNodesModule {
         let pause = if k.version.kubelet_has_pod_infra_image_flag() {
             Some(
                 self.ctx
-                    .pull_reference(&super::runtime::pause_reference(&self.ctx)?)?,
+                    .pull_reference(&crate::modules::runtime::pause_reference(&self.ctx)?)?,
             )
         } else {
             None
@@ -302,11 +306,11 @@ impl Module for EtcdMemberModule {
         &self.title
     }
     fn skip(&self) -> Option<String> {
-        super::etcd::EtcdModule(self.ctx.clone()).skip()
+        crate::modules::etcd::EtcdModule(self.ctx.clone()).skip()
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let layout = super::etcd::EtcdLayout::from_context(&self.ctx);
-        let mut tasks: Vec<Task> = super::etcd::install_tasks(&self.ctx, None)?
+        let layout = crate::modules::etcd::EtcdLayout::from_context(&self.ctx);
+        let mut tasks: Vec<Task> = crate::modules::etcd::install_tasks(&self.ctx, None)?
             .into_iter()
             .filter(|t| t.name == "install-etcd" && t.hosts.contains(&self.member))
             .map(|mut t| {
@@ -318,7 +322,7 @@ impl Module for EtcdMemberModule {
             Task::new("etcd-restart-health", [self.member.clone()])
                 .step(RestartReplaced {
                     units: vec![(
-                        super::etcd::UNIT.to_string(),
+                        crate::modules::etcd::UNIT.to_string(),
                         format!("{}/etcd", layout.bin_dir),
                     )],
                     kubelet: false,

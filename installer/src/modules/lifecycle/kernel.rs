@@ -3,7 +3,7 @@
 //! at a time). For one node, in order:
 //!
 //! 1. `cordon-drain` (on `via`, a master other than the node when there is one): cordon, then
-//!    drain through the eviction API — [`crate::modules::membership`]'s own steps, so budgets are
+//!    drain through the eviction API — [`crate::modules::lifecycle::membership`]'s own steps, so budgets are
 //!    respected and a failed drain uncordons the node (its rollback).
 //! 2. `install-kernel` (the node): the kubelet stopped (started again if the install fails), the
 //!    kernel package installed or upgraded with the package manager, from the bundle's
@@ -29,14 +29,14 @@ use std::time::Duration;
 use kubexm_manifests::model::{EtcdType, KubernetesType};
 use kubexm_manifests::resolve::Role;
 
-use super::kubeadm::binaries::KUBECTL;
-use super::kubeadm::init::ADMIN_CONF;
-use super::kubexm::host_url;
-use super::loadbalancer::APISERVER_PORT;
 use super::membership::{kubectl_on, Cordon, Drain, DrainOptions};
-use super::runtime::cri::Cri;
 use crate::context::InstallContext;
 use crate::facts::kernel::{KernelPackage, KernelRelease, NEWEST_SCRIPT, PENDING};
+use crate::modules::k8s::host_url;
+use crate::modules::k8s::ADMIN_CONF;
+use crate::modules::k8s::APISERVER_PORT;
+use crate::modules::k8s::KUBECTL;
+use crate::modules::runtime::cri::Cri;
 use crate::pipeline::ops::{
     Check, LearnFacts, Op, PackageSource, Reboot, RunCommand, Systemd, SystemdAction, WaitBounds,
     WaitFor,
@@ -368,11 +368,14 @@ impl Step for RuntimeAnswers {
             .map(|u| Op::Systemd(Systemd::new(SystemdAction::IsActive((*u).to_string()))))
             .collect();
         let check = if self.cri == Cri::Dockershim {
-            format!("{}/docker info >/dev/null", super::runtime::BIN_DIR)
+            format!(
+                "{}/docker info >/dev/null",
+                crate::modules::runtime::BIN_DIR
+            )
         } else {
             format!(
                 "{}/crictl --runtime-endpoint {} info >/dev/null",
-                super::runtime::BIN_DIR,
+                crate::modules::runtime::BIN_DIR,
                 self.cri.endpoint()
             )
         };
@@ -505,11 +508,11 @@ impl Step for EtcdHealthy {
         let check = match self.etcd {
             EtcdMembership::None => return Ok(Vec::new()),
             EtcdMembership::Kubexm => {
-                super::etcd::EtcdLayout::from_context(&self.ctx).health_command(&node.name)
+                crate::modules::etcd::EtcdLayout::from_context(&self.ctx).health_command(&node.name)
             }
             EtcdMembership::Stacked => format!(
                 "{} endpoint health --cluster",
-                super::etcd_member::stacked_etcdctl(&super::kubeadm::init::kubectl(), &node.name)
+                super::etcd_member::stacked_etcdctl(&crate::modules::k8s::kubectl(), &node.name)
             ),
         };
         Ok(vec![ready_wait(

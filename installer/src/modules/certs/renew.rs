@@ -28,6 +28,7 @@
 //! step is guarded by a marker holding the renewal's id ([`RENEWED`]), so `--resume` does not
 //! renew twice.
 
+use crate::modules::k8s::ec_key_in_sec1;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,16 +36,16 @@ use kubexm_manifests::model::{EtcdType, KubernetesType};
 use kubexm_manifests::resolve::Role;
 
 use crate::context::InstallContext;
+use crate::modules::backup::restore::{
+    RestartNodeAgents, StartControlPlane, StopControlPlane, KUBELET_HEALTHY,
+};
 use crate::modules::etcd::{self, EtcdCertificates, EtcdLayout};
 use crate::modules::kubeadm::binaries::KUBEADM;
-use crate::modules::kubeadm::config::{ec_key_in_sec1, ETCD_CA, ETCD_CERT, ETCD_KEY};
+use crate::modules::kubeadm::config::{ETCD_CA, ETCD_CERT, ETCD_KEY};
 use crate::modules::kubeadm::init::FetchAdminKubeconfig;
 use crate::modules::kubexm::certs::{certificates, KubernetesCertificates};
 use crate::modules::kubexm::control_plane::WaitControlPlane;
 use crate::modules::kubexm::{KubexmCluster, SERVICES};
-use crate::modules::restore::{
-    RestartNodeAgents, StartControlPlane, StopControlPlane, KUBELET_HEALTHY,
-};
 use crate::pipeline::ops::{CopyFile, Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;
@@ -340,7 +341,7 @@ pub(crate) fn fetch_admin(ctx: &InstallContext, src: String) -> Result<Task, Ste
     Ok(
         Task::new("fetch-admin-kubeconfig", [first]).step(FetchAdminKubeconfig {
             src,
-            dest: crate::modules::kubeadm::admin_kubeconfig_path(ctx),
+            dest: crate::modules::k8s::admin_kubeconfig_path(ctx),
         }),
     )
 }
@@ -469,10 +470,7 @@ impl Module for RenewKubeadmModule {
             });
         Ok(vec![
             t,
-            fetch_admin(
-                &r.ctx,
-                crate::modules::kubeadm::init::ADMIN_CONF.to_string(),
-            )?,
+            fetch_admin(&r.ctx, crate::modules::k8s::ADMIN_CONF.to_string())?,
         ])
     }
 }

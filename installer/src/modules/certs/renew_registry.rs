@@ -11,8 +11,8 @@ use std::time::Duration;
 use kubexm_manifests::model::RegistryType;
 use kubexm_manifests::resolve::Role;
 
-use super::registry::RegistryModule;
 use super::renew::Renew;
+use crate::modules::registry::RegistryModule;
 use crate::pipeline::ops::{Op, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::runner::shell;
@@ -57,8 +57,10 @@ impl Module for RenewRegistryModule {
             _ => (endpoint.clone(), "443".to_string()),
         };
         let cert_file = match r.ctx.cluster.file.spec.registry.kind {
-            RegistryType::Harbor => format!("{}/server.crt", super::registry::harbor::TLS_DIR),
-            _ => format!("{}/tls/server.crt", super::registry::CONFIG_DIR),
+            RegistryType::Harbor => {
+                format!("{}/server.crt", crate::modules::registry::harbor::TLS_DIR)
+            }
+            _ => format!("{}/tls/server.crt", crate::modules::registry::CONFIG_DIR),
         };
         Ok(vec![
             deploy,

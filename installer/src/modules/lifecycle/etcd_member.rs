@@ -26,13 +26,15 @@ use std::time::Duration;
 
 use kubexm_manifests::model::{EtcdType, InternalLbType, KubernetesType, LbMode};
 
-use super::etcd::{EtcdBinaries, EtcdConfig, EtcdHealth, EtcdLayout, StartEtcd, UNIT, UNIT_FILE};
-use super::kubeadm::config::{KubeadmSettings, Settings, INIT_CONFIG};
-use super::kubeadm::init::kubectl;
-use super::kubexm::control_plane::{ApiServer, WaitControlPlane};
-use super::kubexm::KubexmCluster;
 use super::membership::kubectl_on;
 use crate::context::InstallContext;
+use crate::modules::etcd::{
+    EtcdBinaries, EtcdConfig, EtcdHealth, EtcdLayout, StartEtcd, UNIT, UNIT_FILE,
+};
+use crate::modules::k8s::kubectl;
+use crate::modules::kubeadm::config::{KubeadmSettings, Settings, INIT_CONFIG};
+use crate::modules::kubexm::control_plane::{ApiServer, WaitControlPlane};
+use crate::modules::kubexm::KubexmCluster;
 use crate::pipeline::ops::{Op, RunCommand, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;
@@ -322,7 +324,10 @@ impl Module for ApiServerEtcdModule {
         let servers = EtcdLayout::from_context(ctx).client_endpoints().join(",");
         match ctx.cluster.file.spec.kubernetes.kind {
             KubernetesType::Kubeadm => {
-                let settings = Arc::new(KubeadmSettings::new(ctx)?);
+                let settings = Arc::new(KubeadmSettings::new(
+                    ctx,
+                    crate::modules::certs::rotate_kubeadm_ca::kubeadm_inputs(ctx)?,
+                )?);
                 let first = ctx.first_master()?.name.clone();
                 let lb = &ctx.cluster.file.spec.load_balancer;
                 let kube_vip =
@@ -369,7 +374,7 @@ impl Step for UploadClusterConfiguration {
             Op::Run(
                 RunCommand::new(format!(
                     "{} init phase upload-config kubeadm --config {INIT_CONFIG} >/dev/null",
-                    super::kubeadm::binaries::KUBEADM
+                    crate::modules::kubeadm::binaries::KUBEADM
                 ))
                 .when_changed(),
             ),
@@ -394,8 +399,10 @@ impl Step for StaticPodEtcdServers {
             "sed -n 's/^ *- //p' {APISERVER_MANIFEST} | grep -qxF -- {}",
             shell::quote(&flag)
         );
-        let server =
-            super::kubexm::host_url(&node.internal_address, super::loadbalancer::APISERVER_PORT);
+        let server = crate::modules::k8s::host_url(
+            &node.internal_address,
+            crate::modules::k8s::APISERVER_PORT,
+        );
         Ok(vec![
             Op::Run(
                 RunCommand::new(format!(
@@ -463,7 +470,7 @@ impl Module for StackedMemberGoneModule {
             } else {
                 format!("https://{}", self.address)
             },
-            super::etcd::PEER_PORT
+            crate::modules::etcd::PEER_PORT
         );
         let step = MemberRemove {
             etcdctl: e.clone(),

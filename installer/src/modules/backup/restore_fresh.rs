@@ -27,22 +27,21 @@
 //! On the kubexm path the CAs come from the control host's key directory, which
 //! `restore --fresh` fills from the backup before the pipeline is built.
 
+use crate::modules::k8s::KUBEADM_PKI;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_manifests::model::{EtcdType, KubernetesType};
 
+use crate::context::InstallContext;
+use crate::modules::backup::restore::{Restore, RestoreData};
 use crate::modules::etcd;
-use crate::modules::kubeadm::init::kubectl;
-use crate::modules::kubeadm::KubeadmModule;
-use crate::modules::restore::{Restore, RestoreData};
+use crate::modules::k8s::kubectl;
+use crate::modules::kubeadm::{JOIN_CONTROL_PLANE, JOIN_CREDENTIALS, JOIN_WORKERS};
 use crate::pipeline::ops::{CreateDir, Op, UploadFile, WaitFor};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::{shell, UploadSource};
-
-/// Where kubeadm keeps its PKI on a master.
-pub const KUBEADM_PKI: &str = "/etc/kubernetes/pki";
 
 /// The files of kubeadm's PKI that make the cluster's identity (CAs and the service-account
 /// key pair) with their modes; every other file kubeadm issues from them.
@@ -167,31 +166,36 @@ pub const LAPSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// kubelet: that node has joined already (a re-run), or an old node still runs under the name.
 pub const LIVE_LEASE_SECS: u64 = 60;
 
-/// The kubeadm module of a fresh restore: [`KubeadmModule`]'s tasks with
+/// The kubeadm module of a fresh restore: [`KubeadmModule`](crate::modules::kubeadm::KubeadmModule)'s tasks with
 /// [`RestoredNodesLapsed`] on the first master before the join credentials are made.
-pub struct RestoredKubeadmModule(pub KubeadmModule);
+pub struct RestoredKubeadmModule {
+    /// The kubeadm module (as the pipeline hands it its inputs).
+    pub kubeadm: Box<dyn Module>,
+    /// The cluster.
+    pub ctx: Arc<InstallContext>,
+}
 
 impl Module for RestoredKubeadmModule {
     fn name(&self) -> &str {
-        self.0.name()
+        self.kubeadm.name()
     }
     fn skip(&self) -> Option<String> {
-        self.0.skip()
+        self.kubeadm.skip()
     }
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
-        let mut tasks = self.0.tasks()?;
+        let mut tasks = self.kubeadm.tasks()?;
         let joining: Vec<String> = tasks
             .iter()
-            .filter(|t| t.name == "join-control-plane" || t.name == "join-workers")
+            .filter(|t| t.name == JOIN_CONTROL_PLANE.as_str() || t.name == JOIN_WORKERS.as_str())
             .flat_map(|t| t.hosts.iter().cloned())
             .collect();
         if joining.is_empty() {
             return Ok(tasks);
         }
-        let first = self.0 .0.first_master()?.name.clone();
+        let first = self.ctx.first_master()?.name.clone();
         let at = tasks
             .iter()
-            .position(|t| t.name == "join-credentials")
+            .position(|t| t.name == JOIN_CREDENTIALS.as_str())
             .ok_or_else(|| {
                 StepError::Invalid(
                     "the kubeadm module has joins but no join-credentials task".into(),
@@ -265,7 +269,7 @@ impl Step for RestoredNodesLapsed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::kubeadm::binaries::KUBECTL;
+    use crate::modules::k8s::KUBECTL;
     use std::os::unix::fs::PermissionsExt;
 
     /// Runs [`RestoredNodesLapsed::check`] with a fake kubectl answering from files in `dir`

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use kubexm_manifests::model::KubernetesType;
 
-use super::internal_lb::{LocalProxy, LocalProxyKind};
-use super::kubexm::KubexmCluster;
 use crate::context::InstallContext;
+use crate::modules::internal_lb::{LocalProxy, LocalProxyKind};
+use crate::modules::kubexm::KubexmCluster;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 use crate::runner::shell;
@@ -30,7 +30,7 @@ use crate::runner::shell;
 /// master's own API server, as its modules do).
 pub fn kubectl_on(ctx: &Arc<InstallContext>, node: &Node) -> Result<String, StepError> {
     match ctx.cluster.file.spec.kubernetes.kind {
-        KubernetesType::Kubeadm => Ok(super::kubeadm::init::kubectl()),
+        KubernetesType::Kubeadm => Ok(crate::modules::k8s::kubectl()),
         KubernetesType::Kubexm => Ok(KubexmCluster::new(ctx)?.kubectl(node)),
     }
 }
@@ -244,7 +244,7 @@ pub struct LocalProxiesModule {
 
 impl LocalProxiesModule {
     fn kind(&self) -> Option<LocalProxyKind> {
-        super::internal_lb::local_proxy_kind(&self.ctx)
+        crate::modules::internal_lb::local_proxy_kind(&self.ctx)
     }
 }
 

@@ -437,11 +437,13 @@ impl Step for StartControlPlane {
         "start-control-plane"
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let api =
-            super::kubexm::host_url(&node.internal_address, super::loadbalancer::APISERVER_PORT);
+        let api = crate::modules::k8s::host_url(
+            &node.internal_address,
+            crate::modules::k8s::APISERVER_PORT,
+        );
         let (start, ready) = match self.kind {
             KubernetesType::Kubexm => {
-                let l = super::kubexm::Layout::default();
+                let l = crate::modules::kubexm::Layout::default();
                 (
                     RunCommand::new(format!("systemctl start {}", COMPONENTS.join(" "))),
                     format!(
@@ -455,8 +457,8 @@ impl Step for StartControlPlane {
                 RunCommand::new(unpark()).unless(format!("[ ! -d {PARKED} ]")),
                 format!(
                     "{} --kubeconfig {} --server {api} get --raw=/readyz >/dev/null 2>&1",
-                    super::kubeadm::binaries::KUBECTL,
-                    super::kubeadm::init::ADMIN_CONF
+                    crate::modules::k8s::KUBECTL,
+                    crate::modules::k8s::ADMIN_CONF
                 ),
             ),
         };
