@@ -356,7 +356,10 @@ fn real_install_and_upgrade() {
         let zone_file = w.join("zone.yaml");
         fs_err::write(&zone_file, zone).expect("zone.yaml");
         let mut built = Vec::new();
-        for (v, cluster) in [(&from_v, &from_cluster), (&to_v, &to_cluster)] {
+        for (v, cluster) in [(&from_v, &from_cluster), (&to_v, &to_cluster)]
+            .into_iter()
+            .take(if upgrade { 2 } else { 1 })
+        {
             let args: Vec<std::ffi::OsString> = vec![
                 "-f".into(),
                 cluster.into(),
@@ -405,7 +408,7 @@ fn real_install_and_upgrade() {
         drop((files, registry));
         let _ = fs_err::remove_dir_all(w.join("cache"));
         let (to_bundle, to_resolved) = built.pop().expect("to");
-        let (from_bundle, _) = built.pop().expect("from");
+        let from_bundle = built.pop().map_or_else(|| to_bundle.clone(), |b| b.0);
         (from_bundle, to_bundle, to_resolved)
     });
     let from_parts = Parts::of(&from_bundle, &catalog, &ver(&from_v).built_images());
@@ -1191,22 +1194,7 @@ fn check_cluster(
                     name,
                     &dns_ip,
                 ]);
-                // busybox nslookup: the server's lines first, then "Name: NAME" and "Address: IP" lines.
-                let after_name: Vec<&str> = out
-                    .stdout
-                    .lines()
-                    .skip_while(|l| !l.starts_with("Name:"))
-                    .collect();
-                let found = after_name.iter().any(|l| {
-                    l.strip_prefix("Address")
-                        .map(|r| {
-                            r.trim_start_matches([':', ' ', '1', '2'])
-                                .split_whitespace()
-                                .next()
-                                == Some(ip.as_str())
-                        })
-                        .unwrap_or(false)
-                });
+                let found = nslookup_addresses(&out.stdout).contains(&ip);
                 if found {
                     Ok(out.stdout)
                 } else {
@@ -1383,6 +1371,34 @@ fn watch_deployment(kc: &Kubectl, stop: &AtomicBool) -> Watch {
         }
     }
     w
+}
+
+/// The addresses busybox `nslookup` gives for the name asked (after its `Name:` line; the
+/// server's own lines come first): `Address: IP` or `Address N: IP [NAME]`.
+fn nslookup_addresses(out: &str) -> Vec<String> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("Name:"))
+        .filter_map(|l| {
+            let r = l.strip_prefix("Address")?.trim_start();
+            let r = match r.split_once(": ") {
+                Some((index, rest)) if index.chars().all(|c| c.is_ascii_digit()) => rest,
+                _ => r.trim_start_matches(':'),
+            };
+            r.split_whitespace().next().map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn nslookup_answers_are_read_after_the_name() {
+    let new = "Server:\t\t10.233.0.10\nAddress:\t10.233.0.10:53\n\n\nName:\tlab-web.lab.svc.cluster.local\nAddress: 10.233.3.149\n";
+    assert_eq!(nslookup_addresses(new), ["10.233.3.149"]);
+    let old = "Server:    10.233.0.10\nAddress 1: 10.233.0.10 kube-dns.kube-system.svc.cluster.local\n\nName:      lab-web.lab.svc.cluster.local\nAddress 1: 10.233.3.149 lab-web.lab.svc.cluster.local\n";
+    assert_eq!(nslookup_addresses(old), ["10.233.3.149"]);
+    assert!(nslookup_addresses(
+        "Server: 10.233.0.10\nAddress: 10.233.0.10:53\n** server can't find x: NXDOMAIN\n"
+    )
+    .is_empty());
 }
 
 #[test]
