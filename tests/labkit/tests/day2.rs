@@ -319,13 +319,10 @@ fn add_a_worker(d: &Day2, kubeadm_before: &[Vec<String>], w: &Path, c3_text: &st
         "add4-plan",
         &["add-node", "-f", c5, "--node", "node4", "--dry-run"],
     );
-    let has = |l: &str| {
-        plan.stdout
-            .lines()
-            .any(|x| x.starts_with(l) || x.contains(l))
-    };
+    let has = |l: &str| plan.stdout.lines().any(|x| x.contains(l));
+    let starts = |l: &str| plan.stdout.lines().any(|x| x.starts_with(l));
     check(
-        has("  + node4 (worker)") && has("  + node5 (master)"),
+        starts("  + node4 (worker)") && starts("  + node5 (master)"),
         "dry run: the change lists node4 and node5",
         &plan,
     );
@@ -591,9 +588,10 @@ fn add_a_master(d: &Day2) {
         ),
     ]);
     check(
-        tls.stdout
-            .lines()
-            .any(|l| l.contains("CN") && l.contains("kubexm-lab-standin-apiserver-node5")),
+        tls.stdout.lines().any(|l| {
+            l.replace(' ', "")
+                .contains("CN=kubexm-lab-standin-apiserver-node5")
+        }),
         "the VIP's :6443 reaches node5's (stand-in) API server",
         &tls,
     );
@@ -901,13 +899,9 @@ fn delete_an_unreachable_node(d: &Day2) {
         "delete unreachable",
         &["delete-node", "--node", "node4", "--unreachable"],
     );
-    let skipped = d.kx.last_events();
     let phase_skipped = out
         .stdout
-        .contains("delete-kubeadm — skipped: --unreachable")
-        || skipped
-            .iter()
-            .any(|e| e.event == "ModuleSkipped" && e.module.as_deref() == Some("delete-kubeadm"));
+        .contains("delete-kubeadm — skipped: --unreachable");
     check(phase_skipped, "--unreachable runs no node-side phase", &out);
     d.expect_nodes(&["node1", "node2", "node3"]);
     d.expect_hosts_blocks(&["node1", "node2", "node3"]);
