@@ -41,163 +41,29 @@
 //! node reads all of it ([`shell::drain_stdin_after`]); otherwise a script that ignores its stdin
 //! would freeze the whole connection. With stdin, a script killed by a signal N exits 128+N.
 
+mod channel;
+mod host_key;
 pub mod known_hosts;
+mod login;
+mod options;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
-use russh::client::{self, Handle, Msg};
-use russh::keys::{Algorithm, HashAlg, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use russh::client::{Handle, Msg};
 use russh::{ChannelMsg, ChannelWriteHalf};
-use tokio::io::AsyncReadExt as _;
 use tokio::sync::{oneshot, Semaphore};
 
 pub use kubexm_manifests::secret::Secret;
+pub use options::SshOptions;
 
 use super::{shell, Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome, UploadSource};
-
-/// How to reach and log in to one node.
-#[derive(Debug, Clone)]
-pub struct SshOptions {
-    /// Node name (used in every error and log line).
-    pub node: String,
-    /// Address (IP or DNS name) as written in the `known_hosts` file.
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-    /// Login user.
-    pub user: String,
-    /// Private key (OpenSSH format, ed25519 or RSA, not passphrase-protected).
-    pub private_key: Option<PathBuf>,
-    /// Login password, also given to `sudo` for a non-root user.
-    pub password: Option<Secret>,
-    /// The OpenSSH `known_hosts` file host keys are checked against.
-    pub known_hosts: PathBuf,
-    /// Record unknown host keys instead of refusing them (changed keys are always refused).
-    pub accept_new_host_keys: bool,
-    /// Limit for TCP connect, key exchange and authentication.
-    pub connect_timeout: Duration,
-    /// Keepalive interval; the connection is declared dead after 3 unanswered keepalives.
-    pub keepalive_interval: Duration,
-    /// Most channels open at once on the connection (sshd's `MaxSessions`, default 10).
-    pub max_channels: usize,
-}
-
-impl SshOptions {
-    /// Options with defaults: port 22, no key or password, unknown host keys refused, 15 s
-    /// connect timeout, 15 s keepalive, 8 channels.
-    pub fn new(
-        node: impl Into<String>,
-        host: impl Into<String>,
-        user: impl Into<String>,
-        known_hosts: impl Into<PathBuf>,
-    ) -> Self {
-        Self {
-            node: node.into(),
-            host: host.into(),
-            port: 22,
-            user: user.into(),
-            private_key: None,
-            password: None,
-            known_hosts: known_hosts.into(),
-            accept_new_host_keys: false,
-            connect_timeout: Duration::from_secs(15),
-            keepalive_interval: Duration::from_secs(15),
-            max_channels: 8,
-        }
-    }
-}
-
-/// Outcome of the host-key check, kept so a refused connection can say why.
-struct HostKeyCheck {
-    opts: Arc<SshOptions>,
-    rejection: Mutex<Option<String>>,
-}
-
-impl HostKeyCheck {
-    fn reject(&self, message: String) -> bool {
-        tracing::error!(node = %self.opts.node, "{message}");
-        if let Ok(mut slot) = self.rejection.lock() {
-            *slot = Some(message);
-        }
-        false
-    }
-
-    fn rejection(&self) -> Option<String> {
-        self.rejection.lock().ok().and_then(|slot| slot.clone())
-    }
-
-    fn verify(&self, presented: &PublicKeyOrCertificate) -> bool {
-        let o = &self.opts;
-        let file = o.known_hosts.display();
-        let name = known_hosts::host_pattern(&o.host, o.port);
-        let key = match presented {
-            PublicKeyOrCertificate::PublicKey { key, .. } => key,
-            PublicKeyOrCertificate::Certificate(_) => {
-                return self.reject(format!(
-                "{name} presented a host certificate; only plain host keys in {file} are supported"
-            ))
-            }
-        };
-        let what = format!(
-            "{} {}",
-            key.algorithm().as_str(),
-            key.fingerprint(HashAlg::Sha256)
-        );
-        match known_hosts::check(&o.known_hosts, &o.host, o.port, key) {
-            Err(e) => self.reject(format!("cannot read known_hosts file {file}: {e}")),
-            Ok(known_hosts::Verdict::Known) => true,
-            Ok(known_hosts::Verdict::Changed { line, recorded }) => self.reject(format!(
-                "HOST KEY CHANGED for {name}: the server presents {what} but {file} line {line} \
-                 records a different {recorded} key. Refusing to connect (this could be a \
-                 man-in-the-middle attack). If the host was reinstalled, check the new key and \
-                 replace line {line} of {file}"
-            )),
-            Ok(known_hosts::Verdict::Revoked { line }) => self.reject(format!(
-                "the host key of {name} ({what}) is marked @revoked in {file} line {line}; refusing to connect"
-            )),
-            Ok(known_hosts::Verdict::Unknown) if o.accept_new_host_keys => {
-                match known_hosts::learn(&o.known_hosts, &o.host, o.port, key) {
-                    Ok(()) => {
-                        tracing::warn!(node = %o.node, "new host key of {name} ({what}) recorded in {file}");
-                        true
-                    }
-                    Err(e) => self.reject(format!(
-                        "cannot record the new host key of {name} in {file}: {e}"
-                    )),
-                }
-            }
-            Ok(known_hosts::Verdict::Unknown) => self.reject(format!(
-                "the host key of {name} ({what}) is not in {file}. Check the fingerprint and add it \
-                 (e.g. `ssh-keyscan -p {port} {host} >> {file}`), or pass --accept-new-host-keys \
-                 to record it on first connection",
-                port = o.port,
-                host = o.host
-            )),
-        }
-    }
-}
-
-/// russh callbacks: only the host-key check.
-struct Client {
-    check: Arc<HostKeyCheck>,
-}
-
-impl client::Handler for Client {
-    type Error = russh::Error;
-
-    async fn check_server_key(
-        &mut self,
-        server_public_key: &PublicKeyOrCertificate,
-    ) -> Result<bool, Self::Error> {
-        Ok(self.check.verify(server_public_key))
-    }
-}
+use channel::{is_disconnect, send_input, Input, Job, Raw, SudoState, WriteError};
+use host_key::Client;
+use login::connect_once;
 
 /// One live connection; `generation` tells reconnects apart.
 struct Connection {
@@ -215,33 +81,6 @@ enum Failure {
     Failed(RunError),
 }
 
-/// Bytes for a command's stdin.
-enum Input<'a> {
-    Empty,
-    Bytes(&'a [u8]),
-    File(&'a Path),
-}
-
-/// One command to run on a channel.
-struct Job<'a> {
-    command: String,
-    /// Answer `sudo`'s prompt with this password, and wait for [`shell::SUDO_READY`].
-    sudo_password: Option<&'a Secret>,
-    input: Input<'a>,
-    timeout: Duration,
-    summary: &'a str,
-}
-
-/// What a channel produced.
-struct Raw {
-    code: Option<i32>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    sent: u64,
-}
-
-/// Size of the reads from a file being uploaded.
-const UPLOAD_CHUNK: usize = 256 * 1024;
 /// Extra time after an exec's timeout before the runner closes the channel itself.
 const BACKSTOP: Duration = Duration::from_secs(10);
 
@@ -603,227 +442,6 @@ impl SshRunner {
             source,
         }
     }
-}
-
-fn is_disconnect(e: &russh::Error) -> bool {
-    matches!(e, russh::Error::Disconnect | russh::Error::SendError)
-}
-
-/// A failed write of stdin.
-enum WriteError {
-    /// Reading the local source failed.
-    Local(RunError),
-    /// The channel is gone.
-    Channel,
-}
-
-async fn send_input(write: &ChannelWriteHalf<Msg>, input: &Input<'_>) -> Result<u64, WriteError> {
-    match input {
-        Input::Empty => Ok(0),
-        Input::Bytes(bytes) => {
-            write
-                .data_bytes(Bytes::copy_from_slice(bytes))
-                .await
-                .map_err(|_| WriteError::Channel)?;
-            Ok(bytes.len() as u64)
-        }
-        Input::File(path) => {
-            let local = |e: std::io::Error| {
-                WriteError::Local(RunError::Io {
-                    node: String::new(),
-                    context: format!("reading {}", path.display()),
-                    source: e,
-                })
-            };
-            let mut file = tokio::fs::File::open(path).await.map_err(local)?;
-            let mut sent = 0u64;
-            loop {
-                let mut buf = BytesMut::with_capacity(UPLOAD_CHUNK);
-                while buf.len() < UPLOAD_CHUNK {
-                    if file.read_buf(&mut buf).await.map_err(local)? == 0 {
-                        break;
-                    }
-                }
-                if buf.is_empty() {
-                    return Ok(sent);
-                }
-                sent += buf.len() as u64;
-                write
-                    .data_bytes(buf.freeze())
-                    .await
-                    .map_err(|_| WriteError::Channel)?;
-            }
-        }
-    }
-}
-
-/// Watches stderr before the command starts for sudo's prompt and the ready marker.
-struct SudoState<'a> {
-    password: &'a Secret,
-    pending: Vec<u8>,
-    prompts: u32,
-    ready: bool,
-}
-
-impl SudoState<'_> {
-    /// Takes stderr bytes; answers prompts; returns true once [`shell::SUDO_READY`] arrived
-    /// (what follows it goes to `stderr`).
-    async fn feed(
-        &mut self,
-        data: &[u8],
-        write: &ChannelWriteHalf<Msg>,
-        stderr: &mut Vec<u8>,
-    ) -> bool {
-        self.pending.extend_from_slice(data);
-        loop {
-            if let Some(i) = find(&self.pending, shell::SUDO_PROMPT.as_bytes()) {
-                self.pending.drain(i..i + shell::SUDO_PROMPT.len());
-                self.prompts += 1;
-                if self.prompts == 1 {
-                    let mut line = String::with_capacity(self.password.expose().len() + 1);
-                    line.push_str(self.password.expose());
-                    line.push('\n');
-                    let _ = write.data_bytes(Bytes::from(line)).await;
-                } else {
-                    // Asked again: the password was wrong. End sudo's stdin so it gives up.
-                    let _ = write.eof().await;
-                }
-                continue;
-            }
-            if let Some(i) = find(&self.pending, shell::SUDO_READY.as_bytes()) {
-                stderr.extend_from_slice(&self.pending[i + shell::SUDO_READY.len()..]);
-                // Before the marker there is only sudo's own chatter (lecture, "try again").
-                self.pending.clear();
-                self.ready = true;
-                return true;
-            }
-            return false;
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Connects, checks the host key and authenticates, within the connect timeout.
-async fn connect_once(opts: &Arc<SshOptions>) -> Result<Handle<Client>, RunError> {
-    let node = opts.node.clone();
-    match tokio::time::timeout(opts.connect_timeout, connect_and_login(opts)).await {
-        Ok(result) => result,
-        Err(_) => Err(RunError::Connection {
-            node,
-            message: format!(
-                "no SSH session with {}:{} within {:?}",
-                opts.host, opts.port, opts.connect_timeout
-            ),
-        }),
-    }
-}
-
-async fn connect_and_login(opts: &Arc<SshOptions>) -> Result<Handle<Client>, RunError> {
-    let check = Arc::new(HostKeyCheck {
-        opts: opts.clone(),
-        rejection: Mutex::new(None),
-    });
-    let recorded = known_hosts::recorded_algorithms(&opts.known_hosts, &opts.host, opts.port);
-    let preferred = russh::Preferred {
-        // AES-GCM first: hardware-accelerated on both ends, the fastest for big uploads.
-        cipher: std::borrow::Cow::Owned(vec![
-            russh::cipher::AES_256_GCM,
-            russh::cipher::AES_128_GCM,
-            russh::cipher::CHACHA20_POLY1305,
-            russh::cipher::AES_256_CTR,
-            russh::cipher::AES_128_CTR,
-        ]),
-        // Ask for the key type we know, as OpenSSH does; any other is then a changed key.
-        key: if recorded.is_empty() {
-            russh::Preferred::DEFAULT.key
-        } else {
-            std::borrow::Cow::Owned(recorded)
-        },
-        ..Default::default()
-    };
-    let config = client::Config {
-        keepalive_interval: Some(opts.keepalive_interval),
-        keepalive_max: 3,
-        nodelay: true,
-        inactivity_timeout: None,
-        preferred,
-        window_size: 8 * 1024 * 1024,
-        ..Default::default()
-    };
-    let handler = Client {
-        check: check.clone(),
-    };
-    let mut handle = client::connect(Arc::new(config), (opts.host.as_str(), opts.port), handler)
-        .await
-        .map_err(|e| match check.rejection() {
-            Some(message) => RunError::HostKey {
-                node: opts.node.clone(),
-                message,
-            },
-            None => RunError::Connection {
-                node: opts.node.clone(),
-                message: format!("cannot connect to {}:{}: {e}", opts.host, opts.port),
-            },
-        })?;
-    authenticate(&mut handle, opts).await?;
-    tracing::debug!(node = %opts.node, host = %opts.host, port = opts.port, user = %opts.user, "SSH connected");
-    Ok(handle)
-}
-
-async fn authenticate(handle: &mut Handle<Client>, opts: &SshOptions) -> Result<(), RunError> {
-    let auth_error = |message: String| RunError::Auth {
-        node: opts.node.clone(),
-        user: opts.user.clone(),
-        message,
-    };
-    let lost = |e: russh::Error| RunError::Connection {
-        node: opts.node.clone(),
-        message: format!("connection lost during authentication: {e}"),
-    };
-    let mut tried = Vec::new();
-    if let Some(path) = &opts.private_key {
-        let key = russh::keys::load_secret_key(path, None)
-            .map_err(|e| auth_error(format!("cannot load private key {}: {e}", path.display())))?;
-        let hash = if matches!(key.algorithm(), Algorithm::Rsa { .. }) {
-            handle
-                .best_supported_rsa_hash()
-                .await
-                .map_err(lost)?
-                .flatten()
-        } else {
-            None
-        };
-        let kind = key.algorithm().as_str().to_string();
-        let result = handle
-            .authenticate_publickey(
-                opts.user.clone(),
-                PrivateKeyWithHashAlg::new(Arc::new(key), hash),
-            )
-            .await
-            .map_err(lost)?;
-        if result.success() {
-            return Ok(());
-        }
-        tried.push(format!("public key {} ({kind})", path.display()));
-    }
-    if let Some(password) = &opts.password {
-        let result = handle
-            .authenticate_password(opts.user.clone(), password.expose())
-            .await
-            .map_err(lost)?;
-        if result.success() {
-            return Ok(());
-        }
-        tried.push("password".to_string());
-    }
-    Err(auth_error(if tried.is_empty() {
-        "no private key or password configured".to_string()
-    } else {
-        format!("the server refused {}", tried.join(" and "))
-    }))
 }
 
 #[async_trait]
