@@ -34,7 +34,7 @@ use reqwest::header::{
 use reqwest::{Method, StatusCode};
 use tokio::io::AsyncReadExt;
 
-use super::{RegistryTarget, SeedError};
+use super::error::{RegistryTarget, SeedError};
 
 /// The `repo` argument for registry-wide requests (`/v2/_catalog`): its token scope is
 /// `registry:catalog:*`. Not a valid repository name, so it never names one.

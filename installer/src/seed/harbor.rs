@@ -4,7 +4,8 @@
 
 use reqwest::{Method, StatusCode};
 
-use super::{PushClient, SeedError};
+use super::client::PushClient;
+use super::error::SeedError;
 
 /// Creates every project in `projects` that Harbor does not have yet; returns those created.
 ///

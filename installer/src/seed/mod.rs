@@ -10,39 +10,25 @@
 //! close when it was unpacked.
 
 mod client;
+mod error;
 pub mod harbor;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt, TryStreamExt};
 use kubexm_bundles::manifest::{BundleManifest, ImageRecord};
 use kubexm_manifests::digest::Digest;
-use kubexm_manifests::display::{Untrusted, UntrustedMax};
+use kubexm_manifests::display::Untrusted;
 use kubexm_manifests::image_ref::ImageRef;
 use kubexm_manifests::model::RewriteMode;
-use kubexm_manifests::secret::Secret;
 use serde::Deserialize;
 
 pub use client::{
     realm_allowed, same_origin, BlobOutcome, Deadlines, PushClient, CATALOG, CHUNK, MAX_API_BODY,
 };
-
-/// The registry to seed.
-#[derive(Debug, Clone)]
-pub struct RegistryTarget {
-    /// `host[:port]`.
-    pub host: String,
-    /// Plain HTTP instead of HTTPS.
-    pub plain_http: bool,
-    /// Extra CA (PEM) to trust.
-    pub ca_pem: Option<Vec<u8>>,
-    /// User name.
-    pub username: Option<String>,
-    /// Password (never logged).
-    pub password: Option<Secret>,
-}
+pub use error::{RegistryTarget, SeedError};
 
 /// How to seed.
 #[derive(Debug, Clone)]
@@ -85,110 +71,6 @@ pub struct SeedReport {
     pub manifests_pushed: usize,
     /// Harbor projects created.
     pub projects_created: Vec<String>,
-}
-
-/// Why seeding failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SeedError {
-    /// Bad setup (certificate, header).
-    #[error("{0}")]
-    Setup(String),
-    /// A layout file could not be read.
-    #[error("cannot read `{}` from the unpacked bundle", UntrustedMax(.path.to_string_lossy(), 1000))]
-    Read {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The layout does not hold what bundle.json promises.
-    #[error("the bundle's image layout is inconsistent: {}", UntrustedMax(.0, 2000))]
-    Layout(String),
-    /// Credentials missing or refused.
-    #[error("registry {registry} refused access: {}", UntrustedMax(.detail, 1000))]
-    Unauthorized {
-        /// Registry.
-        registry: String,
-        /// Detail.
-        detail: String,
-    },
-    /// Credentials would go to a token service on another origin than the registry's.
-    #[error(
-        "registry {registry}: refusing to send the credentials to token service `{}`: it is not on the registry's own origin (the scheme, host and port given), and KubeXM sends the registry's credentials nowhere else\nhint: name the registry by the address that also serves its tokens (Harbor serves them itself), or configure the registry's token service on its own address",
-        Untrusted(.realm)
-    )]
-    Realm {
-        /// Registry.
-        registry: String,
-        /// The realm of the Bearer challenge.
-        realm: String,
-    },
-    /// A URL the registry sent (an upload `Location`) leaves the origin the operator named:
-    /// nothing is sent there, with or without credentials.
-    #[error(
-        "registry {registry}: refusing to follow `{}`: it is not on the registry's own origin (the scheme, host and port given), and requests there would carry the credentials; check the registry's external URL setting",
-        UntrustedMax(.url, 500)
-    )]
-    Origin {
-        /// Registry.
-        registry: String,
-        /// The URL, as sent.
-        url: String,
-    },
-    /// Unexpected status.
-    #[error("registry {registry}: {what} in {} answered {status}: {}", Untrusted(.repo), Untrusted(.body))]
-    Registry {
-        /// Registry.
-        registry: String,
-        /// Repository.
-        repo: String,
-        /// Operation.
-        what: String,
-        /// Status.
-        status: u16,
-        /// Response body (shortened).
-        body: String,
-    },
-    /// Protocol violation.
-    #[error("registry {registry}: {}", UntrustedMax(.detail, 1000))]
-    Protocol {
-        /// Registry.
-        registry: String,
-        /// Detail.
-        detail: String,
-    },
-    /// Retries or time exhausted.
-    #[error(
-        "registry {registry}: {} in repository {}: giving up after {attempts} tries in {:.1}s: {last}",
-        Untrusted(.object),
-        Untrusted(.repo),
-        .elapsed.as_secs_f64()
-    )]
-    Exhausted {
-        /// Registry.
-        registry: String,
-        /// Repository.
-        repo: String,
-        /// The blob or manifest (`blob sha256:…`).
-        object: String,
-        /// Tries made.
-        attempts: u32,
-        /// Time spent on them.
-        elapsed: Duration,
-        /// Last error (already escaped).
-        last: String,
-        /// The HTTP status of the last answer, when the last try got one.
-        last_status: Option<reqwest::StatusCode>,
-    },
-    /// Harbor API error.
-    #[error("Harbor at {registry}: {}", UntrustedMax(.detail, 1000))]
-    Harbor {
-        /// Registry.
-        registry: String,
-        /// Detail.
-        detail: String,
-    },
 }
 
 #[derive(Deserialize)]
