@@ -330,3 +330,59 @@ fn the_readme_is_short_and_every_block_in_it_is_exercised() {
         );
     }
 }
+
+/// The documents an operator reads, relative to the repository root.
+const DOCS: [&str; 6] = [
+    "README.md",
+    "installer/docs/guide.md",
+    "installer/docs/reference.md",
+    "tests/lab/README.md",
+    "bundles/README.md",
+    "templates/README.md",
+];
+
+/// Every relative Markdown link `](target)` and every backticked `….md` path in the documents
+/// names a file or directory that exists (relative to the document for links, to the
+/// repository root or the document for backticked paths): no reference to a moved or
+/// never-written document.
+#[test]
+fn every_document_link_and_md_path_exists() {
+    let root = repo_root();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for doc in DOCS {
+        let text = read(doc);
+        let dir = root
+            .join(doc)
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let mut targets: Vec<String> = Vec::new();
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            targets.push(rest[..end].to_string());
+        }
+        for part in text.split('`').skip(1).step_by(2) {
+            if part.ends_with(".md") && !part.contains(char::is_whitespace) {
+                targets.push(part.to_string());
+            }
+        }
+        for t in targets {
+            let t = t.split('#').next().unwrap_or_default();
+            if t.is_empty() || t.contains("://") || t.starts_with("mailto:") {
+                continue;
+            }
+            seen += 1;
+            if !dir.join(t).exists() && !root.join(t).exists() {
+                missing.push(format!("{doc}: {t}"));
+            }
+        }
+    }
+    assert!(seen > 10, "only {seen} links found: the scanner is broken");
+    assert!(
+        missing.is_empty(),
+        "links to nothing:\n{}",
+        missing.join("\n")
+    );
+}
