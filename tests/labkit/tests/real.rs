@@ -434,6 +434,8 @@ fn real_install_and_upgrade() {
     let coredns_to = to_parts.real_image("coredns/coredns:");
     let nodelocal_from = from_parts.real_image("dns/k8s-dns-node-cache:");
     let nodelocal_to = to_parts.real_image("dns/k8s-dns-node-cache:");
+    let probe_from = from_parts.real_image("library/busybox:");
+    let probe_to = to_parts.real_image("library/busybox:");
 
     // Install FROM.
     let kx = Kubexm::new(&lab, &tools, w, &from_bundle, &from_cluster);
@@ -456,7 +458,7 @@ fn real_install_and_upgrade() {
     scenario.step("checks");
     let (pods, proxy_before) = scenario.timed("checks", || {
         let pods = check_cluster(&scenario, &lab, &kc, &from_v, coredns_from);
-        verify_cluster(&scenario, &kx, coredns_from && nodelocal_from);
+        verify_cluster(&scenario, &kx, coredns_from && nodelocal_from, probe_from);
         (pods, kube_proxy(&kc))
     });
     check(
@@ -535,7 +537,7 @@ fn real_install_and_upgrade() {
                 "kube-proxy: server {}, mode {:?}, as before",
                 proxy_after.0, proxy_after.1
             ));
-            verify_cluster(&scenario, &kx, coredns_to && nodelocal_to);
+            verify_cluster(&scenario, &kx, coredns_to && nodelocal_to, probe_to);
         });
 
         // 5. Again: nothing to do.
@@ -1163,6 +1165,32 @@ fn check_cluster(
             break;
         }
     }
+    for p in pods
+        .iter()
+        .filter(|p| p.metadata.name != from.metadata.name)
+    {
+        let pip = p.status.pod_ip.clone().unwrap_or_default();
+        let out = kc.run(&[
+            "-n",
+            "lab",
+            "exec",
+            &from.metadata.name,
+            "--",
+            "sh",
+            "-c",
+            &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {pip} 80"),
+        ]);
+        check(
+            out.stdout.lines().last().map(str::trim) == Some(p.metadata.name.as_str()),
+            &format!(
+                "pod to pod: {} (node1) reaches {} ({pip}, {}) by its address",
+                from.metadata.name,
+                p.metadata.name,
+                p.spec.node_name.as_deref().unwrap_or("?")
+            ),
+            &out,
+        );
+    }
     check(
         answered.contains("node2") && answered.contains("node3"),
         &format!(
@@ -1228,18 +1256,27 @@ fn check_cluster(
     pods
 }
 
-/// `verify-cluster -o json`: every check passes (or is skipped), or — when the DNS path has a
-/// stand-in (NodeLocal DNS, whose address the kubelets give the pods, or CoreDNS) — exactly
-/// `dns` fails (exit 7) and every other check passes or is skipped.
-fn verify_cluster(scenario: &Scenario, kx: &Kubexm, dns_real: bool) {
+/// `verify-cluster -o json`: every check passes (or is skipped), except exactly the ones whose
+/// path runs through a STAND-IN, which must fail (exit 7): `dns` when NodeLocal DNS (the address
+/// the kubelets give the pods) or CoreDNS is one; `pod-network` when the probe image is the lab's
+/// busybox stand-in (Debian 12's busybox 1.35.0, whose `wget -T` segfaults: the probe's
+/// `wget -q -T 3` then gets no answer; the pod network itself is checked pod to pod above).
+fn verify_cluster(scenario: &Scenario, kx: &Kubexm, dns_real: bool, probe_real: bool) {
     let out = kx.run(&["verify-cluster", "-o", "json"]);
     let report: VerifyReport = out.json();
-    let failed: Vec<&VerifyCheck> = report
+    let failed: BTreeSet<&str> = report
         .checks
         .iter()
         .filter(|c| c.status == "fail")
+        .map(|c| c.name.as_str())
         .collect();
-    let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
+    let mut expected = BTreeSet::new();
+    if !dns_real {
+        expected.insert("dns");
+    }
+    if !probe_real {
+        expected.insert("pod-network");
+    }
     let evidence = format!(
         "exit {:?}, result {}\n{}",
         out.code,
@@ -1251,40 +1288,39 @@ fn verify_cluster(scenario: &Scenario, kx: &Kubexm, dns_real: bool) {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    if dns_real {
-        check(
-            out.code == Some(0) && failed.is_empty(),
-            "verify-cluster passes every check (exit 0)",
-            &evidence,
-        );
-        scenario.note("verify-cluster: exit 0, every check passed or skipped");
-    } else {
-        check(
-            out.code == Some(7) && names == ["dns"],
-            "verify-cluster: exactly the dns check fails (exit 7): its path runs through a STAND-IN (NodeLocal DNS or CoreDNS)",
-            &evidence,
-        );
-        check(
-            report
-                .checks
+    let code = if expected.is_empty() { 0 } else { 7 };
+    check(
+        out.code == Some(code) && failed == expected,
+        &format!(
+            "verify-cluster exits {code}, failing exactly {expected:?} (the checks through a STAND-IN)"
+        ),
+        &evidence,
+    );
+    let passed = report.checks.iter().filter(|c| c.status == "pass").count();
+    check(
+        passed + expected.len() + report.checks.iter().filter(|c| c.status == "skip").count()
+            == report.checks.len()
+            && ["nodes", "control-plane", "etcd", "service", "logs-exec"]
                 .iter()
-                .any(|c| c.name == "pod-network" && c.status == "pass")
-                && report
-                    .checks
-                    .iter()
-                    .any(|c| c.name == "service" && c.status == "pass")
-                && report
-                    .checks
-                    .iter()
-                    .any(|c| c.name == "logs-exec" && c.status == "pass"),
-            "verify-cluster's pod-network, service and logs-exec checks pass",
-            &evidence,
-        );
-        scenario.note(&format!(
-            "verify-cluster: exit 7, only dns failed (STAND-IN on its path: {}); {} other checks passed or skipped",
-            failed[0].failures.first().map_or("", String::as_str),
-            report.checks.len() - 1
-        ));
+                .all(|n| {
+                    report
+                        .checks
+                        .iter()
+                        .any(|c| c.name == *n && c.status == "pass")
+                }),
+        "verify-cluster's nodes, control-plane, etcd, service and logs-exec checks pass",
+        &evidence,
+    );
+    scenario.note(&format!(
+        "verify-cluster: exit {code}; {passed} check(s) passed{}",
+        if expected.is_empty() {
+            String::new()
+        } else {
+            format!(", {expected:?} failed as expected (STAND-IN on their path)")
+        }
+    ));
+    if !expected.is_empty() {
+        eprintln!("!! verify-cluster NOT fully proven here: {expected:?} run through STAND-INs (NodeLocal DNS; the busybox probe image)");
     }
 }
 
