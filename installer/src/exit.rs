@@ -105,6 +105,7 @@ impl ExitStatus {
         }
         if e.is::<kubexm_bundles::verify::VerifyError>()
             || e.is::<kubexm_install::intake::trust::TrustError>()
+            || e.is::<kubexm_install::coverage::CoverageError>()
         {
             return Some(Self::BundleRefused);
         }

@@ -18,6 +18,7 @@ pub mod backup;
 pub mod certs;
 pub mod change;
 pub mod context;
+pub mod coverage;
 pub mod error_chain;
 pub mod facts;
 pub mod intake;

@@ -1,7 +1,7 @@
 //! `install` (also `kubexm-install --bundle FILE`): verify and unpack the bundle, then run the
 //! create pipeline over SSH, or print its plan with `--dry-run`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::{install_context, run_options};
 use crate::cli::InstallArgs;
@@ -16,6 +16,10 @@ pub(crate) fn run(
     if args.security_enhancement {
         ctx.cluster.file.spec.kubernetes.security_enhancement = true;
     }
+    // Before planning or connecting: a bundle built for another configuration is refused here,
+    // not half-way through the install on the nodes.
+    ctx.check_bundle_coverage()
+        .context("Bundle refused: it does not match cluster.yaml")?;
     if args.dry_run {
         // Planning: keys and certificates that do not exist yet are made in memory only.
         let ctx = std::sync::Arc::new(ctx);

@@ -4,6 +4,7 @@ mod apiserver;
 mod attacks;
 mod certs;
 mod cli;
+mod coverage;
 mod day2;
 mod delete;
 mod dns;

@@ -21,7 +21,7 @@ fn repo() -> PathBuf {
 
 /// The lab cluster with `osReleases: [debian-12]` and `lb` as the external load balancer type;
 /// with `lb` empty, as it is (without `osReleases`).
-fn lab_with_os_release(
+pub(crate) fn lab_with_os_release(
     lb: &str,
 ) -> (
     tempfile::TempDir,
