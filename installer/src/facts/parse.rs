@@ -159,6 +159,8 @@ pub(crate) struct Condition {
     pub(crate) status: String,
     #[serde(default)]
     pub(crate) reason: String,
+    #[serde(default)]
+    pub(crate) message: String,
 }
 
 #[derive(Deserialize, Default)]

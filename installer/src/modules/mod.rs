@@ -37,6 +37,7 @@ pub mod os;
 pub mod osrepo;
 pub mod plugins;
 pub mod preflight;
+pub mod ready;
 pub mod registry;
 mod remote_path;
 pub mod runtime;

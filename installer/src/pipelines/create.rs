@@ -9,7 +9,7 @@ use crate::modules::backup::restore_fresh::{
 };
 use crate::modules::{
     addons, backup, dns, etcd, finalize, kubexm, loadbalancer, network, os, osrepo, plugins,
-    preflight, registry, runtime, scripts, security, storage,
+    preflight, ready, registry, runtime, scripts, security, storage,
 };
 use crate::pipeline::{Module, Pipeline};
 
@@ -79,6 +79,9 @@ pub(crate) fn install_modules(
         // post-install scripts stay last.
         Box::new(backup::timer::BackupTimerModule(ctx.clone())),
         Box::new(scripts::PostInstallModule(ctx.clone())),
+        // Last, after the post-install scripts (they may bring the pod network): the install
+        // reports success only once every node is Ready and every workload rolled out.
+        Box::new(ready::ClusterReadyModule(ctx.clone())),
     ]);
     modules
 }

@@ -154,12 +154,13 @@ mod backup_timer {
         let ctx = lab_context(with_backup);
         let b = ctx.cluster.file.spec.backup.clone().expect("spec.backup");
         assert_eq!((b.keep, b.on_calendar.as_str()), (5, "*-*-* 02:30:00"));
-        // The install's last module, on the control host.
+        // After finalization, on the control host; only the post-install scripts and the
+        // readiness wait come later.
         let p = kubexm_install::pipelines::install_pipeline(&ctx);
         let names: Vec<&str> = p.modules.iter().map(|m| m.name()).collect();
         assert_eq!(
-            names[names.len() - 3..],
-            ["finalize", "backup-timer", "post-install"]
+            names[names.len() - 4..],
+            ["finalize", "backup-timer", "post-install", "cluster-ready"]
         );
         let module = BackupTimerModule(ctx.clone());
         assert_eq!(module.skip(), None);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 const MAX_CIRCLE: usize = 2;
 
 /// Component modules: what a cluster is made of. They never import a day-2 group.
-const COMPONENTS: [&str; 24] = [
+const COMPONENTS: [&str; 25] = [
     "addons",
     "apply",
     "delete",
@@ -36,6 +36,7 @@ const COMPONENTS: [&str; 24] = [
     "osrepo",
     "plugins",
     "preflight",
+    "ready",
     "registry",
     "remote_path",
     "runtime",

@@ -1091,7 +1091,8 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
             "addons",
             "finalize",
             "backup-timer",
-            "post-install"
+            "post-install",
+            "cluster-ready"
         ]
     );
     let text = p.to_text();

@@ -26,7 +26,7 @@ pub use reboot::{
 pub use require::{Require, Verdict};
 pub use seed::SeedImages;
 pub use systemd::{Systemd, SystemdAction};
-pub use wait::WaitFor;
+pub use wait::{Judge, WaitFor, WaitOutput};
 
 pub use generic::{Applied, GenericStep, OpPlan, Written};
 
@@ -59,6 +59,8 @@ pub enum Op {
     Systemd(Systemd),
     /// Poll until a condition holds.
     Wait(WaitFor),
+    /// Poll a script until a judge accepts its output.
+    WaitOutput(WaitOutput),
     /// Push the bundle's images into a registry (control host).
     Seed(SeedImages),
     /// Learn values from a node's output for later tasks.
@@ -88,6 +90,7 @@ impl Op {
             Op::Block(o) => o,
             Op::Systemd(o) => o,
             Op::Wait(o) => o,
+            Op::WaitOutput(o) => o,
             Op::Seed(o) => o,
             Op::Learn(o) => o,
             Op::Fetch(o) => o,
