@@ -178,7 +178,8 @@ fn the_script_modules_run_first_and_last_and_their_delete_before_node_preparatio
         names[..4],
         ["preflight", "os-repository", "pre-install", "node-prep"]
     );
-    assert_eq!(names.last(), Some(&"post-install"));
+    // Last but the readiness wait (which waits for what the scripts applied too).
+    assert_eq!(names[names.len() - 2..], ["post-install", "cluster-ready"]);
     let text = p.to_text();
     for want in [
         "task pre-install on master1,master2,master3,node1,node2,registry1",
