@@ -11,7 +11,7 @@
 //! Without them the tests are skipped, unless `KUBEXM_TEST_REQUIRE_APISERVER` is set (`tests/run-all`
 //! sets it once the lab has built Kubernetes: `tests/lab/kubernetes/validate-manifests`).
 
-use std::net::TcpListener;
+use crate::common::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,13 +81,6 @@ fn find_binaries() -> Result<Binaries, String> {
         apiserver,
         kubectl,
     })
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// A child process killed (and reaped) on drop.

@@ -26,9 +26,7 @@ use kubexm_install::record::{membership, restrict};
 
 use crate::plan_cli::without_generated_keys;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::common::repo;
 
 /// The lab cluster grown to five hosts: node4 a worker, node5 a master (not an etcd member,
 /// not a load-balancer node). `edit` changes the text further.

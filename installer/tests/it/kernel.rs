@@ -19,9 +19,7 @@ use kubexm_install::pipelines::kernel_upgrade::{kernel_upgrade_pipeline, order, 
 
 use crate::day2::outline;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::common::repo;
 
 fn load(work: &Path, text: &str, catalog: &Path) -> Arc<InstallContext> {
     let file = work.join("cluster.yaml");

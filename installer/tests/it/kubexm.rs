@@ -10,7 +10,6 @@
 //! STAND-IN for kube-apiserver's TLS endpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -32,6 +31,7 @@ use kubexm_install::pki::{KeyDir, Keys};
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
 
+use crate::common::free_port;
 use crate::lb::{file_of, rendered};
 
 fn fixture(name: &str) -> PathBuf {
@@ -790,15 +790,6 @@ fn external_etcd_files_are_the_users_and_a_missing_file_is_named() {
         err.contains("spec.etcd.keyFile: cannot read") && err.contains("client.key"),
         "{err}"
     );
-}
-
-/// A free port on 127.0.0.1.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// `openssl s_server` killed on drop.

@@ -1,7 +1,6 @@
 //! The external load balancer module on the lab cluster: rendered haproxy / keepalived / nginx
 //! configurations (snapshots), checked by the real tools, and its skip reasons.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -10,9 +9,7 @@ use kubexm_install::modules::loadbalancer::{virtual_router_id, LoadBalancerModul
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Module};
 
-pub(crate) fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+pub(crate) use crate::common::repo;
 
 /// The lab cluster (tests/lab/cluster.yaml with the lab catalog), with `edit` applied to its
 /// text first.

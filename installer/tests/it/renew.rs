@@ -2,7 +2,7 @@
 //! on the kubexm path, the control host's leaves re-issued once from the kept CAs, and the
 //! command's refusals.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
@@ -13,9 +13,7 @@ use kubexm_install::pki::{KeyDir, Keys, Reissue};
 
 use crate::day2::cli;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::common::repo;
 
 /// The lab cluster (edited), its PKI kept under `work/pki` and seen through `keys` (a
 /// renewal's re-issue, a rotation's phase).

@@ -1,7 +1,7 @@
 //! `restore`: the plan of the restore pipeline on the lab cluster (kubeadm path, KubeXM's
 //! etcd) and on the kubexm path, and what each step does on the nodes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_install::context::{load_context, InstallContext};
@@ -11,9 +11,7 @@ use kubexm_install::modules::backup::restore::{
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::restore_pipeline;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::common::repo;
 
 fn context(work: &Path, edit: impl Fn(String) -> String) -> Arc<InstallContext> {
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");

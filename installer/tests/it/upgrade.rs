@@ -15,9 +15,7 @@ use kubexm_install::pipelines::upgrade::{upgrade_pipeline, Upgrade};
 
 use crate::day2::outline;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::common::repo;
 
 /// The lab's cluster.yaml (kubeadm path, KubeXM's etcd) with `version` and a fourth and fifth
 /// host as workers only, with the built-in catalog (every version has its real sums there): its
