@@ -15,6 +15,7 @@ use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Module};
 use kubexm_install::runner::UploadSource;
 
+use crate::common::Edit as _;
 use crate::kubeadm::{example_context, yaml_docs};
 use crate::lb::{lab_context, repo};
 
@@ -70,7 +71,7 @@ fn flannel_manifest_gets_the_pod_cidr_the_backend_and_private_registry_images() 
 
     // Dual-stack and host-gw.
     let ctx = lab_context(|t| {
-        t.replace(
+        t.edit(
             "    plugin: flannel\n",
             "    plugin: flannel\n    podCidr: 10.233.64.0/18,fd00:10:233::/56\n    serviceCidr: 10.233.0.0/18,fd00:10:96::/112\n    flannel: {mode: host-gw}\n",
         )
@@ -86,7 +87,7 @@ fn flannel_manifest_gets_the_pod_cidr_the_backend_and_private_registry_images() 
 #[test]
 fn flannel_manifests_it_cannot_render_are_refused_by_name() {
     let ctx = lab_context(|t| t);
-    let unknown = flannel_stand_in().replace(
+    let unknown = flannel_stand_in().edit(
         "ghcr.io/flannel-io/flannel:v0.27.4",
         "ghcr.io/flannel-io/flannel:v9.9.9",
     );
@@ -97,7 +98,7 @@ fn flannel_manifests_it_cannot_render_are_refused_by_name() {
         err.contains("ghcr.io/flannel-io/flannel:v9.9.9") && err.contains("not in the bundle"),
         "{err}"
     );
-    let no_network = flannel_stand_in().replace("\"Network\"", "\"Netwerk\"");
+    let no_network = flannel_stand_in().edit("\"Network\"", "\"Netwerk\"");
     let err = render_flannel(&ctx, &no_network)
         .expect_err("no Network")
         .to_string();
@@ -126,7 +127,7 @@ fn calico_chart_values() {
     );
     insta::assert_snapshot!("calico-values", values);
 
-    let vxlan = example_context(|t| t.replace("mode: ipip", "mode: vxlan\n      mtu: 1400"));
+    let vxlan = example_context(|t| t.edit("mode: ipip", "mode: vxlan\n      mtu: 1400"));
     let v = &yaml_docs(&values_of(&vxlan, "calico-values.yaml"))[0];
     assert_eq!(v["installation"]["calicoNetwork"]["bgp"], "Disabled");
     assert_eq!(v["installation"]["calicoNetwork"]["mtu"], 1400);
@@ -136,7 +137,7 @@ fn calico_chart_values() {
     );
 
     // Flattened without a namespace, calico's images would have no path of their own.
-    let flat = example_context(|t| t.replace("    namespace: kubexm\n", "    rewrite: flatten\n"));
+    let flat = example_context(|t| t.edit("    namespace: kubexm\n", "    rewrite: flatten\n"));
     let err = NetworkModule(flat)
         .tasks()
         .err()
@@ -148,8 +149,8 @@ fn calico_chart_values() {
 #[test]
 fn cilium_chart_values() {
     let ctx = example_context(|t| {
-        t.replace("plugin: calico", "plugin: cilium")
-            .replace("    calico:\n      mode: ipip\n", "")
+        t.edit("plugin: calico", "plugin: cilium")
+            .edit("    calico:\n      mode: ipip\n", "")
     });
     let values = values_of(&ctx, "cilium-values.yaml");
     let v = &yaml_docs(&values)[0];
@@ -222,10 +223,10 @@ fn nodelocaldns_manifest() {
 #[test]
 fn every_plugin_but_none_is_installed() {
     for plugin in ["flannel", "calico", "cilium", "kube-ovn", "hybridnet"] {
-        let ctx = lab_context(|t| t.replace("plugin: flannel", &format!("plugin: {plugin}")));
+        let ctx = lab_context(|t| t.edit("plugin: flannel", &format!("plugin: {plugin}")));
         assert!(NetworkModule(ctx).skip().is_none(), "{plugin}");
     }
-    let none = lab_context(|t| t.replace("plugin: flannel", "plugin: none"));
+    let none = lab_context(|t| t.edit("plugin: flannel", "plugin: none"));
     let reason = NetworkModule(none).skip().expect("skipped");
     assert!(reason.contains("bring your own CNI"), "{reason}");
 }
@@ -385,7 +386,7 @@ fn plan_inputs(ctx: &Arc<InstallContext>, module: &dyn Module) -> String {
 fn addons_yaml_rendered_with_values_and_charts_with_nested_values() {
     let yaml = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml"))
         .expect("lab")
-        .replace(
+        .edit(
             "  system:\n",
             "  addons:\n    - name: demo\n      namespace: demo\n      type: yaml\n      source: {path: demo}\n      values: {replicas: \"3\"}\n    - name: dash\n      namespace: dash\n      type: helm\n      source: {chart: {name: dash, version: 1.0.0, repo: 'https://charts.example'}}\n      values: {service.type: NodePort, service.port: \"8443\", replicas: \"2\"}\n  system:\n",
         );
@@ -445,6 +446,7 @@ fn addons_yaml_rendered_with_values_and_charts_with_nested_values() {
                 continue;
             }
             applies += 1;
+            // A command, not a fixture: it names kubectl or helm, not always both.
             let cmd = r
                 .command
                 .replace("/usr/local/bin/kubectl", "false")
@@ -505,7 +507,7 @@ fn addon_images_are_rewritten_to_the_private_registry() {
     let image = "registry.k8s.io/metrics-server/metrics-server:v0.7.2";
     let yaml = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml"))
         .expect("lab")
-        .replace(
+        .edit(
             "  system:\n",
             &format!("  addons:\n    - name: ms\n      namespace: kube-system\n      type: yaml\n      source: {{path: ms}}\n      images: [\"{image}\"]\n    - name: metrics-server\n      namespace: kube-system\n      type: helm\n      source: {{chart: {{name: metrics-server, version: 3.12.2, repo: 'https://kubernetes-sigs.github.io/metrics-server'}}}}\n      images: [\"{image}\"]\n      values: {{image.repository: registry.k8s.io/metrics-server/metrics-server, image.tag: v0.7.2, sidecar.image: \"{image}\", args.0: --kubelet-preferred-address-types=InternalIP}}\n  system:\n"),
         );
@@ -555,7 +557,7 @@ fn addon_images_are_rewritten_to_the_private_registry() {
     insta::assert_snapshot!("addon-helm-values-rewritten", values);
 
     // An image the bundle does not have is refused, naming the addon, the file and the image.
-    let other = manifest.replace(image, "quay.io/example/unbundled:v1");
+    let other = manifest.edit(image, "quay.io/example/unbundled:v1");
     let files: [(&str, &str, &[u8]); 1] =
         [("addon/ms", "files/addons/ms/ms.yaml", other.as_bytes())];
     let (_dir, ctx) = with_bundle(&yaml, Some(&catalog), &files);
@@ -623,10 +625,10 @@ fn module_plan(ctx: &Arc<InstallContext>) -> String {
 fn example_with(plugin: &str, path: &str) -> Arc<InstallContext> {
     let text = std::fs::read_to_string(repo().join("manifests/examples/cluster.yaml"))
         .expect("example")
-        .replace("plugin: calico", &format!("plugin: {plugin}"))
-        .replace("    calico:\n      mode: ipip\n", "")
-        .replace("version: v1.33.11", "version: v1.31.13")
-        .replace(
+        .edit("plugin: calico", &format!("plugin: {plugin}"))
+        .edit("    calico:\n      mode: ipip\n", "")
+        .edit("version: v1.33.11", "version: v1.31.13")
+        .edit(
             "  kubernetes:\n    type: kubeadm",
             &format!("  kubernetes:\n    type: {path}"),
         );
@@ -640,11 +642,11 @@ fn example_with(plugin: &str, path: &str) -> Arc<InstallContext> {
 #[test]
 fn kube_ovn_chart_values() {
     let ctx = example_context(|t| {
-        t.replace(
+        t.edit(
             "plugin: calico",
             "plugin: kube-ovn\n    kubeOvn: {mode: vxlan, joinCidr: 100.65.0.0/16}",
         )
-        .replace("    calico:\n      mode: ipip\n", "")
+        .edit("    calico:\n      mode: ipip\n", "")
     });
     let values = values_of(&ctx, "kube-ovn-values.yaml");
     let v = &yaml_docs(&values)[0];
@@ -676,13 +678,13 @@ fn kube_ovn_chart_values() {
 
     // Dual-stack: both families, kube-ovn's default join CIDRs.
     let dual = example_context(|t| {
-        t.replace("plugin: calico", "plugin: kube-ovn")
-            .replace("    calico:\n      mode: ipip\n", "")
-            .replace(
+        t.edit("plugin: calico", "plugin: kube-ovn")
+            .edit("    calico:\n      mode: ipip\n", "")
+            .edit(
                 "podCidr: 10.233.64.0/18",
                 "podCidr: 10.233.64.0/18,fd00:10:233::/56",
             )
-            .replace(
+            .edit(
                 "serviceCidr: 10.233.0.0/18",
                 "serviceCidr: 10.233.0.0/18,fd00:10:96::/112",
             )
@@ -704,11 +706,11 @@ fn kube_ovn_chart_values() {
 #[test]
 fn hybridnet_chart_values() {
     let ctx = example_context(|t| {
-        t.replace(
+        t.edit(
             "plugin: calico",
             "plugin: hybridnet\n    hybridnet: {defaultNetworkType: underlay}",
         )
-        .replace("    calico:\n      mode: ipip\n", "")
+        .edit("    calico:\n      mode: ipip\n", "")
     });
     let values = values_of(&ctx, "hybridnet-values.yaml");
     let v = &yaml_docs(&values)[0];
@@ -724,8 +726,8 @@ fn hybridnet_chart_values() {
     assert_eq!(v["defaultIPFamily"], "IPv4");
     insta::assert_snapshot!("hybridnet-values", values);
     let overlay = example_context(|t| {
-        t.replace("plugin: calico", "plugin: hybridnet")
-            .replace("    calico:\n      mode: ipip\n", "")
+        t.edit("plugin: calico", "plugin: hybridnet")
+            .edit("    calico:\n      mode: ipip\n", "")
     });
     let v = &yaml_docs(&values_of(&overlay, "hybridnet-values.yaml"))[0];
     assert_eq!(v["defaultNetworkType"], "Overlay");
@@ -826,34 +828,34 @@ fn every_chart_value_kubexm_sets_is_one_the_upstream_chart_reads() {
     type Edit = fn(String) -> String;
     let edits: [(&str, Edit); 4] = [
         ("kube-ovn ipv4", |t| {
-            t.replace(
+            t.edit(
                 "plugin: calico",
                 "plugin: kube-ovn\n    kubeOvn: {mode: stt}",
             )
-            .replace("    calico:\n      mode: ipip\n", "")
+            .edit("    calico:\n      mode: ipip\n", "")
         }),
         ("kube-ovn dual-stack", |t| {
-            t.replace("plugin: calico", "plugin: kube-ovn")
-                .replace("    calico:\n      mode: ipip\n", "")
-                .replace(
+            t.edit("plugin: calico", "plugin: kube-ovn")
+                .edit("    calico:\n      mode: ipip\n", "")
+                .edit(
                     "podCidr: 10.233.64.0/18",
                     "podCidr: 10.233.64.0/18,fd00:10:233::/56",
                 )
-                .replace(
+                .edit(
                     "serviceCidr: 10.233.0.0/18",
                     "serviceCidr: 10.233.0.0/18,fd00:10:96::/112",
                 )
         }),
         ("hybridnet overlay", |t| {
-            t.replace("plugin: calico", "plugin: hybridnet")
-                .replace("    calico:\n      mode: ipip\n", "")
+            t.edit("plugin: calico", "plugin: hybridnet")
+                .edit("    calico:\n      mode: ipip\n", "")
         }),
         ("hybridnet underlay", |t| {
-            t.replace(
+            t.edit(
                 "plugin: calico",
                 "plugin: hybridnet\n    hybridnet: {defaultNetworkType: underlay}",
             )
-            .replace("    calico:\n      mode: ipip\n", "")
+            .edit("    calico:\n      mode: ipip\n", "")
         }),
     ];
     for (what, edit) in edits {

@@ -55,3 +55,33 @@ fn edits_replace_every_match() {
     assert_eq!(edit("a b a", "a", "c"), "c b c");
     assert_eq!(edit_n("a b a", "a", "c", 2), "c b c");
 }
+
+/// [`edit`] and [`edit_n`] as methods, for chains of fixture edits.
+pub(crate) trait Edit {
+    /// [`edit`]: every `from` replaced by `to`; panics naming `from` when there is none.
+    fn edit(&self, from: &str, to: &str) -> String;
+    /// [`edit_n`]: panics unless `from` occurs exactly `n` times.
+    fn edit_n(&self, from: &str, to: &str, n: usize) -> String;
+}
+
+impl Edit for str {
+    #[track_caller]
+    fn edit(&self, from: &str, to: &str) -> String {
+        edit(self, from, to)
+    }
+    #[track_caller]
+    fn edit_n(&self, from: &str, to: &str, n: usize) -> String {
+        edit_n(self, from, to, n)
+    }
+}
+
+#[test]
+#[should_panic(expected = "fixture edit did not match: `b`")]
+fn a_chained_edit_that_does_not_match_fails() {
+    let _ = "a".edit("a", "c").edit("b", "d");
+}
+
+#[test]
+fn chained_edits_replace_every_match() {
+    assert_eq!("a b a".edit_n("a", "c", 2).edit("b", "d"), "c d c");
+}
