@@ -458,6 +458,48 @@ impl ProxyMode {
     }
 }
 
+/// `spec.kubernetes.readyWait`: how `install` and `apply` end, waiting until the cluster is
+/// ready (issue 33 item 12).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReadyWait {
+    /// How long to wait, in seconds ([`ReadyWait::MIN_SECONDS`] to [`ReadyWait::MAX_SECONDS`]).
+    #[serde(default = "ReadyWait::default_seconds")]
+    pub timeout_seconds: u64,
+    /// Also wait for every Deployment and DaemonSet to be rolled out (false: the nodes only,
+    /// e.g. while an add-on is known to start later).
+    #[serde(default = "ReadyWait::default_workloads")]
+    pub workloads: bool,
+}
+
+impl ReadyWait {
+    /// The default wait.
+    pub const DEFAULT_SECONDS: u64 = 300;
+    /// The shortest wait accepted.
+    pub const MIN_SECONDS: u64 = 30;
+    /// The longest wait accepted.
+    pub const MAX_SECONDS: u64 = 3600;
+    fn default_seconds() -> u64 {
+        Self::DEFAULT_SECONDS
+    }
+    fn default_workloads() -> bool {
+        true
+    }
+    /// Whether nothing was set.
+    pub fn is_default(&self) -> bool {
+        *self == ReadyWait::default()
+    }
+}
+
+impl Default for ReadyWait {
+    fn default() -> Self {
+        ReadyWait {
+            timeout_seconds: Self::DEFAULT_SECONDS,
+            workloads: true,
+        }
+    }
+}
+
 /// `spec.kubernetes`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -507,6 +549,10 @@ pub struct Kubernetes {
     /// kubelet settings written into its `KubeletConfiguration` (both paths).
     #[serde(default)]
     pub kubelet: KubeletOptions,
+    /// The bounded wait that ends `install` and `apply`: every node Ready and, by default,
+    /// every Deployment and DaemonSet rolled out.
+    #[serde(default, skip_serializing_if = "ReadyWait::is_default")]
+    pub ready_wait: ReadyWait,
     /// Kata Containers (KubeKey v3's `kubernetes.kata.enabled`): the `kata` runtime handler in
     /// containerd's configuration, the `kata` RuntimeClass, and kata-deploy's DaemonSet, which
     /// puts the Kata artifacts on every node. containerd only.

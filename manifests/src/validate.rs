@@ -16,7 +16,7 @@ use crate::kube_version::{
 };
 use crate::model::{
     AddonType, ClusterFile, EtcdType, ExternalLbType, InternalLbType, KubernetesType, LbMode,
-    NodePath, Plugin, ProxyMode, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
+    NodePath, Plugin, ProxyMode, ReadyWait, RegistryType, RuntimeType, API_VERSION, KIND_CLUSTER,
 };
 use crate::name::{
     check_component, is_dns_label, is_dns_subdomain, is_interface_name, INTERFACE_NAME_MAX,
@@ -605,6 +605,19 @@ fn check_kubernetes(f: &ClusterFile, catalog: &Catalog, c: &mut Checker) -> Opti
             "spec.kubernetes.dnsDomain",
             format!("`{}` is not a DNS domain", k.dns_domain),
             "use a domain such as `cluster.local`",
+        );
+    }
+    let wait = &k.ready_wait;
+    if !(ReadyWait::MIN_SECONDS..=ReadyWait::MAX_SECONDS).contains(&wait.timeout_seconds) {
+        c.add(
+            "spec.kubernetes.readyWait.timeoutSeconds",
+            format!(
+                "{} is outside {}..={}",
+                wait.timeout_seconds,
+                ReadyWait::MIN_SECONDS,
+                ReadyWait::MAX_SECONDS
+            ),
+            "the default is 300 (five minutes); a cluster that needs longer to start its add-ons can wait up to an hour",
         );
     }
     if !(10..=1024).contains(&k.max_pods) {

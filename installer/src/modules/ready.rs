@@ -1,5 +1,5 @@
 //! The install's last step (issue 33 item 12): "installed" only when the cluster is. From the
-//! first master, bounded by [`READY_TIMEOUT`], it waits until every master and worker is
+//! first master, bounded by `spec.kubernetes.readyWait.timeoutSeconds` (default 300), it waits until every master and worker is
 //! registered and `Ready`, and every Deployment and DaemonSet of the cluster is rolled out —
 //! CoreDNS, NodeLocal DNS, the pod network, the add-ons and whatever the `postInstall` scripts
 //! applied (on a fresh install every workload is one of these). On timeout it fails naming each
@@ -30,9 +30,6 @@ use crate::pipeline::{Facts, Module, Node, Policy, Step, StepError, Task};
 /// The task: every node Ready and every workload rolled out.
 pub const CLUSTER_READY: TaskId = TaskId::new("cluster-ready");
 
-/// How long the install waits for the cluster to be ready before it fails.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// Pause between two readings.
 const INTERVAL: Duration = Duration::from_secs(5);
 
@@ -58,10 +55,12 @@ impl Module for ClusterReadyModule {
             KubernetesType::Kubexm => KubexmCluster::new(&self.0)?.kubectl(first),
         };
         let first = first.name.clone();
+        let wait = &self.0.cluster.file.spec.kubernetes.ready_wait;
         Ok(vec![Task::new(CLUSTER_READY, [first]).step(ClusterReady {
             kubectl,
             nodes,
-            timeout: READY_TIMEOUT,
+            workloads: wait.workloads,
+            timeout: Duration::from_secs(wait.timeout_seconds),
         })])
     }
 }
@@ -73,6 +72,8 @@ pub struct ClusterReady {
     kubectl: String,
     /// The masters and workers of cluster.yaml.
     nodes: BTreeSet<String>,
+    /// Also every Deployment and DaemonSet rolled out (`spec.kubernetes.readyWait.workloads`).
+    workloads: bool,
     /// Give up after this long.
     timeout: Duration,
 }
@@ -81,9 +82,13 @@ impl ClusterReady {
     /// The read-only script: the nodes, the separator, the workloads.
     fn script(&self) -> String {
         let k = &self.kubectl;
-        format!(
-            "set -e\n{k} get nodes -o json\necho {SEPARATOR}\n{k} get deployments,daemonsets --all-namespaces -o json"
-        )
+        if self.workloads {
+            format!(
+                "set -e\n{k} get nodes -o json\necho {SEPARATOR}\n{k} get deployments,daemonsets --all-namespaces -o json"
+            )
+        } else {
+            format!("set -e\n{k} get nodes -o json\necho {SEPARATOR}")
+        }
     }
 }
 
@@ -93,15 +98,28 @@ impl Step for ClusterReady {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let nodes = self.nodes.clone();
+        let workloads = self.workloads;
         Ok(vec![Op::WaitOutput(WaitOutput {
-            what: format!(
-                "{} node(s) Ready and every Deployment and DaemonSet rolled out",
-                self.nodes.len()
-            ),
+            what: if workloads {
+                format!(
+                    "{} node(s) Ready and every Deployment and DaemonSet rolled out",
+                    self.nodes.len()
+                )
+            } else {
+                format!(
+                    "{} node(s) Ready (spec.kubernetes.readyWait.workloads: false)",
+                    self.nodes.len()
+                )
+            },
             script: self.script(),
             judge: Arc::new(move |out: &str| {
                 let Some((nodes_json, workloads_json)) = out.split_once(SEPARATOR) else {
                     return Err("the script printed no workload list".to_string());
+                };
+                let workloads_json = if workloads {
+                    workloads_json
+                } else {
+                    r#"{"items":[]}"#
                 };
                 match not_ready(&nodes, nodes_json, workloads_json) {
                     Ok(list) if list.is_empty() => Ok(()),
@@ -471,6 +489,7 @@ mod tests {
         let step = ClusterReady {
             kubectl: "kubectl".into(),
             nodes: expected(&["node1", "node2"]),
+            workloads: true,
             timeout: Duration::from_secs(1),
         };
         let node = crate::inventory::control_node();
@@ -484,5 +503,26 @@ mod tests {
         let ready = format!("{NODES_READY}\n{SEPARATOR}\n{WORKLOADS_READY}");
         assert_eq!((w.judge)(&ready), Ok(()));
         assert!(w.script.contains("get nodes -o json"), "{}", w.script);
+    }
+
+    #[test]
+    fn without_workloads_only_the_nodes_are_waited_for() {
+        let step = ClusterReady {
+            kubectl: "kubectl".into(),
+            nodes: expected(&["node1", "node2"]),
+            workloads: false,
+            timeout: Duration::from_secs(1),
+        };
+        let node = crate::inventory::control_node();
+        let ops = step.ops(&node, &Facts::default()).expect("ops");
+        let [Op::WaitOutput(w)] = ops.as_slice() else {
+            panic!("one WaitOutput");
+        };
+        assert!(!w.script.contains("daemonsets"), "{}", w.script);
+        // A DaemonSet still rolling out (even printed) does not hold the install; a node does.
+        let rolling = format!("{NODES_READY}\n{SEPARATOR}\n{WORKLOADS_DS_ROLLING}");
+        assert_eq!((w.judge)(&rolling), Ok(()));
+        let not = format!("{NODES_ONE_NOT_READY}\n{SEPARATOR}\n");
+        assert!((w.judge)(&not).is_err());
     }
 }

@@ -286,6 +286,7 @@ fn base_cluster() -> ClusterFile {
                 kube_proxy_args: BTreeMap::new(),
                 kube_proxy: crate::model::KubeProxyOptions::default(),
                 kubelet: crate::model::KubeletOptions::default(),
+                ready_wait: crate::model::ReadyWait::default(),
                 kata: crate::model::Switch::default(),
                 node_feature_discovery: crate::model::Switch::default(),
                 security_enhancement: false,

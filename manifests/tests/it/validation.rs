@@ -320,6 +320,11 @@ fn kubernetes() {
         "outside 10..=1024",
     );
     expect(
+        |f| f.spec.kubernetes.ready_wait.timeout_seconds = 5,
+        "spec.kubernetes.readyWait.timeoutSeconds",
+        "5 is outside 30..=3600",
+    );
+    expect(
         |f| f.spec.kubernetes.dns_domain = "Cluster Local".into(),
         "spec.kubernetes.dnsDomain",
         "not a DNS domain",
