@@ -24,6 +24,7 @@ use kubexm_install::pipelines::etcd_member::{
 };
 use kubexm_install::record::{membership, restrict};
 
+use crate::common::Edit as _;
 use crate::plan_cli::without_generated_keys;
 
 use crate::common::repo;
@@ -34,12 +35,12 @@ fn lab5_text(edit: impl Fn(String) -> String) -> String {
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
     let key = "privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519";
     edit(
-        text.replace(
+        text.edit(
             "  roleGroups:\n",
             &format!("    - {{name: node4, address: 10.88.10.14, user: root, {key}}}\n    - {{name: node5, address: 10.88.10.15, user: root, {key}}}\n  roleGroups:\n"),
         )
-        .replace("    master: [\"node[1:3]\"]", "    master: [\"node[1:3]\", node5]")
-        .replace("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:4]\"]"),
+        .edit("    master: [\"node[1:3]\"]", "    master: [\"node[1:3]\", node5]")
+        .edit("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:4]\"]"),
     )
 }
 
@@ -207,9 +208,9 @@ fn diff_names_added_nodes_and_refuses_other_changes_by_path() {
     let edited = load(
         work.path(),
         &lab5_text(|t| {
-            t.replace("version: v1.33.11", "version: v1.33.11\n    maxPods: 200")
-                .replace("address: 10.88.10.12,", "address: 10.88.10.42,")
-                .replace(
+            t.edit("version: v1.33.11", "version: v1.33.11\n    maxPods: 200")
+                .edit("address: 10.88.10.12,", "address: 10.88.10.42,")
+                .edit(
                     "    master: [\"node[1:3]\", node5]",
                     "    master: [node1, node2, node5]",
                 )
@@ -263,7 +264,7 @@ fn add_worker_plan_kubeadm_path() {
         .any(|t| t.name == "kube-vip-first-master" || t.name == "join-control-plane"));
     assert!(position(&p, "runtime") < position(&p, "kubeadm"));
     insta::assert_snapshot!("add-worker-kubeadm-outline", outline(&p));
-    let text = text.replace(&l.work.path().display().to_string(), "WORK");
+    let text = text.edit(&l.work.path().display().to_string(), "WORK");
     insta::assert_snapshot!("add-worker-kubeadm-plan", without_generated_keys(&text));
 }
 
@@ -279,7 +280,7 @@ fn add_node_runs_the_operators_scripts_on_the_new_node_only() {
         std::fs::write(dir.join(f), "#!/bin/sh\nexit 0\n").expect("script");
     }
     let text = lab5_text(|t| {
-        t.replace(
+        t.edit(
             "  system:\n",
             &format!(
                 "  system:\n    preInstall: [{d}/prepare.sh]\n    postInstall: [{d}/cni.sh]\n",
@@ -658,7 +659,7 @@ fn checks_refuse_the_last_master_quorum_loss_and_two_changes_at_once() {
     assert!(msg.contains("member node2 is not healthy"), "{msg}");
 
     // Two etcd members in one add-node.
-    let text = lab5_text(|t| t.replace("    etcd: [\"node[1:3]\"]", "    etcd: [\"node[1:5]\"]"));
+    let text = lab5_text(|t| t.edit("    etcd: [\"node[1:3]\"]", "    etcd: [\"node[1:5]\"]"));
     let work = tempfile::tempdir().expect("tempdir");
     let five = load(work.path(), &text, &lab_catalog());
     let three = with_nodes(&five, &["node1", "node2", "node3"]);
@@ -672,13 +673,13 @@ fn checks_refuse_the_last_master_quorum_loss_and_two_changes_at_once() {
 #[test]
 fn stacked_etcd_masters_join_one_at_a_time() {
     let text = lab5_text(|t| {
-        t.replace("  etcd:\n    type: kubexm\n    version: v3.4.23\n", "  etcd:\n    type: kubeadm\n")
-            .replace("    etcd: [\"node[1:3]\"]\n", "")
-            .replace(
+        t.edit("  etcd:\n    type: kubexm\n    version: v3.4.23\n", "  etcd:\n    type: kubeadm\n")
+            .edit("    etcd: [\"node[1:3]\"]\n", "")
+            .edit(
                 "    - {name: node4, address: 10.88.10.14,",
                 "    - {name: node6, address: 10.88.10.16, user: root}\n    - {name: node4, address: 10.88.10.14,",
             )
-            .replace("    master: [\"node[1:3]\", node5]", "    master: [\"node[1:3]\", node5, node6]")
+            .edit("    master: [\"node[1:3]\", node5]", "    master: [\"node[1:3]\", node5, node6]")
     });
     let work = tempfile::tempdir().expect("tempdir");
     let full = load(work.path(), &text, &lab_catalog());
@@ -725,12 +726,12 @@ fn kubexm_path_add_master_reissues_the_api_server_certificate_one_master_at_a_ti
     let work = tempfile::tempdir().expect("tempdir");
     let text = std::fs::read_to_string(kubexm_fixture("cluster.yaml"))
         .expect("fixture")
-        .replace(
+        .edit(
             "  roleGroups:\n",
             "    - {name: master4, address: 192.168.50.14}\n    - {name: worker3, address: 192.168.50.23}\n  roleGroups:\n",
         )
-        .replace("    master: [\"master[1:3]\"]", "    master: [\"master[1:4]\"]")
-        .replace("    worker: [\"worker[1:2]\"]", "    worker: [\"worker[1:3]\"]");
+        .edit("    master: [\"master[1:3]\"]", "    master: [\"master[1:4]\"]")
+        .edit("    worker: [\"worker[1:2]\"]", "    worker: [\"worker[1:3]\"]");
     let full = load(work.path(), &text, &kubexm_fixture("catalog-stand-in.yaml"));
     let installed = with_nodes(
         &full,
@@ -883,12 +884,12 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
     let edited = load(
         work.path(),
         &lab5_text(|t| {
-            t.replace(
+            t.edit(
                 "    version: v1.33.11\n",
                 "    version: v1.33.11\n    proxyMode: ipvs\n    featureGates: {GracefulNodeShutdown: true}\n    apiserverArgs: {audit-log-maxage: \"7\"}\n    kubeletArgs: {max-open-files: \"500000\"}\n",
             )
-            .replace("    ntpServers: [node1]", "    ntpServers: [node1, node2]")
-            .replace("    interface: eth0", "    interface: eth1")
+            .edit("    ntpServers: [node1]", "    ntpServers: [node1, node2]")
+            .edit("    interface: eth0", "    interface: eth1")
         }),
         &lab_catalog(),
     );
@@ -927,16 +928,16 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
     let refused = load(
         work.path(),
         &lab5_text(|t| {
-            t.replace(
+            t.edit(
                 "  network:\n    plugin: flannel",
                 "  network:\n    plugin: calico\n    podCidr: 10.200.0.0/16",
             )
-            .replace(
+            .edit(
                 "version: v1.33.11",
                 "version: v1.34.3\n    dnsDomain: corp.local",
             )
-            .replace("    version: v3.4.23", "    version: v3.5.21")
-            .replace("    type: containerd", "    type: cri-o")
+            .edit("    version: v3.4.23", "    version: v3.5.21")
+            .edit("    type: containerd", "    type: cri-o")
         }),
         &lab_catalog(),
     );
@@ -981,7 +982,7 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
     let secured = load(
         work.path(),
         &lab5_text(|t| {
-            t.replace(
+            t.edit(
                 "    version: v1.33.11\n",
                 "    version: v1.33.11\n    securityEnhancement: true\n",
             )
@@ -990,7 +991,7 @@ fn apply_groups_what_changes_in_place_and_refuses_the_rest() {
     );
     let moved = load(
         work.path(),
-        &lab5_text(|t| t.replace("    vip: 10.88.10.100", "    vip: 10.88.10.101")),
+        &lab5_text(|t| t.edit("    vip: 10.88.10.100", "    vip: 10.88.10.101")),
         &lab_catalog(),
     );
     let change = classify(&secured.cluster, &moved.cluster, "`cluster.yaml`");
@@ -1020,7 +1021,7 @@ fn apply_plans_on_both_paths() {
     use kubexm_install::apply_change::classify;
     use kubexm_install::pipelines::apply::apply_pipeline;
     let edit = |t: &str, version: &str| {
-        t.replace(
+        t.edit(
             &format!("    version: {version}\n"),
             &format!("    version: {version}\n    proxyMode: ipvs\n    featureGates: {{RotateKubeletServerCertificate: true}}\n"),
         )
@@ -1113,7 +1114,7 @@ fn apply_of_a_network_plugin_change_removes_the_old_plugin_first() {
     let l = lab();
     let edited = load(
         l.work.path(),
-        &lab5_text(|t| t.replace("    plugin: flannel\n", "    plugin: calico\n")),
+        &lab5_text(|t| t.edit("    plugin: flannel\n", "    plugin: calico\n")),
         &lab_catalog(),
     );
     let refused = classify(&l.full.cluster, &edited.cluster, "`cluster.yaml`");

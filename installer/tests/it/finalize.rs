@@ -5,6 +5,7 @@ use kubexm_install::modules::finalize::FinalizeModule;
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Module};
 
+use crate::common::Edit as _;
 use crate::versions::cluster;
 
 fn ops_on(module: &FinalizeModule, node: &str) -> Vec<String> {
@@ -27,11 +28,11 @@ fn ops_on(module: &FinalizeModule, node: &str) -> Vec<String> {
 fn the_admin_kubeconfig_goes_to_the_masters_non_root_ssh_users() {
     let work = tempfile::tempdir().expect("tempdir");
     let ops = |t: String| {
-        t.replace(
+        t.edit(
             "{name: master2, address: 192.168.50.12}",
             "{name: master2, address: 192.168.50.12, user: ops}",
         )
-        .replace(
+        .edit(
             "{name: worker1, address: 192.168.50.21}",
             "{name: worker1, address: 192.168.50.21, user: ops}",
         )
@@ -90,6 +91,7 @@ mod backup_timer {
         shell, Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome,
     };
 
+    use crate::common::Edit as _;
     use crate::lb::{lab_context, repo};
 
     const BACKUP: &str =
@@ -335,7 +337,7 @@ mod backup_timer {
             assert!(e.contains(path), "{yaml}: {e}");
         }
         let e = load(&|t: String| {
-            with_backup(t).replace(
+            with_backup(t).edit(
                 "    type: kubexm\n    version: v3.4.23",
                 "    type: kubeadm",
             )

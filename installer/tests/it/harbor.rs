@@ -23,6 +23,7 @@ use kubexm_install::runner::{
     shell, Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome, UploadSource,
 };
 
+use crate::common::Edit as _;
 use crate::lb::{check_with, file_of, rendered, repo};
 use crate::runtime::module_plan;
 
@@ -37,7 +38,7 @@ fn harbor_context(edit: impl Fn(String) -> String) -> (Arc<InstallContext>, temp
     let dir = tempfile::tempdir().expect("tempdir");
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml"))
         .expect("lab yaml")
-        .replace(
+        .edit(
             "  registry:\n    type: registry\n    version: 2.8.2\n",
             &format!(
                 "  registry:\n    type: harbor\n    harborConfig:\n      adminPassword: '{ADMIN_PASSWORD}'\n      projects:\n        - {{name: apps, public: false}}\n"
@@ -120,11 +121,11 @@ fn harbor_yml_from_harbor_config_and_the_same_docker_engine_as_the_runtime() {
 #[test]
 fn harbor_options_change_the_endpoint_data_volume_and_refuse_conflicts() {
     let (ctx, _work) = harbor_context(|t| {
-        t.replace(
+        t.edit(
             "      adminPassword:",
             "      httpsPort: 8443\n      adminPassword:",
         )
-        .replace(
+        .edit(
             "    type: harbor\n",
             "    type: harbor\n    dataDir: /data/harbor\n",
         )
@@ -142,11 +143,11 @@ fn harbor_options_change_the_endpoint_data_volume_and_refuse_conflicts() {
     );
 
     let (ctx, _work) = harbor_context(|t| {
-        t.replace(
+        t.edit(
             "      adminPassword:",
             "      httpsPort: 8443\n      adminPassword:",
         )
-        .replace(
+        .edit(
             "    type: harbor\n",
             "    type: harbor\n    privateRegistry: harbor.lab.example\n",
         )
@@ -167,7 +168,7 @@ fn masked(ctx: &InstallContext, text: &str, work: &Path) -> String {
         .expect("server certificate");
     let cert_sha = kubexm_bundles::hash::sha256_hex(&cert);
     let _ = ctx;
-    text.replace(&cert_sha, "<SERVER-CERT-SHA256>")
+    text.edit(&cert_sha, "<SERVER-CERT-SHA256>")
         .lines()
         .map(|l| {
             let generated = ["registry-ca.crt", "/tls/", "/certs.d/"];
@@ -587,7 +588,7 @@ fn every_node_trusts_the_harbor_ca_where_its_runtime_reads_it() {
         ("cri-o\n    version: 1.33.12", "/etc/containers/certs.d"),
     ] {
         let (ctx, _work) = harbor_context(|t| {
-            t.replace(
+            t.edit(
                 "type: containerd\n    version: 1.6.20",
                 &format!("type: {runtime}"),
             )
@@ -608,7 +609,7 @@ fn every_node_trusts_the_harbor_ca_where_its_runtime_reads_it() {
 #[test]
 fn delete_stops_harbor_then_removes_its_files_compose_and_docker() {
     let (ctx, _work) =
-        harbor_context(|t| t.replace("type: containerd\n    version: 1.6.20", "type: docker"));
+        harbor_context(|t| t.edit("type: containerd\n    version: 1.6.20", "type: docker"));
     let text = module_plan(&ctx, Box::new(delete_module(&ctx)), "delete");
     let order = [
         "task delete-harbor on node1",

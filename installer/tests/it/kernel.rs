@@ -17,6 +17,7 @@ use kubexm_install::modules::osrepo::package_source;
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::kernel_upgrade::{kernel_upgrade_pipeline, order, KernelUpgrade};
 
+use crate::common::Edit as _;
 use crate::day2::outline;
 
 use crate::common::repo;
@@ -33,13 +34,13 @@ fn lab(work: &Path, edit: impl Fn(String) -> String) -> Arc<InstallContext> {
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
     let key = "privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519";
     let text = edit(
-        text.replace(
+        text.edit(
             "  roleGroups:\n",
             &format!(
                 "    - {{name: node4, address: 10.88.10.14, user: root, {key}}}\n  roleGroups:\n"
             ),
         )
-        .replace("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:4]\"]"),
+        .edit("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:4]\"]"),
     );
     load(
         work,
@@ -250,11 +251,11 @@ fn nodes_subset_and_up_to_date_nodes_left_alone() {
 fn stacked_etcd_is_checked_through_the_masters_etcd_pod_and_the_bundle_repository_is_the_source() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = lab(work.path(), |t| {
-        t.replace(
+        t.edit(
             "  etcd:\n    type: kubexm\n    version: v3.4.23\n",
             "  etcd:\n    type: kubeadm\n",
         )
-        .replace("  system:\n", "  system:\n    osReleases: [debian-12]\n")
+        .edit("  system:\n", "  system:\n    osReleases: [debian-12]\n")
     });
     let p = pipeline_plan(
         &ctx,
@@ -276,7 +277,7 @@ fn stacked_etcd_is_checked_through_the_masters_etcd_pod_and_the_bundle_repositor
 fn a_single_master_is_drained_from_itself() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = lab(work.path(), |t| {
-        t.replace("    master: [\"node[1:3]\"]", "    master: [node1]")
+        t.edit("    master: [\"node[1:3]\"]", "    master: [node1]")
     });
     let p = pipeline_plan(
         &ctx,

@@ -19,6 +19,7 @@ use kubexm_install::pipelines::install_pipeline;
 use kubexm_manifests::kube_version::KubeadmApi;
 use kubexm_manifests::version::KubeVersion;
 
+use crate::common::Edit as _;
 use crate::lb::{check_with, file_of, lab_context, rendered, repo};
 
 /// The example cluster (3 masters, 2 workers; calico, internal haproxy, KubeXM's etcd, a
@@ -35,7 +36,7 @@ pub(crate) fn example_context(edit: impl Fn(String) -> String) -> Arc<InstallCon
 /// The example with kube-vip as the internal load balancer.
 fn kube_vip_example() -> Arc<InstallContext> {
     example_context(|t| {
-        t.replace(
+        t.edit(
             "      type: haproxy\n",
             "      type: kube-vip\n    vip: 192.168.10.100\n    interface: eth0\n",
         )
@@ -206,13 +207,13 @@ fn lab_init_and_join_configs_v1beta4_with_kubexm_etcd_and_an_external_lb() {
 #[test]
 fn stacked_etcd_no_lb_and_component_settings_on_v1_31() {
     let ctx = example_context(|t| {
-        t.replace("version: v1.33.11", "version: v1.31.13")
-            .replace("etcd: [\"master[1:3]\"]", "etcd: []")
-            .replace("  etcd:\n    type: kubexm\n", "  etcd:\n    type: kubeadm\n")
-            .replace("proxyMode: ipvs", "proxyMode: iptables\n    featureGates: {SidecarContainers: true, InPlacePodVerticalScaling: false}\n    apiserverArgs: {audit-log-maxage: \"30\"}\n    kubeletArgs: {max-open-files: \"1000000\"}")
-            .replace("master: [\"master[1:3]\"]", "master: [master1]")
-            .replace("worker: [\"node[1:2]\"]", "worker: [master2, master3, \"node[1:2]\"]")
-            .replace("    mode: internal\n    internal:\n      type: haproxy\n", "    mode: none\n")
+        t.edit("version: v1.33.11", "version: v1.31.13")
+            .edit("etcd: [\"master[1:3]\"]", "etcd: []")
+            .edit("  etcd:\n    type: kubexm\n", "  etcd:\n    type: kubeadm\n")
+            .edit("proxyMode: ipvs", "proxyMode: iptables\n    featureGates: {SidecarContainers: true, InPlacePodVerticalScaling: false}\n    apiserverArgs: {audit-log-maxage: \"30\"}\n    kubeletArgs: {max-open-files: \"1000000\"}")
+            .edit("master: [\"master[1:3]\"]", "master: [master1]")
+            .edit("worker: [\"node[1:2]\"]", "worker: [master2, master3, \"node[1:2]\"]")
+            .edit("    mode: internal\n    internal:\n      type: haproxy\n", "    mode: none\n")
     });
     let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
     assert_eq!(s.api, KubeadmApi::V1beta4);
@@ -271,9 +272,9 @@ fn user_external_etcd_and_the_v1beta3_api_before_v1_31() {
         p("client-key.pem")
     );
     let ctx = example_context(|t| {
-        t.replace("etcd: [\"master[1:3]\"]", "etcd: []")
-            .replace("  etcd:\n    type: kubexm\n", &etcd)
-            .replace(
+        t.edit("etcd: [\"master[1:3]\"]", "etcd: []")
+            .edit("  etcd:\n    type: kubexm\n", &etcd)
+            .edit(
                 "apiserverCertExtraSans: [api.demo.example.com]",
                 "apiserverCertExtraSans: [api.demo.example.com]\n    schedulerArgs: {v: \"2\"}",
             )
@@ -621,10 +622,10 @@ fn task_order_per_load_balancer_mode() {
     );
     // One master, no workers: nothing to join.
     let ctx = example_context(|t| {
-        t.replace("master: [\"master[1:3]\"]", "master: [master1]")
-            .replace("etcd: [\"master[1:3]\"]", "etcd: [master1]")
-            .replace("worker: [\"node[1:2]\"]", "worker: [master1]")
-            .replace(
+        t.edit("master: [\"master[1:3]\"]", "master: [master1]")
+            .edit("etcd: [\"master[1:3]\"]", "etcd: [master1]")
+            .edit("worker: [\"node[1:2]\"]", "worker: [master1]")
+            .edit(
                 "    mode: internal\n    internal:\n      type: haproxy\n",
                 "    mode: none\n",
             )
@@ -723,7 +724,7 @@ fn local_proxies_of_the_internal_load_balancer_pass_haproxy_and_nginx() {
     );
     insta::assert_snapshot!("internal-lb-haproxy-pod", pod);
 
-    let ctx = example_context(|t| t.replace("      type: haproxy\n", "      type: nginx\n"));
+    let ctx = example_context(|t| t.edit("      type: haproxy\n", "      type: nginx\n"));
     let files = LocalProxy::new(&ctx, LocalProxyKind::Nginx)
         .expect("nginx")
         .render()
@@ -891,7 +892,7 @@ fn fresh_token_and_reuploaded_certificates_replace_the_init_ones() {
         .split("You can now join")
         .next()
         .unwrap_or("")
-        .replace(&format!("[upload-certs] Using certificate key:\n{KEY}\n"), "")
+        .edit(&format!("[upload-certs] Using certificate key:\n{KEY}\n"), "")
         + &format!("Then you can join any number of worker nodes by running the following on each as root:\n\nkubeadm join 10.0.0.10:6443 --token abcdef.0123456789abcdef \\\n\t--discovery-token-ca-cert-hash {HASH} \n");
     let c = parse(&worker_only).expect("parsed");
     assert_eq!(c.certificate_key, None);
@@ -917,7 +918,7 @@ fn malformed_outputs_are_named_without_quoting_the_token() {
         .expect_err("no hash")
         .to_string()
         .contains("--discovery-token-ca-cert-hash"));
-    let bad_key = init_output_v133().replace(KEY, "tooshort");
+    let bad_key = init_output_v133().edit(KEY, "tooshort");
     assert!(parse(&bad_key)
         .expect_err("bad key")
         .to_string()
@@ -1134,7 +1135,7 @@ fn plan_of_three_masters_and_two_workers_is_complete_and_ordered() {
 fn cgroup_v1_kept_on_1_35_ignores_kubeadms_system_verification_at_init_and_join() {
     let work = tempfile::tempdir().expect("tempdir");
     let keep = |t: String| {
-        t.replace(
+        t.edit(
             "    proxyMode: iptables\n",
             "    proxyMode: iptables\n    kubelet: {failCgroupV1: false}\n",
         )
@@ -1197,11 +1198,11 @@ fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
     use kubexm_install::pipeline::Facts;
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = crate::versions::cluster(work.path(), "v1.33.11", "kubeadm", |t| {
-        t.replace(
+        t.edit(
             "    plugin: none\n",
             "    plugin: none\n    podCidr: \"10.233.64.0/18,fd00:10:233::/56\"\n    serviceCidr: \"10.233.0.0/18,fd00:10:96::/112\"\n",
         )
-        .replace(
+        .edit(
             "{name: worker1, address: 192.168.50.21}",
             "{name: worker1, address: 192.168.50.21, internalAddressV6: \"fd00:50::21\"}",
         )
@@ -1258,7 +1259,7 @@ fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
 fn kube_proxy_args_are_refused_on_the_kubeadm_path_naming_them() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = crate::versions::cluster(work.path(), "v1.33.11", "kubeadm", |t| {
-        t.replace(
+        t.edit(
             "    proxyMode: iptables\n",
             "    proxyMode: iptables\n    kubeProxyArgs: {v: \"4\", metrics-bind-address: \"0.0.0.0:10249\"}\n",
         )

@@ -32,6 +32,7 @@ use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
 
 use crate::common::free_port;
+use crate::common::Edit as _;
 use crate::lb::{file_of, rendered};
 
 fn fixture(name: &str) -> PathBuf {
@@ -71,18 +72,18 @@ fn v135_external_etcd_internal_lb(work: &Path) -> Arc<InstallContext> {
     .expect("client");
     let d = etcd.display();
     context(work, |t| {
-        t.replace("version: v1.31.13", "version: v1.35.4\n    dnsDomain: corp.example\n    proxyMode: nftables\n    maxPods: 120\n    featureGates: {InPlacePodVerticalScaling: true, UserNamespacesSupport: false}\n    apiserverCertExtraSans: [api.corp.example, 203.0.113.10]\n    apiserverArgs: {v: \"2\", audit-log-path: /var/log/kubernetes/audit.log}\n    kubeletArgs: {v: \"2\"}\n    controllerManagerArgs: {node-cidr-mask-size: \"25\"}\n    schedulerArgs: {v: \"3\"}\n    kubeProxyArgs: {v: \"4\"}")
-            .replace("    etcd: [\"master[1:3]\"]\n", "")
-            .replace("    loadbalancer: [\"master[1:3]\"]\n", "")
-            .replace(
+        t.edit("version: v1.31.13", "version: v1.35.4\n    dnsDomain: corp.example\n    proxyMode: nftables\n    maxPods: 120\n    featureGates: {InPlacePodVerticalScaling: true, UserNamespacesSupport: false}\n    apiserverCertExtraSans: [api.corp.example, 203.0.113.10]\n    apiserverArgs: {v: \"2\", audit-log-path: /var/log/kubernetes/audit.log}\n    kubeletArgs: {v: \"2\"}\n    controllerManagerArgs: {node-cidr-mask-size: \"25\"}\n    schedulerArgs: {v: \"3\"}\n    kubeProxyArgs: {v: \"4\"}")
+            .edit("    etcd: [\"master[1:3]\"]\n", "")
+            .edit("    loadbalancer: [\"master[1:3]\"]\n", "")
+            .edit(
                 "  etcd:\n    type: kubexm\n",
                 &format!("  etcd:\n    type: external\n    endpoints: [https://10.1.0.5:2379, https://10.1.0.6:2379, https://10.1.0.7:2379]\n    caFile: {d}/ext-ca.crt\n    certFile: {d}/client.crt\n    keyFile: {d}/client.key\n"),
             )
-            .replace(
+            .edit(
                 "  network:\n    plugin: calico\n",
                 "  network:\n    plugin: flannel\n    podCidr: 10.244.0.0/16\n    serviceCidr: 10.96.0.0/12\n",
             )
-            .replace(
+            .edit(
                 "    mode: external\n    external:\n      type: kubexm-kh\n    vip: 192.168.50.100\n    interface: eth0\n",
                 "    mode: internal\n",
             )
@@ -92,13 +93,13 @@ fn v135_external_etcd_internal_lb(work: &Path) -> Arc<InstallContext> {
 /// v1.31, one master and one worker, no load balancer.
 fn v131_single_master_no_lb(work: &Path) -> Arc<InstallContext> {
     context(work, |t| {
-        t.replace("[\"master[1:3]\"]", "[master1]")
-            .replace("[\"worker[1:2]\"]", "[worker1]")
-            .replace(
+        t.edit("[\"master[1:3]\"]", "[master1]")
+            .edit("[\"worker[1:2]\"]", "[worker1]")
+            .edit(
                 "    mode: external\n    external:\n      type: kubexm-kh\n    vip: 192.168.50.100\n    interface: eth0\n",
                 "    mode: none\n",
             )
-            .replace("    loadbalancer: [master1]\n", "")
+            .edit("    loadbalancer: [master1]\n", "")
     })
 }
 
@@ -153,7 +154,7 @@ fn node_snapshot(files: &[(String, String, String)], node: &str) -> String {
 
 /// The words of a unit's `ExecStart=` (continuation lines joined).
 fn exec_start(unit: &str) -> Vec<String> {
-    let joined = unit.replace(" \\\n", " ");
+    let joined = unit.edit(" \\\n", " ");
     let line = joined
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
@@ -1024,7 +1025,7 @@ async fn the_certificate_step_is_idempotent_and_a_new_san_reissues_only_the_api_
 
     // A new SAN: the API server certificate is re-issued, the CA is kept.
     let edited = context(work.path(), |t| {
-        t.replace(
+        t.edit(
             "version: v1.31.13",
             "version: v1.31.13\n    apiserverCertExtraSans: [api.example.org]",
         )
@@ -1100,7 +1101,7 @@ fn plan_of_a_three_master_two_worker_kubexm_cluster() {
 fn the_kubexm_modules_are_skipped_for_kubeadm_and_deleted_before_the_runtime() {
     let work = tempfile::tempdir().expect("tempdir");
     let kubeadm = context(work.path(), |t| {
-        t.replace("type: kubexm\n    version", "type: kubeadm\n    version")
+        t.edit("type: kubexm\n    version", "type: kubeadm\n    version")
     });
     let p = plan::build(
         &install_pipeline(&kubeadm),
@@ -1227,11 +1228,10 @@ fn the_internal_load_balancer_serves_the_binary_path_too() {
     assert!(!text.contains("kube-vip.yaml"));
 
     let vip = context(work.path(), |t| {
-        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "")
-            .replace(
-                "    mode: external\n    external:\n      type: kubexm-kh\n",
-                "    mode: internal\n    internal:\n      type: kube-vip\n",
-            )
+        t.edit("    loadbalancer: [\"master[1:3]\"]\n", "").edit(
+            "    mode: external\n    external:\n      type: kubexm-kh\n",
+            "    mode: internal\n    internal:\n      type: kube-vip\n",
+        )
     });
     let p = plan::build(
         &install_pipeline(&vip),

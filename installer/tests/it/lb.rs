@@ -9,6 +9,8 @@ use kubexm_install::modules::loadbalancer::{virtual_router_id, LoadBalancerModul
 use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Module};
 
+use crate::common::Edit as _;
+
 pub(crate) use crate::common::repo;
 
 /// The lab cluster (tests/lab/cluster.yaml with the lab catalog), with `edit` applied to its
@@ -142,7 +144,7 @@ fn lab_lb_configs_pass_the_real_tools() {
 
 #[test]
 fn kubexm_kn_renders_an_nginx_stream_proxy_that_nginx_accepts() {
-    let ctx = lab_context(|t| t.replace("type: kubexm-kh", "type: kubexm-kn"));
+    let ctx = lab_context(|t| t.edit("type: kubexm-kh", "type: kubexm-kn"));
     let module = LoadBalancerModule(ctx.clone());
     assert_eq!(module.skip(), None);
     let files = rendered(&ctx, &module);
@@ -156,7 +158,7 @@ fn kubexm_kn_renders_an_nginx_stream_proxy_that_nginx_accepts() {
         "{k}"
     );
     // The `kubexm-lb` user is created on the nodes by the step; this host may not have it.
-    let local = nginx.replace("user kubexm-lb;", "user nobody nogroup;");
+    let local = nginx.edit("user kubexm-lb;", "user nobody nogroup;");
     // `nginx -t` binds its listeners: run it in a network namespace of its own with
     // ip_nonlocal_bind=1, as the node has it (the lb-nonlocal-bind step runs first).
     check_with(
@@ -174,16 +176,16 @@ fn kubexm_kn_renders_an_nginx_stream_proxy_that_nginx_accepts() {
 
 #[test]
 fn other_load_balancer_modes_are_skipped_with_a_reason() {
-    let no_group = |t: String| t.replace("    loadbalancer: [\"node[1:3]\"]\n", "");
+    let no_group = |t: String| t.edit("    loadbalancer: [\"node[1:3]\"]\n", "");
     let internal = lab_context(|t| {
         no_group(t)
-            .replace("mode: external", "mode: internal")
-            .replace("    external:\n      type: kubexm-kh\n", "")
+            .edit("mode: external", "mode: internal")
+            .edit("    external:\n      type: kubexm-kh\n", "")
     });
     let reason = LoadBalancerModule(internal).skip().expect("skipped");
     assert!(reason.contains("mode is internal"), "{reason}");
 
-    let unmanaged = lab_context(|t| no_group(t).replace("type: kubexm-kh", "type: external"));
+    let unmanaged = lab_context(|t| no_group(t).edit("type: kubexm-kh", "type: external"));
     let reason = LoadBalancerModule(unmanaged).skip().expect("skipped");
     assert!(reason.contains("not managed by KubeXM"), "{reason}");
 }

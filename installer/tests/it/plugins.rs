@@ -11,17 +11,18 @@ use kubexm_install::modules::plugins::{render_kata, render_nfd, PluginsModule};
 use kubexm_install::modules::runtime::RuntimeModule;
 use kubexm_install::pipeline::{Facts, Module};
 
+use crate::common::Edit as _;
 use crate::kubeadm::yaml_docs;
 use crate::lb::{lab_context, rendered};
 
 /// The lab cluster with multus over flannel, Kata Containers and Node Feature Discovery.
 pub(crate) fn lab_with_everything() -> Arc<InstallContext> {
     lab_context(|t| {
-        t.replace(
+        t.edit(
             "    plugin: flannel\n",
             "    plugin: multus\n    multus: {delegate: flannel}\n",
         )
-        .replace(
+        .edit(
             "  kubernetes:\n",
             "  kubernetes:\n    kata: {enabled: true}\n    nodeFeatureDiscovery: {enabled: true}\n",
         )
@@ -93,11 +94,11 @@ fn multus_plan_installs_the_delegate_then_multus_then_waits_for_both() {
 
     // Over cilium, cilium's chart leaves multus's configuration in place.
     let ctx = crate::kubeadm::example_context(|t| {
-        t.replace(
+        t.edit(
             "plugin: calico",
             "plugin: multus\n    multus: {delegate: cilium}",
         )
-        .replace("    calico:\n      mode: ipip\n", "")
+        .edit("    calico:\n      mode: ipip\n", "")
     });
     let plan = plan_text(&ctx, &NetworkModule(ctx.clone()));
     let steps: Vec<&str> = plan
@@ -119,8 +120,8 @@ fn multus_plan_installs_the_delegate_then_multus_then_waits_for_both() {
     assert_eq!(yaml_docs(&values)[0]["cni"]["exclusive"], false, "{values}");
     // Alone, cilium keeps its default (exclusive).
     let alone = crate::kubeadm::example_context(|t| {
-        t.replace("plugin: calico", "plugin: cilium")
-            .replace("    calico:\n      mode: ipip\n", "")
+        t.edit("plugin: calico", "plugin: cilium")
+            .edit("    calico:\n      mode: ipip\n", "")
     });
     assert!(yaml_docs(&cilium_values(&alone))[0]["cni"].is_null());
 }
@@ -148,11 +149,11 @@ fn cilium_values(ctx: &Arc<InstallContext>) -> String {
 fn multus_over_kube_ovn_or_hybridnet_installs_the_delegate_s_chart_first() {
     for (delegate, step) in [("kube-ovn", "kube-ovn"), ("hybridnet", "hybridnet")] {
         let ctx = crate::kubeadm::example_context(|t| {
-            t.replace(
+            t.edit(
                 "plugin: calico",
                 &format!("plugin: multus\n    multus: {{delegate: {delegate}}}"),
             )
-            .replace("    calico:\n      mode: ipip\n", "")
+            .edit("    calico:\n      mode: ipip\n", "")
         });
         let module = NetworkModule(ctx.clone());
         assert!(module.skip().is_none(), "{delegate}");
@@ -274,7 +275,7 @@ fn plugins_plan_and_skip() {
 
     // Only one of them.
     let nfd_only = lab_context(|t| {
-        t.replace(
+        t.edit(
             "  kubernetes:\n",
             "  kubernetes:\n    nodeFeatureDiscovery: {enabled: true}\n",
         )
@@ -418,16 +419,16 @@ fn delete_removes_kata_traces_before_containerd() {
     .expect("write");
     let script = run
         .command
-        .replace("/opt/kata", &format!("{r}/opt/kata"))
-        .replace("/usr/local/bin", &format!("{r}/usr/local/bin"))
-        .replace("/etc/containerd", &format!("{r}/etc/containerd"));
+        .edit("/opt/kata", &format!("{r}/opt/kata"))
+        .edit("/usr/local/bin", &format!("{r}/usr/local/bin"))
+        .edit("/etc/containerd", &format!("{r}/etc/containerd"));
     let unless = run
         .unless
         .clone()
         .expect("unless")
-        .replace("/opt/kata", &format!("{r}/opt/kata"))
-        .replace("/usr/local/bin", &format!("{r}/usr/local/bin"))
-        .replace("/etc/containerd", &format!("{r}/etc/containerd"));
+        .edit("/opt/kata", &format!("{r}/opt/kata"))
+        .edit("/usr/local/bin", &format!("{r}/usr/local/bin"))
+        .edit("/etc/containerd", &format!("{r}/etc/containerd"));
     let sh = |s: &str| {
         std::process::Command::new("sh")
             .args(["-c", s])

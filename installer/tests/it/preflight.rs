@@ -19,6 +19,7 @@ use kubexm_install::pipeline::ops::Op;
 use kubexm_install::pipeline::{Facts, Step};
 use kubexm_install::runner::{Exec, ExecOutput, RunError, Runner, Upload, UploadOutcome};
 
+use crate::common::Edit as _;
 use crate::lb::{file_of, rendered};
 use crate::versions::{cluster, text, yaml_docs};
 
@@ -99,7 +100,7 @@ async fn cgroup_v1_nodes_are_refused_on_1_35_unless_fail_cgroup_v1_is_false() {
 
     // The operator's explicit choice: preflight lets cgroup v1 through and both paths render it.
     let keep = |t: String| {
-        t.replace(
+        t.edit(
             "    proxyMode: iptables\n",
             "    proxyMode: iptables\n    kubelet: {failCgroupV1: false}\n",
         )
@@ -152,7 +153,7 @@ async fn old_kernels_and_cgroup_v1_per_version() {
         "{notes:?}"
     );
     // nftables on a kernel older than 5.13 (Debian 11's 5.10).
-    let nft = |t: String| t.replace("proxyMode: iptables", "proxyMode: nftables");
+    let nft = |t: String| t.edit("proxyMode: iptables", "proxyMode: nftables");
     let ctx = cluster(work.path(), "v1.35.4", "kubexm", nft);
     let e = preflight(
         &ctx,
@@ -201,7 +202,7 @@ fn node_preparation_installs_what_the_proxy_mode_needs() {
     let work = tempfile::tempdir().expect("tempdir");
     let packages = |mode: &str| -> Vec<String> {
         let ctx = cluster(work.path(), "v1.35.4", "kubexm", |t| {
-            t.replace("proxyMode: iptables", &format!("proxyMode: {mode}"))
+            t.edit("proxyMode: iptables", &format!("proxyMode: {mode}"))
         });
         let node = ctx.node("worker1").expect("worker1");
         let tasks = NodePrepModule(ctx.clone()).tasks().expect("tasks");
@@ -399,7 +400,7 @@ async fn node_addresses_and_the_vip_interface_are_checked_on_every_node() {
 async fn the_ipv6_address_is_checked_on_dual_stack_clusters() {
     let work = tempfile::tempdir().expect("tempdir");
     let v6 = |t: String| {
-        t.replace(
+        t.edit(
             "{name: worker1, address: 192.168.50.21}",
             "{name: worker1, address: 192.168.50.21, internalAddressV6: 'fd00:50::21'}",
         )
@@ -410,7 +411,7 @@ async fn the_ipv6_address_is_checked_on_dual_stack_clusters() {
         Ok(vec![])
     );
     let dual = cluster(work.path(), "v1.31.13", "kubexm", |t| {
-        v6(t).replace(
+        v6(t).edit(
             "  network:\n",
             "  network:\n    podCidr: 10.233.64.0/18,fd00:64::/56\n    serviceCidr: 10.233.0.0/18,fd00:233::/112\n",
         )
@@ -460,22 +461,20 @@ async fn a_vip_in_use_is_refused_unless_this_cluster_holds_it() {
     // kube-vip: the masters hold it; without a load balancer that puts a VIP on an interface
     // there is nothing to probe.
     let kube_vip = cluster(work.path(), "v1.31.13", "kubeadm", |t| {
-        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "")
-            .replace(
-                "    mode: external\n    external:\n      type: kubexm-kh\n",
-                "    mode: internal\n    internal:\n      type: kube-vip\n",
-            )
+        t.edit("    loadbalancer: [\"master[1:3]\"]\n", "").edit(
+            "    mode: external\n    external:\n      type: kubexm-kh\n",
+            "    mode: internal\n    internal:\n      type: kube-vip\n",
+        )
     });
     let rules = kubexm_install::modules::preflight::NetRules::of(&kube_vip);
     let rule = rules.vip.expect("kube-vip VIP");
     assert_eq!(rule.holder_kind, "kube-vip");
     assert_eq!(rule.holders, ["master1", "master2", "master3"]);
     let none = cluster(work.path(), "v1.31.13", "kubeadm", |t| {
-        t.replace("    loadbalancer: [\"master[1:3]\"]\n", "")
-            .replace(
-                "    mode: external\n    external:\n      type: kubexm-kh\n",
-                "    mode: internal\n",
-            )
+        t.edit("    loadbalancer: [\"master[1:3]\"]\n", "").edit(
+            "    mode: external\n    external:\n      type: kubexm-kh\n",
+            "    mode: internal\n",
+        )
     });
     assert!(kubexm_install::modules::preflight::NetRules::of(&none)
         .vip

@@ -11,6 +11,7 @@ use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::renew::renew_pipeline;
 use kubexm_install::pki::{KeyDir, Keys, Reissue};
 
+use crate::common::Edit as _;
 use crate::day2::cli;
 
 use crate::common::repo;
@@ -44,7 +45,7 @@ fn context(
 }
 
 pub(crate) fn kubexm(t: String) -> String {
-    t.replace("    type: kubeadm\n", "    type: kubexm\n")
+    t.edit("    type: kubeadm\n", "    type: kubexm\n")
 }
 
 fn renew(ctx: &Arc<InstallContext>, masters: &[&str]) -> Renew {
@@ -151,7 +152,7 @@ fn kubeadm_path_renews_workers_kubelets_and_the_registry() {
     let ctx = context(
         work.path(),
         |t| {
-            t.replace(
+            t.edit(
                 "    master: [\"node[1:3]\"]\n",
                 "    master: [\"node[1:2]\"]\n",
             )

@@ -12,6 +12,7 @@ use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::restore_pipeline;
 
 use crate::common::repo;
+use crate::common::Edit as _;
 
 fn context(work: &Path, edit: impl Fn(String) -> String) -> Arc<InstallContext> {
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
@@ -135,7 +136,7 @@ fn the_restore_stops_everything_replaces_each_members_data_then_starts_in_order(
 fn the_kubexm_path_stops_and_starts_units_and_stacked_etcd_is_not_restored() {
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = context(work.path(), |t| {
-        t.replace("    type: kubeadm\n", "    type: kubexm\n")
+        t.edit("    type: kubeadm\n", "    type: kubexm\n")
     });
     let p = plan_of(&restore(&ctx, work.path()));
     let text = p.to_text();
@@ -151,7 +152,7 @@ fn the_kubexm_path_stops_and_starts_units_and_stacked_etcd_is_not_restored() {
 
     let work = tempfile::tempdir().expect("tempdir");
     let stacked = context(work.path(), |t| {
-        t.replace(
+        t.edit(
             "  etcd:\n    type: kubexm\n",
             "  etcd:\n    type: kubeadm\n",
         )
@@ -256,7 +257,7 @@ fn the_fresh_restore_is_an_install_that_keeps_the_backups_identity_and_data() {
     // kubexm path: the CAs come from the control host's key directory.
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = context(work.path(), |t| {
-        t.replace("    type: kubeadm\n", "    type: kubexm\n")
+        t.edit("    type: kubeadm\n", "    type: kubexm\n")
     });
     let f = FreshRestore {
         restore: restore(&ctx, work.path()),

@@ -13,6 +13,7 @@ use kubexm_install::pipelines::rotate::rotate_pipeline;
 use kubexm_install::pki::Rotating;
 use kubexm_install::rotation::{Files, Phase};
 
+use crate::common::Edit as _;
 use crate::day2::cli;
 use crate::renew::{kubexm, lab_context, refused_asking_for_yes};
 
@@ -470,11 +471,11 @@ fn kubexm_with_worker(t: String) -> String {
 
 /// The lab cluster with a worker-only node4.
 fn with_worker(t: String) -> String {
-    t.replace(
+    t.edit(
             "  roleGroups:\n",
             "    - {name: node4, address: 10.88.10.14, user: root, privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519}\n  roleGroups:\n",
         )
-        .replace("    worker: [\"node[1:3]\"]\n", "    worker: [\"node[1:4]\"]\n")
+        .edit("    worker: [\"node[1:3]\"]\n", "    worker: [\"node[1:4]\"]\n")
 }
 
 /// The files the certificates module gives `node` as the context's phase leaves the cluster CA.
@@ -912,7 +913,7 @@ fn the_service_account_wait_holds_only_when_every_secret_and_configmap_holds_the
         .args(["755", &fake.display().to_string()])
         .status()
         .expect("chmod");
-    let script = check.replace(real, &fake.display().to_string());
+    let script = check.edit(real, &fake.display().to_string());
     let holds = || {
         std::process::Command::new("sh")
             .args(["-c", &script])

@@ -8,6 +8,7 @@ use kubexm_install::context::{load_context, InstallContext};
 use kubexm_install::modules::runtime::{delete_module, RuntimeModule};
 use kubexm_install::pipeline::{plan, Facts, Module, Pipeline};
 
+use crate::common::Edit as _;
 use crate::lb::{check_with, file_of, lab_context, rendered, repo};
 
 fn plan_lines(module: &dyn Module, ctx: &kubexm_install::context::InstallContext) -> Vec<String> {
@@ -77,7 +78,7 @@ fn attack_registry_credentials_in_argv_on_the_nodes_containerd() {
     // the process list of every node. Now containerd's CRI pulls with the credentials of its
     // root-only config.toml.
     let ctx = lab_context(|t| {
-        t.replace(
+        t.edit(
             "    type: registry\n",
             "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: 'pa\"ss\\word', skipTlsVerify: true}\n",
         )
@@ -141,7 +142,7 @@ fn binaries_are_uploaded_extracted_and_copied_into_place() {
 
 #[test]
 fn containerd_2_gets_a_version_3_config() {
-    let ctx = lab_context(|t| t.replace("version: 1.6.20", "version: 2.0.5"));
+    let ctx = lab_context(|t| t.edit("version: 1.6.20", "version: 2.0.5"));
     let files = rendered(&ctx, &RuntimeModule(ctx.clone()));
     let config = file_of(&files, "node1", "/etc/containerd/config.toml");
     assert!(config.contains("version = 3"), "{config}");
@@ -155,7 +156,7 @@ fn containerd_2_gets_a_version_3_config() {
 #[test]
 fn plain_http_registry_gets_an_http_host_and_a_plain_http_pull() {
     let ctx = lab_context(|t| {
-        t.replace(
+        t.edit(
             "    type: registry\n",
             "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {plainHTTP: true}\n",
         )
@@ -234,7 +235,7 @@ fn with_a_bundle_files_and_the_pause_image_come_from_bundle_json() {
         .find(|f| f.name == "containerd" && f.arch == "amd64")
         .expect("containerd")
         .clone();
-    other.path = other.path.replace("1.6.20", "1.5.0");
+    other.path = other.path.edit("1.6.20", "1.5.0");
     other.version = "1.5.0".into();
     manifest.files.insert(0, other);
     let work = tempfile::tempdir().expect("tempdir");
@@ -280,7 +281,7 @@ fn with_runtime(kind: &str, version: Option<&str>) -> impl Fn(String) -> String 
         Some(v) => format!("type: {kind}\n    version: {v}"),
         None => format!("type: {kind}"),
     };
-    move |t: String| t.replace("type: containerd\n    version: 1.6.20", &to)
+    move |t: String| t.edit("type: containerd\n    version: 1.6.20", &to)
 }
 
 /// The plan of `module` alone, as `kubexm-install plan` prints it.
@@ -429,7 +430,7 @@ fn docker_with_cri_dockerd_files_and_plan() {
 #[test]
 fn docker_plain_http_registry_is_insecure_and_credentials_stay_out_of_the_plan() {
     let ctx = lab_context(|t| {
-        with_runtime("docker", None)(t).replace(
+        with_runtime("docker", None)(t).edit(
             "    type: registry\n",
             "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: 'd0cker-secret', plainHTTP: true}\n",
         )
@@ -505,7 +506,7 @@ fn cri_o_files_and_plan() {
 #[test]
 fn cri_o_registry_credentials_go_to_a_root_only_auth_file() {
     let ctx = lab_context(|t| {
-        with_runtime("cri-o", Some("1.33.12"))(t).replace(
+        with_runtime("cri-o", Some("1.33.12"))(t).edit(
             "    type: registry\n",
             "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: 'cr10-secret'}\n",
         )
@@ -541,7 +542,7 @@ fn isulad_context_with(edit: impl FnOnce(String) -> String) -> Arc<InstallContex
     std::fs::write(&file, edit(with_runtime("isulad", Some("2.1.5"))(text))).expect("write");
     let catalog = std::fs::read_to_string(repo().join("tests/lab/mirror/catalog-lab.yaml"))
         .expect("lab catalog")
-        .replace(
+        .edit(
             "components:\n",
             &format!(
                 "components:\n  - name: isulad\n    url: \"https://mirror.example/isulad/{{version}}/isulad-{{version}}-linux-{{arch}}.tar.gz\"\n    versions: {{\"2.1.5\": {{amd64: \"{}\"}}}}\n",
@@ -559,7 +560,7 @@ fn attack_registry_credentials_in_argv_on_the_nodes_isulad() {
     // The pull ran `crictl pull --auth "$(cat /etc/isulad/kubexm-pull.auth)"`. Now `isula login`
     // reads the password on standard input from the root-only file.
     let ctx = isulad_context_with(|t| {
-        t.replace(
+        t.edit(
             "    type: registry\n",
             "    type: registry\n    auths:\n      \"10.88.10.11:5000\": {username: puller, password: s3cret-pw}\n",
         )
@@ -734,7 +735,7 @@ fn upstream_registries_are_mirrored_to_the_private_registry() {
     // Under a namespace, the mirror's path is the API root: `registry.k8s.io/coredns/coredns`
     // is fetched as `REG/v2/kubexm/coredns/coredns`, where keep-path pushed it.
     let ns = lab_context(|t| {
-        t.replace(
+        t.edit(
             "    type: registry\n",
             "    type: registry\n    namespace: kubexm\n",
         )
@@ -758,7 +759,7 @@ fn upstream_registries_are_mirrored_to_the_private_registry() {
 
     // Flattened paths cannot be expressed as a mirror: no mirror files, only rewritten pulls.
     let flat = lab_context(|t| {
-        t.replace(
+        t.edit(
             "    type: registry\n",
             "    type: registry\n    rewrite: flatten\n",
         )
@@ -778,7 +779,7 @@ fn containerd_2_1_lists_cni_bin_dirs() {
     // (containerd RELEASES.md "Deprecated config properties", docs/cri/config.md v2.1);
     // 2.0 still reads `bin_dir` only. Issue 13 item 10.
     let conf = |version: &str| {
-        let ctx = lab_context(|t| t.replace("version: 1.6.20", &format!("version: {version}")));
+        let ctx = lab_context(|t| t.edit("version: 1.6.20", &format!("version: {version}")));
         let files = rendered(&ctx, &RuntimeModule(ctx.clone()));
         file_of(&files, "node1", "/etc/containerd/config.toml")
     };

@@ -12,18 +12,19 @@ use kubexm_install::modules::security::{self, SecurityModule, AUDIT_LOG, AUDIT_P
 use kubexm_install::pipeline::{Facts, Module};
 use kubexm_install::pipelines::install_pipeline;
 
+use crate::common::Edit as _;
 use crate::kubeadm::{example_context, init_text, yaml_docs};
 use crate::lb::lab_context;
 
 fn on(t: String) -> String {
-    t.replace(
+    t.edit(
         "  kubernetes:\n",
         "  kubernetes:\n    securityEnhancement: true\n",
     )
 }
 
 fn kubexm(t: String) -> String {
-    t.replace("type: kubeadm\n    version", "type: kubexm\n    version")
+    t.edit("type: kubeadm\n    version", "type: kubexm\n    version")
 }
 
 /// Every step and op of the pipeline's modules named in `modules`, per host, one line each.
@@ -58,7 +59,7 @@ fn plan_text(ctx: &Arc<InstallContext>, modules: &[&str]) -> String {
         }
     }
     // The control host's temporary work directory.
-    (out.join("\n") + "\n").replace(&ctx.pki_dir.display().to_string(), "WORK/pki/lab")
+    (out.join("\n") + "\n").edit(&ctx.pki_dir.display().to_string(), "WORK/pki/lab")
 }
 
 fn module_names(ctx: &Arc<InstallContext>) -> Vec<String> {
@@ -136,7 +137,7 @@ fn kubexm_path_api_server_audits_and_keeps_anonymous_auth() {
 
     // The user's flags still win.
     let user = lab_context(|t| {
-        on(kubexm(t)).replace(
+        on(kubexm(t)).edit(
             "    securityEnhancement: true\n",
             "    securityEnhancement: true\n    apiserverArgs: {audit-log-maxage: \"7\"}\n",
         )

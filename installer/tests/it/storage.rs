@@ -17,6 +17,7 @@ use kubexm_install::pipeline::{plan, Facts, Module};
 use kubexm_install::runner::local::LocalRunner;
 use kubexm_install::runner::Runner;
 
+use crate::common::Edit as _;
 use crate::kubeadm::yaml_docs;
 use crate::lb::lab_context;
 
@@ -24,18 +25,18 @@ use crate::lb::lab_context;
 pub(crate) fn lab_with_nfs(storage: &str) -> Arc<InstallContext> {
     let storage = storage.to_string();
     lab_context(move |t| {
-        t.replace(
+        t.edit(
             "  roleGroups:\n",
             "    - {name: nfs1, address: 10.88.10.14, user: root, privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519}\n  roleGroups:\n    nfs: [nfs1]\n",
         )
-        .replace("  kubernetes:\n", &format!("{storage}  kubernetes:\n"))
+        .edit("  kubernetes:\n", &format!("{storage}  kubernetes:\n"))
     })
 }
 
 /// The lab cluster with local volumes as the default class, no NFS.
 pub(crate) fn lab_with_local_default() -> Arc<InstallContext> {
     lab_context(|t| {
-        t.replace(
+        t.edit(
             "  kubernetes:\n",
             "  storage:\n    localVolume: {enabled: true, default: true}\n  kubernetes:\n",
         )
@@ -211,7 +212,7 @@ fn without_storage_nothing_is_planned() {
     );
     // A disabled localVolume is none too.
     let off = lab_context(|t| {
-        t.replace(
+        t.edit(
             "  kubernetes:\n",
             "  storage:\n    localVolume: {enabled: false}\n  kubernetes:\n",
         )
@@ -399,6 +400,7 @@ fn nfs_host_scripts_over_a_stand_in_root() {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
     // The unit's noted state first: its path holds /etc/ twice.
+    // Scripts, not fixtures: each names some of these paths.
     let moved = |s: &str| {
         s.replace(
             "/etc/kubexm/orig/etc/exports.unit",

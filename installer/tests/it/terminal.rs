@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::cli::lab_bundle;
+use crate::common::Edit as _;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubexm-install");
 
@@ -189,7 +190,7 @@ fn unreachable_cluster(dir: &Path) -> PathBuf {
     let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab/cluster.yaml");
     let mut yaml = std::fs::read_to_string(lab).expect("lab cluster.yaml");
     for i in 1..=3 {
-        yaml = yaml.replace(
+        yaml = yaml.edit(
             &format!("address: 10.88.10.1{i},"),
             &format!("address: 127.0.0.{}, port: 1,", 10 + i),
         );
@@ -454,7 +455,7 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     };
 
     let cidr = edited("cidr.yaml", &|t| {
-        t.replace("  network:\n", "  network:\n    podCidr: 10.199.0.0/16\n")
+        t.edit("  network:\n", "  network:\n    podCidr: 10.199.0.0/16\n")
     });
     let out = run(&["apply", "-f", cidr.to_str().expect("utf-8")], &work);
     let err = text(&out.stderr);
@@ -464,11 +465,11 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     assert!(err.contains("needs a new cluster"), "{err}");
 
     let host = edited("host.yaml", &|t| {
-        t.replace(
+        t.edit(
             "  roleGroups:\n",
             "    - {name: node9, address: 127.0.0.19, port: 1, user: root}\n  roleGroups:\n",
         )
-        .replace(
+        .edit(
             "    worker: [\"node[1:3]\"]",
             "    worker: [\"node[1:3]\", node9]",
         )
@@ -483,7 +484,7 @@ fn apply_refuses_before_connecting_and_shows_the_change() {
     assert!(text(&out.stdout).contains("nothing to apply"));
 
     let gate = edited("gate.yaml", &|t| {
-        t.replace(
+        t.edit(
             "  kubernetes:\n",
             "  kubernetes:\n    featureGates: {RotateKubeletServerCertificate: true}\n",
         )
@@ -600,7 +601,7 @@ fn path_bundle(
     use kubexm_bundles::pack::{pack, Entry, PackOptions, Source, FILE_MODE};
     let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lab");
     let at = |v: &str| {
-        let t = yaml.replace("    version: v1.33.11\n", &format!("    version: {v}\n"));
+        let t = yaml.edit("    version: v1.33.11\n", &format!("    version: {v}\n"));
         assert_ne!(t, yaml, "the lab's cluster.yaml names v1.33.11");
         edit(v, t).into_bytes()
     };
@@ -677,7 +678,7 @@ fn upgrade_takes_every_minor_of_the_path_from_one_bundle_with_each_versions_clus
     let edited = dir.path().join("edited.tar.zst");
     path_bundle(&edited, &yaml, "v1.35.8", &["v1.34.11"], |v, t| {
         if v == "v1.34.11" {
-            t.replace("ntpServers: [node1]", "ntpServers: [node2]")
+            t.edit("ntpServers: [node1]", "ntpServers: [node2]")
         } else {
             t
         }

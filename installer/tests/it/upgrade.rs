@@ -13,6 +13,7 @@ use kubexm_install::modules::lifecycle::membership::DrainOptions;
 use kubexm_install::pipeline::plan::{self, Plan};
 use kubexm_install::pipelines::upgrade::{upgrade_pipeline, Upgrade};
 
+use crate::common::Edit as _;
 use crate::day2::outline;
 
 use crate::common::repo;
@@ -34,16 +35,16 @@ fn lab_with(
     let text = std::fs::read_to_string(repo().join("tests/lab/cluster.yaml")).expect("lab yaml");
     let key = "privateKeyPath: /var/tmp/kubexm-lab/labs/e2e/id_ed25519";
     let text = text
-        .replace("    version: v1.33.11\n", &format!("    version: {version}\n"))
-        .replace("    version: v3.4.23\n", &format!("    version: {etcd}\n"))
-        .replace(
+        .edit("    version: v1.33.11\n", &format!("    version: {version}\n"))
+        .edit("    version: v3.4.23\n", &format!("    version: {etcd}\n"))
+        .edit(
             "  roleGroups:\n",
             &format!("    - {{name: node4, address: 10.88.10.14, user: root, {key}}}\n    - {{name: node5, address: 10.88.10.15, user: root, {key}}}\n  roleGroups:\n"),
         )
-        .replace("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:5]\"]")
+        .edit("    worker: [\"node[1:3]\"]", "    worker: [\"node[1:5]\"]")
         // The built-in catalog's registry version, and no flannel before v1.21 there.
-        .replace("    version: 2.8.2\n", "    version: \"2\"\n")
-        .replace("plugin: flannel", "plugin: none");
+        .edit("    version: 2.8.2\n", "    version: \"2\"\n")
+        .edit("plugin: flannel", "plugin: none");
     load(work, &format!("{version}.yaml"), &edit(text))
 }
 
@@ -196,7 +197,7 @@ fn kubexm_path_replaces_and_restarts_each_component() {
     };
     let installed = load_with(
         "v1.30.yaml",
-        &text.replace("version: v1.31.13", "version: v1.30.14"),
+        &text.edit("version: v1.31.13", "version: v1.30.14"),
     );
     let target = load_with("v1.31.yaml", &text);
     let p = plan(&installed, &target, 1);
@@ -245,13 +246,13 @@ fn kubeadm_upgrade_to_1_35_on_kept_cgroup_v1_ignores_system_verification() {
     let work = tempfile::tempdir().expect("tempdir");
     // (iptables on both sides: the default mode changes at v1.35, which an upgrade refuses.)
     let keep = |t: String| {
-        t.replace(
+        t.edit(
             "    type: kubeadm\n",
             "    type: kubeadm\n    proxyMode: iptables\n    kubelet: {failCgroupV1: false}\n",
         )
     };
     let iptables = |t: String| {
-        t.replace(
+        t.edit(
             "    type: kubeadm\n",
             "    type: kubeadm\n    proxyMode: iptables\n",
         )
@@ -318,7 +319,7 @@ fn an_upgrade_across_the_default_proxy_mode_change_is_refused_naming_what_to_set
     );
     // Set to what the cluster runs: planned (kubeadm path and kubexm path alike).
     let ipvs = |t: String| {
-        t.replace(
+        t.edit(
             "    type: kubeadm\n",
             "    type: kubeadm\n    proxyMode: ipvs\n",
         )
@@ -343,8 +344,8 @@ fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
     use kubexm_install::pipeline::{Facts, Step};
     let work = tempfile::tempdir().expect("tempdir");
     let stacked = |t: String| {
-        t.replace("    etcd: [\"node[1:3]\"]\n", "    etcd: []\n")
-            .replace(
+        t.edit("    etcd: [\"node[1:3]\"]\n", "    etcd: []\n")
+            .edit(
                 "  etcd:\n    type: kubexm\n",
                 "  etcd:\n    type: kubeadm\n",
             )
@@ -418,11 +419,11 @@ fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
 fn kube_proxy_goes_back_to_the_local_proxy_after_upgrade_apply() {
     let work = tempfile::tempdir().expect("tempdir");
     let internal = |t: String| {
-        t.replace(
+        t.edit(
             "    mode: external\n    external:\n      type: kubexm-kh\n",
             "    mode: internal\n    internal:\n      type: haproxy\n",
         )
-        .replace("    loadbalancer: [\"node[1:3]\"]\n", "")
+        .edit("    loadbalancer: [\"node[1:3]\"]\n", "")
     };
     let installed = lab_with(work.path(), "v1.30.14", "v3.5.21", internal);
     let target = lab_with(work.path(), "v1.31.13", "v3.5.21", internal);

@@ -35,6 +35,7 @@ use kubexm_install::pipeline::{Facts, Step};
 use kubexm_manifests::kube_version::KubeadmApi;
 use kubexm_manifests::version::KubeVersion;
 
+use crate::common::Edit as _;
 use crate::lb::{file_of, rendered};
 
 /// The versions every test here covers.
@@ -58,13 +59,13 @@ pub(crate) fn cluster(
 ) -> Arc<InstallContext> {
     let text = std::fs::read_to_string(fixture("cluster.yaml")).expect("fixture");
     let text = text
-        .replace(
+        .edit(
             "    type: kubexm\n    version: v1.31.13\n",
             &format!(
                 "    type: {kind}\n    version: {version}\n    proxyMode: iptables\n    kubeProxy: {{conntrackMaxPerCore: 0}}\n"
             ),
         )
-        .replace("    plugin: calico\n", "    plugin: none\n");
+        .edit("    plugin: calico\n", "    plugin: none\n");
     let file = work.join("cluster.yaml");
     std::fs::write(&file, edit(text)).expect("write cluster.yaml");
     Arc::new(
@@ -307,7 +308,7 @@ fn kubeadm_untaints_the_control_plane_taints_of_the_version() {
         let work = tempfile::tempdir().expect("tempdir");
         // master1 is also a worker: it loses the control-plane taints.
         let ctx = cluster(work.path(), version, "kubeadm", |t| {
-            t.replace(
+            t.edit(
                 "worker: [\"worker[1:2]\"]",
                 "worker: [master1, \"worker[1:2]\"]",
             )
@@ -345,7 +346,7 @@ fn kubeadm_docker_uses_dockershim_before_1_24_and_cri_dockerd_after() {
     ] {
         let work = tempfile::tempdir().expect("tempdir");
         let ctx = cluster(work.path(), version, "kubeadm", |t| {
-            t.replace("    type: containerd\n", "    type: docker\n")
+            t.edit("    type: containerd\n", "    type: docker\n")
         });
         let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
         let n = s.node(ctx.node("master1").expect("master1"), true, false);
@@ -373,7 +374,7 @@ fn kubexm_snapshot(files: &[(String, String, String)], node: &str) -> String {
 
 /// The words of a unit's `ExecStart=` (continuation lines joined).
 pub(crate) fn exec_start(unit: &str) -> Vec<String> {
-    let joined = unit.replace(" \\\n", " ");
+    let joined = unit.edit(" \\\n", " ");
     joined
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
