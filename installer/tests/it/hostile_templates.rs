@@ -19,6 +19,8 @@ use kubexm_install::pipeline::plan;
 use kubexm_install::pipelines::install_pipeline;
 use kubexm_install::templates::{escape, recording, render_json, TEMPLATES};
 
+use crate::common::Edit as _;
+
 /// What every hostile value carries after its harmless prefix.
 const PAYLOAD: &str = "\nforce-new-cluster: true\n[Service]\nExecStartPre=/bin/sh -c 'id' \"q\" \\ $(id) `id` ; # %n %% ${X} {a: [b, c]} \u{1b}[31m \u{85} \u{2028} \t\r- x";
 
@@ -46,13 +48,13 @@ type Edit = Box<dyn Fn(String) -> String>;
 /// [`NOT_PLANNED`].
 fn variants() -> Vec<(&'static str, Edit)> {
     fn r(a: &'static str, b: &'static str) -> Edit {
-        Box::new(move |t: String| t.replace(a, b))
+        Box::new(move |t: String| t.edit(a, b))
     }
     const EXTERNAL: &str = "  loadBalancer:\n    mode: external\n    external:\n      type: kubexm-kh\n    vip: 192.168.50.100\n    interface: eth0\n";
     fn internal(lb: &'static str) -> Edit {
         Box::new(move |t: String| {
-            t.replace(EXTERNAL, lb)
-                .replace("    loadbalancer: [\"master[1:3]\"]\n", "")
+            t.edit(EXTERNAL, lb)
+                .edit("    loadbalancer: [\"master[1:3]\"]\n", "")
         })
     }
     vec![
@@ -63,8 +65,8 @@ fn variants() -> Vec<(&'static str, Edit)> {
         (
             "isulad",
             Box::new(|t: String| {
-                t.replace("type: kubexm\n    version:", "type: kubeadm\n    version:")
-                    .replace("type: containerd", "type: isulad")
+                t.edit("type: kubexm\n    version:", "type: kubeadm\n    version:")
+                    .edit("type: containerd", "type: isulad")
             }),
         ),
         ("kubexm-kn", r("type: kubexm-kh", "type: kubexm-kn")),
@@ -90,12 +92,12 @@ fn variants() -> Vec<(&'static str, Edit)> {
         (
             "everything else",
             Box::new(|t: String| {
-                t.replace("    plugin: calico\n", "    plugin: multus\n    multus: {delegate: calico}\n")
-                    .replace(
+                t.edit("    plugin: calico\n", "    plugin: multus\n    multus: {delegate: calico}\n")
+                    .edit(
                         "    type: kubexm\n    version:",
                         "    type: kubexm\n    kata: {enabled: true}\n    nodeFeatureDiscovery: {enabled: true}\n    securityEnhancement: true\n    version:",
                     )
-                    .replace("    worker: [\"worker[1:2]\"]\n", "    worker: [\"worker[1:2]\"]\n    nfs: [worker2]\n")
+                    .edit("    worker: [\"worker[1:2]\"]\n", "    worker: [\"worker[1:2]\"]\n    nfs: [worker2]\n")
                     + "  storage:\n    nfs: {}\n    localVolume: {enabled: true}\n  system:\n    ntpServers: [master1]\n"
             }),
         ),
