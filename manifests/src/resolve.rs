@@ -320,7 +320,12 @@ pub fn resolve(
     r.image(&kubeadm_images.pause, "kubernetes", NODES);
     r.image(&kubeadm_images.coredns, "kubernetes", NODES);
     r.image_group("nodelocaldns", None, NODES, "spec.kubernetes");
-    r.image_group(PROBE_GROUP, Some(PROBE_VERSION), NODES, "verify-cluster's probe");
+    r.image_group(
+        PROBE_GROUP,
+        Some(PROBE_VERSION),
+        NODES,
+        "verify-cluster's probe",
+    );
     // Kata Containers and Node Feature Discovery: the version KubeXM's manifests are written for
     // (their objects change between releases); the image list of that version comes from the
     // catalog's addonImages, so --catalog can point it elsewhere.
