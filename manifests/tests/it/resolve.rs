@@ -162,6 +162,24 @@ snap!(lb_external_keepalived_haproxy, "default", |f| {
 });
 snap!(plugin_flannel, "default", |f| f.spec.network.plugin =
     Plugin::Flannel);
+/// flannel v0.28.4: the images of that release's kube-flannel.yml (ghcr.io), not Docker Hub's.
+#[test]
+fn plugin_flannel_v0_28_4_bundles_the_images_its_manifest_runs() {
+    let out = run(&builtin(), "default", |f| {
+        f.spec.network.plugin = Plugin::Flannel;
+        f.spec.network.flannel.version = Some("v0.28.4".into());
+    });
+    for image in [
+        "ghcr.io/flannel-io/flannel:v0.28.4",
+        "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel1",
+    ] {
+        assert!(
+            out.contains(&format!("image {image} <-")),
+            "{image} missing:\n{out}"
+        );
+    }
+    assert!(!out.contains("docker.io/flannel/"), "{out}");
+}
 snap!(plugin_cilium, "default", |f| f.spec.network.plugin =
     Plugin::Cilium);
 snap!(plugin_kube_ovn, "default", |f| f.spec.network.plugin =
