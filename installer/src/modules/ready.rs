@@ -20,7 +20,7 @@ use kubexm_manifests::resolve::Role;
 use serde::Deserialize;
 
 use crate::context::InstallContext;
-use crate::facts::parse::{K8sNode, ParseError};
+use crate::facts::parse::{json_err, K8sNode, ParseError};
 use crate::modules::k8s::kubectl;
 use crate::modules::kubexm::KubexmCluster;
 use crate::modules::task_id::TaskId;
@@ -254,22 +254,6 @@ struct WorkloadStatus {
     updated_number_scheduled: i64,
     #[serde(default)]
     number_available: i64,
-}
-
-fn json_err(
-    what: &'static str,
-    command: &'static str,
-) -> impl FnOnce(serde_json::Error) -> ParseError {
-    move |e| ParseError::Json {
-        what,
-        command,
-        message: format!(
-            "line {} column {}: {:?}",
-            e.line(),
-            e.column(),
-            e.classify()
-        ),
-    }
 }
 
 /// Every node of `expected` not registered or not `Ready`, and every Deployment and DaemonSet
