@@ -411,6 +411,12 @@ fn real_install_and_upgrade() {
         let from_bundle = built.pop().map_or_else(|| to_bundle.clone(), |b| b.0);
         (from_bundle, to_bundle, to_resolved)
     });
+    if upgrade {
+        scenario.step("kubexm-build diff of the two bundles (issue 37)");
+        scenario.timed("diff", || {
+            diff_matches_resolves(&tools, w, (&from_v, &from_bundle), (&to_v, &to_bundle))
+        });
+    }
     let from_parts = Parts::of(&from_bundle, &catalog, &ver(&from_v).built_images());
     let to_parts = Parts::of(&to_bundle, &catalog, &ver(&to_v).built_images());
     for (v, p) in [(&from_v, &from_parts), (&to_v, &to_parts)] {
@@ -1467,4 +1473,110 @@ fn image_names_compare_without_the_registry() {
         "coredns:v1.14.6"
     );
     assert_eq!(name_tag("registry.k8s.io/etcd:3.7.0-0"), "etcd:3.7.0-0");
+}
+
+/// A `resolve -o json` list's field values (`binaries[].path`, `images[].reference`).
+fn resolved_set(r: &Value, list: &str, key: &str) -> BTreeSet<String> {
+    r[list]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x[key].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A diff list's field values (`/files/added` + `/path`, `/images/retagged` + `/new/reference`).
+fn diff_set(d: &Value, pointer: &str, key: &str) -> BTreeSet<String> {
+    d.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.pointer(key).and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Issue 37: `kubexm-build diff FROM TO -o json` of the two REAL lab bundles (a minor apart)
+/// lists exactly what their two resolves differ by — Kubernetes' version, the files by path, the
+/// images by reference (added/removed or retagged, none changed in place) — and nothing else: no
+/// OS package, no other entry.
+fn diff_matches_resolves(tools: &Tools, w: &Path, from: (&str, &Path), to: (&str, &Path)) {
+    let out = Output::run(
+        Command::new(tools.build_bin())
+            .arg("diff")
+            .arg(from.1)
+            .arg(to.1)
+            .args(["-o", "json"]),
+    )
+    .ok("kubexm-build diff FROM TO -o json");
+    let d: Value = out.json();
+    let resolved = |v: &str| -> Value {
+        let text = fs_err::read_to_string(w.join(format!("resolve-{v}.json"))).expect("resolve");
+        serde_json::from_str(&text).expect("resolve -o json is JSON")
+    };
+    let (r_old, r_new) = (resolved(from.0), resolved(to.0));
+    let seen = serde_json::to_string_pretty(&d).unwrap_or_default();
+    check(
+        d["kubernetes"]["old"] == from.0 && d["kubernetes"]["new"] == to.0,
+        &format!("diff: Kubernetes {} -> {}", from.0, to.0),
+        &seen,
+    );
+    for (list, key, what) in [
+        ("binaries", "path", "files"),
+        ("images", "reference", "images"),
+    ] {
+        let (o, n) = (
+            resolved_set(&r_old, list, key),
+            resolved_set(&r_new, list, key),
+        );
+        let (re_new, re_old) = if what == "files" {
+            ("/new/path", "/old/path")
+        } else {
+            ("/new/reference", "/old/reference")
+        };
+        let pair = if what == "files" {
+            "changed"
+        } else {
+            "retagged"
+        };
+        let mut listed_new = diff_set(&d, &format!("/{what}/added"), &format!("/{key}"));
+        listed_new.extend(diff_set(&d, &format!("/{what}/{pair}"), re_new));
+        let mut listed_old = diff_set(&d, &format!("/{what}/removed"), &format!("/{key}"));
+        listed_old.extend(diff_set(&d, &format!("/{what}/{pair}"), re_old));
+        let only_new: BTreeSet<String> = n.difference(&o).cloned().collect();
+        let only_old: BTreeSet<String> = o.difference(&n).cloned().collect();
+        check(
+            !only_new.is_empty() && listed_new == only_new && listed_old == only_old,
+            &format!(
+                "diff: the {what} only in {} / only in {} are exactly the resolves' difference",
+                to.0, from.0
+            ),
+            &format!(
+                "resolves: +{only_new:?} -{only_old:?}\ndiff: +{listed_new:?} -{listed_old:?}"
+            ),
+        );
+    }
+    check(
+        d["images"]["changed"].as_array().is_some_and(Vec::is_empty)
+            && d["osPackages"].as_array().is_some_and(Vec::is_empty)
+            && ["added", "removed", "changed"]
+                .iter()
+                .all(|k| d["otherEntries"][k].as_array().is_some_and(Vec::is_empty)),
+        "diff: no image changed in place, no OS package and no other entry differs",
+        &seen,
+    );
+    eprintln!(
+        "   diff {} -> {}: {} file(s) added, {} removed, {} changed; {} image(s) added, {} removed, {} retagged",
+        from.0,
+        to.0,
+        d["files"]["added"].as_array().map_or(0, Vec::len),
+        d["files"]["removed"].as_array().map_or(0, Vec::len),
+        d["files"]["changed"].as_array().map_or(0, Vec::len),
+        d["images"]["added"].as_array().map_or(0, Vec::len),
+        d["images"]["removed"].as_array().map_or(0, Vec::len),
+        d["images"]["retagged"].as_array().map_or(0, Vec::len),
+    );
 }
