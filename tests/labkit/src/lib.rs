@@ -35,6 +35,7 @@ pub mod kube;
 mod kubexm;
 mod lab;
 pub mod nodes;
+pub mod real;
 mod scenario;
 pub mod standin;
 
