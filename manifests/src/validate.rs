@@ -1397,6 +1397,15 @@ fn check_runtime(f: &ClusterFile, version: Option<KubeVersion>, c: &mut Checker)
 
 fn check_load_balancer(f: &ClusterFile, roles: &Roles, c: &mut Checker) {
     let lb = &f.spec.load_balancer;
+    // The endpoint's name goes into every kubeconfig, the API server's certificate, /etc/hosts
+    // and the load balancers' configurations: a DNS name, nothing else.
+    if !is_dns_subdomain(&lb.domain) {
+        c.add(
+            "spec.loadBalancer.domain",
+            format!("`{}` is not a DNS name", lb.domain),
+            "use a name such as `lb.kubexm.internal` (lowercase letters, digits, `-` and `.`)",
+        );
+    }
     if let Some(vip) = &lb.vip {
         match vip.parse::<IpAddr>() {
             Err(_) => c.add(

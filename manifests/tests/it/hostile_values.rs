@@ -28,6 +28,28 @@ fn refused(edit: impl FnOnce(&mut ClusterFile), path: &str, needle: &str) {
 }
 
 #[test]
+fn the_load_balancer_domain_is_a_dns_name() {
+    for bad in [
+        "lb.\"example\".internal",
+        "lb.example.internal\nserver: https://evil:6443",
+        "lb example",
+        "lb.example.internal'; rm -rf /",
+        "-lb.example",
+        "",
+    ] {
+        refused(
+            |f| f.spec.load_balancer.domain = bad.into(),
+            "spec.loadBalancer.domain",
+            "is not a DNS name",
+        );
+    }
+    assert_eq!(
+        problems(|f| f.spec.load_balancer.domain = "api.prod-1.example.com".into()),
+        Vec::<Problem>::new()
+    );
+}
+
+#[test]
 fn data_directories_are_plain_normalised_and_not_system_directories() {
     // The value: a newline and a quote turned etcd.dataDir into a top-level
     // `force-new-cluster: true` in etcd's configuration.
