@@ -27,7 +27,7 @@ use crate::pipeline::{Module, Pipeline};
 
 /// The `apply` pipeline for the desired cluster, with the pod network plugin's `change`.
 pub fn apply_pipeline(ctx: &Arc<InstallContext>, change: Option<PluginChange>) -> Pipeline {
-    let mut modules = super::create::install_modules(ctx, None);
+    let mut modules = super::create::install_modules(ctx, &super::create::NewCluster);
     if let Some(change) = change {
         // Around the network module (always in the install's modules; else at the end).
         let at = modules

@@ -3,10 +3,8 @@
 
 use std::sync::Arc;
 
+use super::kubeadm::Kubeadm;
 use crate::context::InstallContext;
-use crate::modules::backup::restore_fresh::{
-    FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
-};
 use crate::modules::{
     addons, backup, dns, etcd, finalize, kubexm, loadbalancer, network, os, osrepo, plugins,
     preflight, ready, registry, runtime, scripts, security, storage,
@@ -17,20 +15,39 @@ use crate::pipeline::{Module, Pipeline};
 pub fn install_pipeline(ctx: &Arc<InstallContext>) -> Pipeline {
     Pipeline {
         name: "install".to_string(),
-        modules: install_modules(ctx, None),
+        modules: install_modules(ctx, &NewCluster),
     }
 }
 
-/// The install modules in order; with `fresh`, the cluster's identity and etcd data come from
-/// a backup (`restore --fresh`, [`crate::modules::backup::restore_fresh`]).
+/// Where a cluster the install pipeline builds gets its identity (CAs) and its etcd data from:
+/// a new cluster makes them ([`NewCluster`]); `restore --fresh` brings them from a backup
+/// (`pipelines/restore.rs`). Only these two places of the pipeline differ.
+pub(crate) trait Origin {
+    /// The module that sets etcd up.
+    fn etcd(&self, ctx: &Arc<InstallContext>) -> Box<dyn Module>;
+    /// The modules that bootstrap the control plane on the kubeadm path, around `kubeadm`.
+    fn kubeadm(&self, ctx: &Arc<InstallContext>, kubeadm: Kubeadm) -> Vec<Box<dyn Module>>;
+}
+
+/// A new cluster: etcd and the kubeadm path as they are.
+pub(crate) struct NewCluster;
+
+impl Origin for NewCluster {
+    fn etcd(&self, ctx: &Arc<InstallContext>) -> Box<dyn Module> {
+        Box::new(etcd::EtcdModule(ctx.clone()))
+    }
+
+    fn kubeadm(&self, _ctx: &Arc<InstallContext>, kubeadm: Kubeadm) -> Vec<Box<dyn Module>> {
+        vec![Box::new(kubeadm)]
+    }
+}
+
+/// The install modules in order, the cluster's identity and etcd data from `origin`.
 pub(crate) fn install_modules(
     ctx: &Arc<InstallContext>,
-    fresh: Option<&FreshRestore>,
+    origin: &dyn Origin,
 ) -> Vec<Box<dyn Module>> {
-    let etcd: Box<dyn Module> = match fresh {
-        Some(f) => Box::new(RestoredEtcdModule(f.clone())),
-        None => Box::new(etcd::EtcdModule(ctx.clone())),
-    };
+    let etcd = origin.etcd(ctx);
     let mut modules: Vec<Box<dyn Module>> = vec![
         Box::new(preflight::PreflightModule(ctx.clone())),
         Box::new(osrepo::OsRepoModule(ctx.clone())),
@@ -47,18 +64,7 @@ pub(crate) fn install_modules(
         Box::new(kubexm::node::KubexmNodesModule(ctx.clone())),
         Box::new(kubexm::coredns::CoreDnsModule(ctx.clone())),
     ];
-    let kubeadm = super::kubeadm::Kubeadm(ctx.clone());
-    let kubeadm: Box<dyn Module> = match fresh {
-        Some(f) => {
-            modules.push(Box::new(KubeadmCaModule(f.clone())));
-            Box::new(RestoredKubeadmModule {
-                kubeadm: Box::new(kubeadm),
-                ctx: ctx.clone(),
-            })
-        }
-        None => Box::new(kubeadm),
-    };
-    modules.push(kubeadm);
+    modules.extend(origin.kubeadm(ctx, Kubeadm(ctx.clone())));
     if security::enabled(ctx) {
         // Only when asked: the plan of a cluster without it stays as it was.
         modules.push(Box::new(security::SecurityModule(ctx.clone())));

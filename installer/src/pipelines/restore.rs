@@ -6,8 +6,15 @@ use crate::modules::backup::restore::{
     RestartNodeAgentsModule, Restore, RestoreDataModule, StartControlPlaneModule, StartEtcdModule,
     StopControlPlaneModule, StopEtcdModule,
 };
-use crate::modules::backup::restore_fresh::FreshRestore;
-use crate::pipeline::Pipeline;
+use std::sync::Arc;
+
+use super::create::Origin;
+use super::kubeadm::Kubeadm;
+use crate::context::InstallContext;
+use crate::modules::backup::restore_fresh::{
+    FreshRestore, KubeadmCaModule, RestoredEtcdModule, RestoredKubeadmModule,
+};
+use crate::pipeline::{Module, Pipeline};
 
 /// The `restore` pipeline.
 pub fn restore_pipeline(r: &Restore) -> Pipeline {
@@ -30,6 +37,23 @@ pub fn restore_pipeline(r: &Restore) -> Pipeline {
 pub fn restore_fresh_pipeline(f: &FreshRestore) -> Pipeline {
     Pipeline {
         name: "restore-fresh".to_string(),
-        modules: super::create::install_modules(&f.restore.ctx, Some(f)),
+        modules: super::create::install_modules(&f.restore.ctx, f),
+    }
+}
+
+/// A cluster restored from a backup: etcd from its snapshot, the kubeadm path with its CAs.
+impl Origin for FreshRestore {
+    fn etcd(&self, _ctx: &Arc<InstallContext>) -> Box<dyn Module> {
+        Box::new(RestoredEtcdModule(self.clone()))
+    }
+
+    fn kubeadm(&self, ctx: &Arc<InstallContext>, kubeadm: Kubeadm) -> Vec<Box<dyn Module>> {
+        vec![
+            Box::new(KubeadmCaModule(self.clone())),
+            Box::new(RestoredKubeadmModule {
+                kubeadm: Box::new(kubeadm),
+                ctx: ctx.clone(),
+            }),
+        ]
     }
 }
