@@ -240,6 +240,18 @@ impl Parts {
                 .is_some_and(|i| repo_tag(i).starts_with(repo))
         })
     }
+
+    /// Whether that image does its job: REAL, or a SUBSTITUTE built from real parts
+    /// (build-images: NodeLocal DNS as the REAL CoreDNS, the probe as Debian's busybox), not a
+    /// fill-registry stand-in that only says what it stands for.
+    pub fn working_image(&self, repo: &str) -> bool {
+        self.real_image(repo)
+            || self.standin.iter().any(|r| {
+                r.strip_prefix("image ")
+                    .and_then(|i| i.strip_suffix(" (substitute)"))
+                    .is_some_and(|i| repo_tag(i).starts_with(repo))
+            })
+    }
 }
 
 /// `mirror`'s files with `built`'s seven binaries added under upstream's paths (symlinks), and

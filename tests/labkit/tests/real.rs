@@ -242,13 +242,14 @@ fn real_install_and_upgrade() {
         }
     }
     // DNS is checked where CoreDNS is REAL in that version's bundle; verify-cluster's dns check
-    // asks NodeLocal DNS (169.254.25.10), so it can pass only when that is REAL too.
+    // asks NodeLocal DNS (169.254.25.10), so it can pass only when that works too (REAL, or the
+    // lab's SUBSTITUTE: the REAL CoreDNS serving NodeLocal DNS's Corefile), the probe likewise.
     let coredns_from = from_parts.real_image("coredns/coredns:");
     let coredns_to = to_parts.real_image("coredns/coredns:");
-    let nodelocal_from = from_parts.real_image("dns/k8s-dns-node-cache:");
-    let nodelocal_to = to_parts.real_image("dns/k8s-dns-node-cache:");
-    let probe_from = from_parts.real_image("library/busybox:");
-    let probe_to = to_parts.real_image("library/busybox:");
+    let nodelocal_from = from_parts.working_image("dns/k8s-dns-node-cache:");
+    let nodelocal_to = to_parts.working_image("dns/k8s-dns-node-cache:");
+    let probe_from = from_parts.working_image("library/busybox:");
+    let probe_to = to_parts.working_image("library/busybox:");
 
     // Install FROM.
     let kx = Kubexm::new(&lab, &tools, w, &from_bundle, &from_cluster);
