@@ -386,3 +386,166 @@ fn every_document_link_and_md_path_exists() {
         missing.join("\n")
     );
 }
+
+/// The README's version matrix ("What ran for real", per Kubernetes minor and bootstrap path):
+/// the table under that heading in the section "Supported operating systems and Kubernetes
+/// versions".
+fn version_matrix(readme: &str) -> (String, Vec<Vec<String>>) {
+    let start = readme
+        .find("## Supported operating systems and Kubernetes versions")
+        .expect("README.md: the section on supported versions");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let lead = section
+        .find("**What ran for real**")
+        .expect("README.md: the version matrix's heading `**What ran for real**`");
+    let rows = section[lead..]
+        .lines()
+        .skip_while(|l| !l.starts_with("| Kubernetes |"))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect();
+    (section.to_string(), rows)
+}
+
+/// Every `v1.N` / `v1.N.P` in `text`, as (minor, patch).
+fn kube_versions(text: &str) -> Vec<(u32, Option<u32>)> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("v1.") {
+        if text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        {
+            continue;
+        }
+        let rest: String = text[i + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let mut parts = rest.trim_end_matches('.').split('.');
+        let minor = parts.next().and_then(|m| m.parse().ok());
+        let patch = parts.next().and_then(|p| p.parse().ok());
+        if let Some(minor) = minor {
+            out.push((minor, patch));
+        }
+    }
+    out
+}
+
+/// Issue 33, "Also": the README's version matrix says, per Kubernetes minor and bootstrap path,
+/// what ran for real and what is rendered only. What can be checked mechanically: one row per
+/// minor of the catalog (the built-in one with the lab's `tests/lab/mirror/catalog-lab.yaml`
+/// over it, which pins v1.37.2), in order, none missing and none extra, all supported; every
+/// Kubernetes release the section names is a release of that catalog; a minor said to have no
+/// built-in catalog release has none, and every minor without one says so; the two bootstrap
+/// paths are its columns; its date is there; every repository path it names exists.
+#[test]
+fn the_readme_version_matrix_matches_the_catalog() {
+    use std::collections::BTreeSet;
+
+    use kubexm_manifests::catalog::Catalog;
+    use kubexm_manifests::kube_version::{NEWEST_SUPPORTED_MINOR, OLDEST_SUPPORTED};
+
+    let readme = read("README.md");
+    let (section, rows) = version_matrix(&readme);
+    let builtin = Catalog::builtin().expect("the built-in catalog");
+    let lab = Catalog::builtin_with_override(Some(
+        &repo_root().join("tests/lab/mirror/catalog-lab.yaml"),
+    ))
+    .expect("the built-in catalog with the lab's");
+    let minors_of = |c: &Catalog| -> BTreeSet<u32> {
+        c.kubernetes
+            .keys()
+            .filter(|v| v.major == 1)
+            .map(|v| v.minor)
+            .collect()
+    };
+    let (builtin_minors, catalog_minors) = (minors_of(&builtin), minors_of(&lab));
+
+    let (header, body) = rows.split_first().expect("the matrix has a header");
+    assert_eq!(
+        header,
+        &["Kubernetes", "`kubeadm` path", "`kubexm` path"],
+        "the matrix's columns"
+    );
+    let body = &body[1..]; // the |---| line
+    let mut listed = Vec::new();
+    for row in body {
+        assert_eq!(row.len(), 3, "a matrix row has 3 cells: {row:?}");
+        let label = kube_versions(&row[0]);
+        let range = match label.as_slice() {
+            [(m, None)] => *m..=*m,
+            [(a, None), (b, None)] if a < b && row[0].contains('–') => *a..=*b,
+            _ => panic!(
+                "a matrix row starts with a minor (v1.N) or a range (v1.A–v1.B): {:?}",
+                row[0]
+            ),
+        };
+        listed.extend(range);
+    }
+    // Every release the section names (in the table or around it).
+    for (minor, patch) in kube_versions(&section) {
+        let Some(patch) = patch else { continue };
+        assert!(
+            lab.kubernetes
+                .keys()
+                .any(|v| (v.major, v.minor, v.patch) == (1, minor, patch)),
+            "README.md's version matrix names v1.{minor}.{patch}, not a Kubernetes release of the catalog (built-in + tests/lab/mirror/catalog-lab.yaml)"
+        );
+    }
+    assert!(
+        listed.windows(2).all(|w| w[0] < w[1]),
+        "the matrix's minors in order, each once: {listed:?}"
+    );
+    let listed: BTreeSet<u32> = listed.into_iter().collect();
+    assert_eq!(
+        listed, catalog_minors,
+        "README.md's version matrix has a row for every minor of the catalog and no other"
+    );
+    let supported: BTreeSet<u32> = (OLDEST_SUPPORTED.minor..=NEWEST_SUPPORTED_MINOR.1).collect();
+    assert!(
+        listed.is_subset(&supported),
+        "the matrix lists only supported minors (v1.{}–v1.{}): {listed:?}",
+        OLDEST_SUPPORTED.minor,
+        NEWEST_SUPPORTED_MINOR.1
+    );
+    for m in &listed {
+        let said = section.contains(&format!("v1.{m} has no built-in catalog release"));
+        assert_eq!(
+            said,
+            !builtin_minors.contains(m),
+            "v1.{m}: the matrix must say \"v1.{m} has no built-in catalog release\" exactly when manifests/catalog/catalog.yaml has none"
+        );
+    }
+
+    // Dated, and every repository path it names exists.
+    let dated = section.split_whitespace().any(|w| {
+        let w = w.trim_matches(|c: char| !c.is_ascii_digit());
+        w.len() == 10 && w.as_bytes()[4] == b'-' && w.as_bytes()[7] == b'-'
+    });
+    assert!(
+        dated,
+        "the version matrix says when it was true (YYYY-MM-DD)"
+    );
+    let mut paths = 0;
+    for code in section.split('`').skip(1).step_by(2) {
+        let path = code.split_whitespace().next().unwrap_or_default();
+        if path.starts_with("tests/") || path.starts_with("installer/") {
+            paths += 1;
+            assert!(
+                repo_root().join(path).exists(),
+                "README.md's version matrix names `{path}`, which does not exist"
+            );
+        }
+    }
+    assert!(
+        paths >= 4,
+        "only {paths} paths found: the scanner is broken"
+    );
+}

@@ -1252,6 +1252,176 @@ fn dual_stack_serving_csrs_with_the_nodes_ipv6_address_are_approved() {
     assert_eq!(KUBELET_SERVING_SIGNER, "kubernetes.io/kubelet-serving");
 }
 
+/// Issue 33 item 1 with a REAL kubelet's request: the serving CSR the kubelet v1.37.2 (built from
+/// Go modules) made in a lab node with `--node-ip=10.88.61.11,fd00:88:61::11` and
+/// `--hostname-override=worker1`, as its API server listed it (`installer/tests/fixtures/
+/// serving-csr/`, captured by `tests/lab/kubernetes/capture-serving-csr`; its README says how).
+/// Read by the install's own learn step, judged by its approval step and by `certs renew`'s:
+/// approved for worker1 when cluster.yaml gives it that `internalAddress` and `internalAddressV6`
+/// (the `--node-ip` KubeXM renders is then the one the capture used); refused, naming the IPv6
+/// address, when the node's `internalAddressV6` is another.
+#[test]
+fn a_real_kubelets_dual_stack_serving_csr_is_approved_only_with_the_nodes_own_ipv6() {
+    use base64::Engine as _;
+    use kubexm_install::modules::certs::renew::{ApproveServingCsrsModule, Renew};
+    use kubexm_install::modules::kubeadm::serving_csr::{ServingCsr, FACT};
+    use kubexm_install::pipeline::Task;
+
+    let fixtures = repo().join("installer/tests/fixtures/serving-csr");
+    let list = std::fs::read_to_string(fixtures.join("kubelet-v1.37.2-dual-stack.csr.json"))
+        .expect("the captured CSR list");
+    let pem = std::fs::read_to_string(fixtures.join("kubelet-v1.37.2-dual-stack.csr.pem"))
+        .expect("the captured request");
+    let parsed: serde_json::Value = serde_json::from_str(&list).expect("JSON");
+    let request = parsed["items"][0]["spec"]["request"]
+        .as_str()
+        .expect("spec.request");
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(request)
+            .expect("base64"),
+        pem.as_bytes(),
+        "the list's request is the committed PEM"
+    );
+
+    let work = tempfile::tempdir().expect("tempdir");
+    // The example kubeadm cluster at v1.37.2 (the lab catalog pins it), dual-stack, worker1 with
+    // the captured node's addresses; `address` is another (the SSH address).
+    let fixture = repo().join("installer/tests/fixtures/kubexm/cluster.yaml");
+    let cluster = |v6: &str| {
+        let worker1 = format!(
+            "{{name: worker1, address: 192.168.50.21, internalAddress: 10.88.61.11, \
+             internalAddressV6: \"{v6}\"}}"
+        );
+        let text = std::fs::read_to_string(&fixture)
+            .expect("fixture")
+            .edit(
+                "    type: kubexm\n    version: v1.31.13\n",
+                "    type: kubeadm\n    version: v1.37.2\n",
+            )
+            .edit(
+                "  etcd:\n    type: kubexm\n",
+                "  etcd:\n    type: kubeadm\n",
+            )
+            .edit(
+                "    plugin: calico\n",
+                "    plugin: none\n    podCidr: \"10.233.64.0/18,fd00:10:233::/56\"\n    \
+                 serviceCidr: \"10.233.0.0/18,fd00:10:96::/112\"\n",
+            )
+            .edit("{name: worker1, address: 192.168.50.21}", &worker1);
+        let file = work.path().join("cluster.yaml");
+        std::fs::write(&file, text).expect("write cluster.yaml");
+        Arc::new(
+            load_context(
+                &file,
+                Some(&repo().join("tests/lab/mirror/catalog-lab.yaml")),
+                None,
+                work.path(),
+            )
+            .expect("the dual-stack kubeadm cluster at v1.37.2 loads"),
+        )
+    };
+    // The learn task's own parser on the captured list, then the approval task's ops.
+    let approve = |tasks: &[Task], ctx: &InstallContext| {
+        let first = ctx.node("master1").expect("master1");
+        let task = |name: &str| {
+            tasks
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap_or_else(|| panic!("task {name}"))
+        };
+        let facts = Facts::default();
+        let ops = task("kubelet-serving-csrs").steps[0]
+            .ops(first, &facts)
+            .expect("learn ops");
+        let [Op::Learn(learn)] = ops.as_slice() else {
+            panic!("one learn op: {ops:?}")
+        };
+        for (k, v) in (learn.parse)(&list).expect("the captured list parses") {
+            facts.set(k, v);
+        }
+        let learned: Vec<ServingCsr> =
+            serde_json::from_str(&facts.get(FACT).expect("learned")).expect("CSRs");
+        task("approve-kubelet-serving-csrs").steps[0]
+            .ops(first, &facts)
+            .map(|ops| {
+                ops.iter()
+                    .map(|o| o.generic().plan().detail)
+                    .collect::<Vec<_>>()
+            })
+            .map(|approved| (learned, approved))
+    };
+    let install = |ctx: &Arc<InstallContext>| {
+        KubeadmModule::new(ctx.clone(), Default::default())
+            .tasks()
+            .expect("install tasks")
+    };
+    let renew = |ctx: &Arc<InstallContext>| {
+        ApproveServingCsrsModule(Renew {
+            ctx: ctx.clone(),
+            id: "1700000000".into(),
+            under_days: 30,
+            all: false,
+            masters: Vec::new(),
+            etcd: false,
+            etcd_expired: false,
+            kubernetes: false,
+            workers: Vec::new(),
+            serving: Vec::new(),
+            registry: false,
+        })
+        .tasks()
+        .expect("certs renew's approval tasks")
+    };
+
+    let ctx = cluster("fd00:88:61::11");
+    // KubeXM tells the kubelet what the captured one was told.
+    let s = KubeadmSettings::new(&ctx, Default::default()).expect("settings");
+    let join = yaml_docs(&join_text(&ctx, &s, "worker1", false));
+    assert_eq!(
+        join[0]["nodeRegistration"]["kubeletExtraArgs"][0],
+        serde_json::json!({"name": "node-ip", "value": "10.88.61.11,fd00:88:61::11"})
+    );
+    for (what, tasks) in [("install", install(&ctx)), ("certs renew", renew(&ctx))] {
+        let (learned, approved) = approve(&tasks, &ctx)
+            .unwrap_or_else(|e| panic!("{what}: the node's own CSR is refused: {e}"));
+        let [csr] = learned.as_slice() else {
+            panic!("{what}: one pending CSR: {learned:?}")
+        };
+        assert_eq!(
+            (csr.username.as_str(), csr.dns.as_slice()),
+            ("system:node:worker1", ["worker1".to_string()].as_slice()),
+            "{what}"
+        );
+        assert_eq!(
+            csr.ips,
+            ["10.88.61.11", "fd00:88:61::11"].map(|i| i.parse::<std::net::IpAddr>().expect("ip")),
+            "{what}: the real kubelet asks for both InternalIPs"
+        );
+        assert_eq!(csr.usages, ["digital signature", "server auth"], "{what}");
+        assert!(
+            matches!(approved.as_slice(), [one] if one.contains("certificate approve csr-4lq5z")),
+            "{what}: {approved:?}"
+        );
+    }
+
+    // The same request on a cluster where worker1's IPv6 address is another: refused.
+    let other = cluster("fd00:88:61::99");
+    for (what, tasks) in [("install", install(&other)), ("certs renew", renew(&other))] {
+        let refused = approve(&tasks, &other)
+            .map(|(_, approved)| approved)
+            .expect_err("an IPv6 address that is not the node's is refused")
+            .to_string();
+        assert!(
+            refused.contains("node worker1")
+                && refused.contains("csr-4lq5z")
+                && refused.contains("IP address fd00:88:61::11, not one of the node's")
+                && refused.contains("fd00:88:61::99"),
+            "{what}: {refused}"
+        );
+    }
+}
+
 /// Issue 33 item 6: `kubeProxyArgs` were used only by the kubexm path and dropped silently on
 /// the kubeadm path; the kubeadm settings (and so the install's plan) now refuse them, naming the
 /// field, the flags and what to do.

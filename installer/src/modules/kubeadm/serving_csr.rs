@@ -19,8 +19,10 @@
 //! * its usages are within `digital signature`, `key encipherment`, `server auth` and include
 //!   `server auth`;
 //! * every subject alternative name is that node's own: DNS names only its name (kubeadm sets
-//!   the kubelet's `--hostname-override` to it), IP addresses only its `address` /
-//!   `internalAddress` (the kubelet's `--node-ip`); no other kind of name, and at least one.
+//!   the kubelet's `--hostname-override` to it), IP addresses only its `address`,
+//!   `internalAddress` and, on a dual-stack cluster, `internalAddressV6` (the kubelet's
+//!   `--node-ip`); no other kind of name, and at least one. A real kubelet v1.37.2's dual-stack
+//!   CSR (`installer/tests/fixtures/serving-csr`) is the proof (`tests/it/kubeadm.rs`).
 //!
 //! A CSR that claims a cluster node but fails a check is left pending and, when that node has no
 //! acceptable CSR, the step fails naming the CSR and what is wrong with it. CSRs of other
