@@ -28,6 +28,12 @@ impl KubeadmApi {
     pub fn has_image_pull_policy(self) -> bool {
         self >= KubeadmApi::V1beta3
     }
+
+    /// Whether `InitConfiguration`/`JoinConfiguration` have `timeouts` (added in v1beta4, with
+    /// `etcdAPICall` among them; before it kubeadm's waits were fixed).
+    pub fn has_timeouts(self) -> bool {
+        self >= KubeadmApi::V1beta4
+    }
 }
 
 /// The `apiVersion` of kube-scheduler's `KubeSchedulerConfiguration` file.
@@ -125,6 +131,8 @@ mod tests {
         assert!(KubeadmApi::V1beta3.has_patches_field());
         assert!(!KubeadmApi::V1beta2.has_image_pull_policy());
         assert!(KubeadmApi::V1beta4.has_image_pull_policy());
+        assert!(KubeadmApi::V1beta4.has_timeouts());
+        assert!(!KubeadmApi::V1beta3.has_timeouts());
     }
 
     /// KEP-785 implementation history (kubernetes/enhancements

@@ -149,6 +149,13 @@ enum EtcdClientFiles {
     },
 }
 
+/// How long `kubeadm join --control-plane` waits for the new stacked etcd member to start and
+/// be promoted from learner (`timeouts.etcdAPICall`, v1beta4; kubeadm's default is 2 minutes).
+/// The member starts only once the kubelet has pulled etcd's image and etcd has caught up with
+/// the cluster's data: on a busy or slow host that took longer than 2 minutes in the lab (real
+/// v1.36.3: "the etcd member … is not started"), and the join then fails half-way.
+pub const ETCD_JOIN_TIMEOUT: &str = "10m0s";
+
 /// Everything the configuration files share, computed once from the cluster.
 #[derive(Debug, Clone, Serialize)]
 pub struct KubeadmSettings {
@@ -163,6 +170,11 @@ pub struct KubeadmSettings {
     pub has_patches_field: bool,
     /// `nodeRegistration.imagePullPolicy` exists (v1beta3+).
     pub has_image_pull_policy: bool,
+    /// `timeouts` exists (v1beta4+): a joining master's stacked etcd member gets
+    /// [`ETCD_JOIN_TIMEOUT`] to start instead of kubeadm's 2 minutes.
+    pub has_timeouts: bool,
+    /// `timeouts.etcdAPICall` of a control-plane join.
+    pub etcd_join_timeout: &'static str,
     /// KubeXM's cluster name (comments).
     pub cluster: String,
     /// `clusterName`.
@@ -338,6 +350,8 @@ impl KubeadmSettings {
             extra_args_list: api.extra_args_are_lists(),
             has_patches_field: api.has_patches_field(),
             has_image_pull_policy: api.has_image_pull_policy(),
+            has_timeouts: api.has_timeouts(),
+            etcd_join_timeout: ETCD_JOIN_TIMEOUT,
             cluster: ctx.cluster.file.metadata.name.clone(),
             cluster_name: ctx.cluster.cluster_name().to_string(),
             version: v,
