@@ -564,16 +564,34 @@ pub fn judge_nodes(
 }
 
 /// The script asking a master's components for their health: `COMPONENT HTTP-CODE` lines
-/// (`000`: no answer).
-pub fn control_plane_script() -> String {
+/// (`000`: no answer). The API server is asked on `apiserver_host`: `127.0.0.1`, or the
+/// master's own address when it binds only that one (a KubeXM load balancer on the same master
+/// holds port 6443 elsewhere: [`apiserver_host`]).
+pub fn control_plane_script(apiserver_host: &str) -> String {
     let mut s = String::new();
     for (c, port, path) in CONTROL_PLANE {
+        let host = if c == "kube-apiserver" && apiserver_host.contains(':') {
+            format!("[{apiserver_host}]")
+        } else if c == "kube-apiserver" {
+            apiserver_host.to_string()
+        } else {
+            "127.0.0.1".to_string()
+        };
         let _ = writeln!(
             s,
-            "printf '{c} %s\\n' \"$(curl -sk --max-time 5 -o /dev/null -w '%{{http_code}}' https://127.0.0.1:{port}{path} 2>/dev/null)\""
+            "printf '{c} %s\\n' \"$(curl -sk --max-time 5 -o /dev/null -w '%{{http_code}}' https://{host}:{port}{path} 2>/dev/null)\""
         );
     }
     s
+}
+
+/// Where a master's API server answers on the master itself: its own address when it binds
+/// only that ([`crate::modules::loadbalancer::api_server_must_bind_node_address`]: keepalived +
+/// haproxy or nginx on the same master, port 6443), else `127.0.0.1`.
+pub fn apiserver_host(ctx: &InstallContext, master: &str) -> String {
+    ctx.node(master)
+        .filter(|n| crate::modules::loadbalancer::api_server_must_bind_node_address(ctx, n))
+        .map_or_else(|| "127.0.0.1".to_string(), |n| n.internal_address.clone())
 }
 
 /// The control-plane components, their secure port and health path.
@@ -1144,7 +1162,10 @@ async fn run_checks(
         let answer = match target.runners.get(m) {
             None => Err("unreachable over SSH".to_string()),
             Some(r) => r
-                .exec(&Exec::root(control_plane_script()).with_timeout(QUERY_LIMIT))
+                .exec(
+                    &Exec::root(control_plane_script(&apiserver_host(ctx, m)))
+                        .with_timeout(QUERY_LIMIT),
+                )
                 .await
                 .map(|o| o.stdout)
                 .map_err(|e| e.to_string()),
@@ -1484,12 +1505,23 @@ mod tests {
         assert!(c.evidence.contains(
             &"node2: kube-apiserver answers (HTTP 401: anonymous requests refused)".to_string()
         ));
-        let s = control_plane_script();
+        let s = control_plane_script("127.0.0.1");
         assert!(
             s.contains("https://127.0.0.1:6443/readyz")
                 && s.contains("https://127.0.0.1:10259/healthz"),
             "{s}"
         );
+        // A master whose API server binds its own address only (a load balancer on the same
+        // master holds port 6443): the API server there, the others still on 127.0.0.1.
+        let s = control_plane_script("10.88.1.11");
+        assert!(
+            s.contains("https://10.88.1.11:6443/readyz")
+                && !s.contains("https://127.0.0.1:6443/")
+                && s.contains("https://127.0.0.1:10257/healthz")
+                && s.contains("https://127.0.0.1:10259/healthz"),
+            "{s}"
+        );
+        assert!(control_plane_script("fd00::11").contains("https://[fd00::11]:6443/readyz"));
     }
 
     fn etcd(healthy: [bool; 3]) -> ClusterFacts {

@@ -472,3 +472,33 @@ async fn the_time_limit_stops_a_hung_wait_and_still_deletes_the_probes() {
     assert!(r.cleanup.created && r.cleanup.removed);
     assert!(r.seconds < 10.0, "{}", r.seconds);
 }
+
+/// The lab cluster's masters also run keepalived + haproxy on port 6443 (`kubexm-kh`), so their
+/// API servers bind their own address only and `127.0.0.1:6443` has no one behind it (seen on
+/// real v1.37.2: "kube-apiserver does not answer on /readyz" on every master of a healthy
+/// cluster): the control-plane check asks each API server where it binds. With the internal
+/// load balancer it stays 127.0.0.1.
+#[test]
+fn the_api_server_is_asked_where_it_binds() {
+    let ctx = lab_context(|t| t);
+    let node1 = ctx.node("node1").expect("node1");
+    let host = verify::apiserver_host(&ctx, "node1");
+    assert_eq!(host, node1.internal_address);
+    let script = verify::control_plane_script(&host);
+    assert!(
+        script.contains(&format!("https://{host}:6443/readyz"))
+            && script.contains("https://127.0.0.1:10257/healthz"),
+        "{script}"
+    );
+    let internal = lab_context(|t| {
+        t.replace("    loadbalancer: [\"node[1:3]\"]\n", "").replace(
+            "    mode: external\n    external:\n      type: kubexm-kh\n    vip: 10.88.10.100\n    interface: eth0\n",
+            "    mode: internal\n    internal:\n      type: haproxy\n",
+        )
+    });
+    assert_eq!(
+        internal.cluster.file.spec.load_balancer.mode,
+        kubexm_manifests::model::LbMode::Internal
+    );
+    assert_eq!(verify::apiserver_host(&internal, "node1"), "127.0.0.1");
+}
