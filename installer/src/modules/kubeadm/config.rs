@@ -149,12 +149,29 @@ enum EtcdClientFiles {
     },
 }
 
-/// How long `kubeadm join --control-plane` waits for the new stacked etcd member to start and
-/// be promoted from learner (`timeouts.etcdAPICall`, v1beta4; kubeadm's default is 2 minutes).
-/// The member starts only once the kubelet has pulled etcd's image and etcd has caught up with
-/// the cluster's data: on a busy or slow host that took longer than 2 minutes in the lab (real
-/// v1.36.3: "the etcd member … is not started"), and the join then fails half-way.
-pub const ETCD_JOIN_TIMEOUT: &str = "10m0s";
+/// kubeadm's own waits (`timeouts`, v1beta4) in `InitConfiguration` and `JoinConfiguration`,
+/// longer than its defaults (4 min for the kubelet and the control plane's health, 1 min for an
+/// API call, 2 min for etcd, 5 min for the TLS bootstrap). On a busy or slow host the real lab
+/// (v1.36.3 on 2 loaded cores) ran out of them half-way: `kubeadm init` could not create the
+/// admin's ClusterRoleBinding within the API call's minute, and a joining master's stacked etcd
+/// member was not started within 2 minutes ("the etcd member … is not started"). Each stays
+/// bounded, and below the step's own 15 minutes.
+pub const KUBEADM_TIMEOUTS: [(&str, &str); 5] = [
+    ("controlPlaneComponentHealthCheck", "8m0s"),
+    ("kubeletHealthCheck", "8m0s"),
+    ("kubernetesAPICall", "4m0s"),
+    ("etcdAPICall", "8m0s"),
+    ("tlsBootstrap", "8m0s"),
+];
+
+/// One of kubeadm's `timeouts`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct KubeadmTimeout {
+    /// Its field (`etcdAPICall`).
+    pub name: &'static str,
+    /// A Go duration (`8m0s`).
+    pub value: &'static str,
+}
 
 /// Everything the configuration files share, computed once from the cluster.
 #[derive(Debug, Clone, Serialize)]
@@ -170,11 +187,8 @@ pub struct KubeadmSettings {
     pub has_patches_field: bool,
     /// `nodeRegistration.imagePullPolicy` exists (v1beta3+).
     pub has_image_pull_policy: bool,
-    /// `timeouts` exists (v1beta4+): a joining master's stacked etcd member gets
-    /// [`ETCD_JOIN_TIMEOUT`] to start instead of kubeadm's 2 minutes.
-    pub has_timeouts: bool,
-    /// `timeouts.etcdAPICall` of a control-plane join.
-    pub etcd_join_timeout: &'static str,
+    /// kubeadm's `timeouts` (v1beta4+; empty before): [`KUBEADM_TIMEOUTS`].
+    pub timeouts: Vec<KubeadmTimeout>,
     /// KubeXM's cluster name (comments).
     pub cluster: String,
     /// `clusterName`.
@@ -350,8 +364,14 @@ impl KubeadmSettings {
             extra_args_list: api.extra_args_are_lists(),
             has_patches_field: api.has_patches_field(),
             has_image_pull_policy: api.has_image_pull_policy(),
-            has_timeouts: api.has_timeouts(),
-            etcd_join_timeout: ETCD_JOIN_TIMEOUT,
+            timeouts: if api.has_timeouts() {
+                KUBEADM_TIMEOUTS
+                    .iter()
+                    .map(|&(name, value)| KubeadmTimeout { name, value })
+                    .collect()
+            } else {
+                Vec::new()
+            },
             cluster: ctx.cluster.file.metadata.name.clone(),
             cluster_name: ctx.cluster.cluster_name().to_string(),
             version: v,
