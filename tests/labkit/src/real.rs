@@ -460,12 +460,69 @@ spec:
   ports: [{port: 80, targetPort: 80, protocol: TCP}]
 "#;
 
+/// The load balancer of a lab cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lb {
+    /// `mode: internal`, haproxy (its own API server on a master, a local proxy on a worker).
+    Internal,
+    /// `mode: external`, `kubexm-kh`: keepalived + haproxy on node1..node3 holding the lab's VIP
+    /// on eth0 (install-real's kubeadm lane).
+    External,
+}
+
+/// What [`cluster_yaml_with`] writes.
+#[derive(Debug, Clone)]
+pub struct ClusterOpts<'a> {
+    /// The Kubernetes version.
+    pub version: &'a str,
+    /// The pod network.
+    pub net: Net,
+    /// lab-web's manifest.
+    pub addon: &'a Path,
+    /// The load balancer.
+    pub lb: Lb,
+    /// The hosts listed (node1..node3 at least).
+    pub hosts: Vec<&'a str>,
+    /// `roleGroups.master`, e.g. `["node[1:3]"]`.
+    pub masters: String,
+    /// `roleGroups.worker`.
+    pub workers: String,
+    /// More lines under `spec.kubernetes` (indented by 4), e.g. `    maxPods: 120\n`.
+    pub kubernetes_extra: String,
+    /// More kubelet flags (`kubeletArgs`, indented by 6).
+    pub kubelet_extra: String,
+}
+
+impl<'a> ClusterOpts<'a> {
+    /// node1..node3, each master + worker + etcd, the internal load balancer.
+    #[must_use]
+    pub fn new(version: &'a str, net: Net, addon: &'a Path) -> ClusterOpts<'a> {
+        ClusterOpts {
+            version,
+            net,
+            addon,
+            lb: Lb::Internal,
+            hosts: NODES.to_vec(),
+            masters: r#"["node[1:3]"]"#.to_string(),
+            workers: r#"["node[1:3]"]"#.to_string(),
+            kubernetes_extra: String::new(),
+            kubelet_extra: String::new(),
+        }
+    }
+}
+
 /// The cluster: node1..node3 master + worker + etcd (kubeadm's stacked etcd), the internal load
 /// balancer (haproxy), the bundled registry on node1, containerd 1.6.20, iptables kube-proxy,
 /// cgroup v1 kept (this host), the pod network, the lab-web addon with its budget.
 pub fn cluster_yaml(lab: &Lab, version: &str, net: Net, addon: &Path) -> String {
+    cluster_yaml_with(lab, &ClusterOpts::new(version, net, addon))
+}
+
+/// The lab cluster.yaml of `o` (see [`cluster_yaml`]).
+pub fn cluster_yaml_with(lab: &Lab, o: &ClusterOpts) -> String {
     let key = lab.env().ssh_key.display().to_string();
-    let hosts: String = NODES
+    let hosts: String = o
+        .hosts
         .iter()
         .map(|n| {
             format!(
@@ -474,7 +531,7 @@ pub fn cluster_yaml(lab: &Lab, version: &str, net: Net, addon: &Path) -> String 
             )
         })
         .collect();
-    let (network, post) = match net {
+    let (network, post) = match o.net {
         Net::Flannel => (
             "  network:\n    plugin: flannel\n    flannel:\n      mode: vxlan\n".to_string(),
             String::new(),
@@ -487,8 +544,21 @@ pub fn cluster_yaml(lab: &Lab, version: &str, net: Net, addon: &Path) -> String 
             ),
         ),
     };
+    let (lb_group, lb) = match o.lb {
+        Lb::Internal => (
+            String::new(),
+            "  loadBalancer:\n    mode: internal\n    internal:\n      type: haproxy\n".to_string(),
+        ),
+        Lb::External => (
+            "    loadbalancer: [\"node[1:3]\"]\n".to_string(),
+            format!(
+                "  loadBalancer:\n    mode: external\n    external:\n      type: kubexm-kh\n    vip: {}\n    interface: eth0\n",
+                lab.vip()
+            ),
+        ),
+    };
     format!(
-        r#"# tests/labkit/tests/real.rs: REAL Kubernetes {version} (Go modules) on lab {name}.
+        r#"# tests/labkit: REAL Kubernetes {version} (Go modules) on lab {name}.
 apiVersion: kubexm.io/v1alpha1
 kind: Cluster
 metadata:
@@ -497,31 +567,27 @@ spec:
   hosts:
 {hosts}  roleGroups:
     etcd: ["node[1:3]"]
-    master: ["node[1:3]"]
-    worker: ["node[1:3]"]
+    master: {masters}
+    worker: {workers}
     registry: [node1]
-  kubernetes:
+{lb_group}  kubernetes:
     type: kubeadm
     version: {version}
-    proxyMode: iptables
+{kubernetes_extra}    proxyMode: iptables
     kubeProxy:
       conntrackMaxPerCore: 0
     kubelet:
       failCgroupV1: false
     kubeletArgs:
       eviction-hard: "memory.available<100Mi,nodefs.available<256Mi,nodefs.inodesFree<5%,imagefs.available<256Mi"
-  etcd:
+{kubelet_extra}  etcd:
     type: kubeadm
   runtime:
     type: containerd
     version: 1.6.20
     containerd:
       restrictOomScoreAdj: true
-{network}  loadBalancer:
-    mode: internal
-    internal:
-      type: haproxy
-  registry:
+{network}{lb}  registry:
     type: registry
     version: 2.8.2
   system:
@@ -536,8 +602,13 @@ spec:
       values: {{image: docker.io/kubexm/lab-web:v1}}
       images: [docker.io/kubexm/lab-web:v1]
 "#,
+        version = o.version,
+        masters = o.masters,
+        workers = o.workers,
+        kubernetes_extra = o.kubernetes_extra,
+        kubelet_extra = o.kubelet_extra,
         name = lab.name(),
-        addon = addon.display(),
+        addon = o.addon.display(),
     )
 }
 
