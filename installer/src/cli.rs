@@ -56,7 +56,8 @@ const TOP_EXAMPLES: &str = "Examples:
 
 Exit codes: 0 done, 1 other failure, 2 usage, 3 invalid cluster.yaml or catalog, 4 bundle
 refused, 5 cannot connect to a node, 6 pipeline failed, 7 partial (status: a node unreachable
-or unhealthy). The guide: installer/docs/guide.md.";
+or unhealthy; install, upgrade, apply: applied, but a check of the verification that ends them
+failed), 8 not verified (the checks did not finish). The guide: installer/docs/guide.md.";
 
 /// Flags of a full install (`install`, or `--bundle` without a subcommand).
 #[derive(Debug, Args)]
@@ -78,12 +79,22 @@ pub(crate) struct InstallArgs {
     /// for the day-2 commands).
     #[arg(long)]
     pub(crate) security_enhancement: bool,
-    /// After the install, run `verify-cluster` against the cluster (off by default for now);
-    /// a failed check then fails the command (exit 7).
-    #[arg(long, conflicts_with = "dry_run")]
-    pub(crate) verify: bool,
+    #[command(flatten)]
+    pub(crate) verify: VerifyAfterArgs,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
+}
+
+/// The verification that ends a successful `install`, `upgrade` and `apply` (and
+/// `restore --fresh`, which has its own copy of the flag: it needs `--fresh`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct VerifyAfterArgs {
+    /// Do not verify the cluster at the end. By default, once the run succeeded, the checks of
+    /// `kubexm-install verify-cluster` run (default time limit) and their report is printed; a
+    /// check that fails makes the command exit 7 (8: the checks did not finish), the change
+    /// being applied all the same.
+    #[arg(long)]
+    pub(crate) no_verify: bool,
 }
 
 /// `install`: the bundle and the flags of a full install.
@@ -149,7 +160,8 @@ pub(crate) struct ConnectArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Verify and unpack the bundle, then run the install pipeline over SSH on every host (the
-    /// same as `kubexm-install --bundle FILE`).
+    /// same as `kubexm-install --bundle FILE`); then verify the cluster with the checks of
+    /// `verify-cluster` (--no-verify skips them): a failed check exits 7, the cluster installed.
     #[command(after_help = INSTALL_EXAMPLES)]
     Install(InstallCmd),
     /// Check a cluster.yaml against the built-in catalog and report every problem.
@@ -202,7 +214,8 @@ pub(crate) enum Command {
     /// component flags (one master at a time), the kubelet's and kube-proxy's settings, node
     /// preparation, the load balancer, the pod network's options, add-ons. Shows the change
     /// first; refuses what cannot change in place (CIDRs, cluster domain, kubernetes.type, the
-    /// version, etcd, the runtime, nodes) before connecting anywhere.
+    /// version, etcd, the runtime, nodes) before connecting anywhere. Ends with the checks of
+    /// `verify-cluster` (--no-verify skips them): a failed check exits 7, the change applied.
     #[command(after_help = APPLY_EXAMPLES)]
     Apply(ApplyArgs),
     /// Change KubeXM's etcd (`etcd.type: kubexm`) one member at a time: add or remove a member
@@ -253,7 +266,8 @@ pub(crate) enum Command {
     /// control plane start again and must be healthy, the node agents restart. Objects written
     /// after the backup are gone. With --fresh: onto nodes that hold nothing of the cluster (new
     /// machines, or these after `delete`), installed from --bundle with the backup's CAs, keys
-    /// and etcd data. Refuses without --yes.
+    /// and etcd data, then verified as an install is (--no-verify skips it). Refuses without
+    /// --yes.
     #[command(after_help = RESTORE_EXAMPLES)]
     Restore(RestoreArgs),
     /// Rotate a CA with a dual-CA transition, phase by phase: `new` (a new CA on the control
@@ -279,8 +293,9 @@ pub(crate) enum Command {
     /// the control plane one master at a time (kubeadm `upgrade apply` then `upgrade node`;
     /// kubexm: new binaries, each component restarted and answering), the workers in batches
     /// (cordon, drain, kubelet and kube-proxy, uncordon, Ready at the new version), the CNI and
-    /// add-ons last. Every finished (node, phase) is recorded: --resume continues. Refuses
-    /// without --yes, printing the plan.
+    /// add-ons last. Every finished (node, phase) is recorded: --resume continues. Then the
+    /// checks of `verify-cluster` (--no-verify skips them): a failed check exits 7, the cluster
+    /// upgraded. Refuses without --yes, printing the plan.
     #[command(after_help = UPGRADE_EXAMPLES)]
     Upgrade(UpgradeArgs),
 }
@@ -290,7 +305,8 @@ const UPGRADE_EXAMPLES: &str = "Examples:
   kubexm-install upgrade --bundle v1.21.tar.zst --backup-key site.key --yes
   kubexm-install upgrade --bundle v1.21.tar.zst --bundle v1.22.tar.zst --to v1.22.17 --backup-key site.key --yes
   kubexm-install upgrade --bundle v1.21.tar.zst --batch-size 3 --no-backup --yes
-  kubexm-install upgrade --bundle v1.21.tar.zst --yes --resume        # after a failure: continue at the node that failed";
+  kubexm-install upgrade --bundle v1.21.tar.zst --yes --resume        # after a failure: continue at the node that failed
+  kubexm-install upgrade --bundle v1.21.tar.zst --no-backup --yes --no-verify   # no checks at the end";
 
 #[derive(Debug, Args)]
 pub(crate) struct UpgradeArgs {
@@ -333,6 +349,8 @@ pub(crate) struct UpgradeArgs {
     /// again).
     #[arg(long)]
     pub(crate) resume: bool,
+    #[command(flatten)]
+    pub(crate) verify: VerifyAfterArgs,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
 }
@@ -529,6 +547,10 @@ pub(crate) struct RestoreArgs {
     /// and starts etcd from its snapshot.
     #[arg(long)]
     pub(crate) fresh: bool,
+    /// With --fresh: do not verify the cluster at the end (see `install --no-verify`). A
+    /// restore onto the same members (without --fresh) does not verify.
+    #[arg(long, requires = "fresh")]
+    pub(crate) no_verify: bool,
     #[command(flatten)]
     pub(crate) common: Day2Args,
 }
@@ -690,6 +712,7 @@ const APPLY_EXAMPLES: &str = "Examples:
   kubexm-install apply -f cluster.yaml --dry-run   # the change, grouped, and the full plan
   kubexm-install apply -f cluster.yaml
   kubexm-install apply -f cluster.yaml --resume    # after a failure: skip what finished
+  kubexm-install apply -f cluster.yaml --no-verify # no verify-cluster checks at the end
   # after changing network.plugin from flannel to calico (a bundle built from the edited file):
   kubexm-install apply -f cluster.yaml --allow-network-plugin-change --bundle calico.tar.zst
 
@@ -700,7 +723,9 @@ CIDRs, the cluster domain and name, kubernetes.type, the version (an upgrade), e
 the registry type, the control-plane endpoint (load balancer mode, VIP, port,
 domain), turning off an add-on, storage, Kata, NFD, the security enhancement or the backup
 schedule (apply does not take them out of a running cluster), and added, removed or re-roled
-nodes (add-node, delete-node). On success the edited cluster.yaml is recorded as the installed one.";
+nodes (add-node, delete-node). On success the edited cluster.yaml is recorded as the installed one,
+then the cluster is verified (the checks of verify-cluster; exit 7 when one fails, the change
+applied all the same).";
 
 const DELETE_NODE_EXAMPLES: &str = "Examples:
   kubexm-install delete-node --node node4 --dry-run
@@ -764,6 +789,8 @@ pub(crate) struct ApplyArgs {
     /// --bundle built from the edited cluster.yaml.
     #[arg(long)]
     pub(crate) allow_network_plugin_change: bool,
+    #[command(flatten)]
+    pub(crate) verify: VerifyAfterArgs,
 }
 
 #[derive(Debug, Args)]
@@ -929,6 +956,7 @@ const INSTALL_EXAMPLES: &str = "Examples:
   kubexm-install install --bundle demo.tar.zst --accept-new-host-keys
   kubexm-install install --bundle demo.tar.zst --dry-run     # the plan, nothing connected
   kubexm-install install --bundle demo.tar.zst --resume      # after a failure: skip what finished
+  kubexm-install install --bundle demo.tar.zst --no-verify   # no verify-cluster checks at the end
   kubexm-install install --bundle demo.tar.zst -f cluster.yaml --trusted-key site.pub";
 
 const CHECK_EXAMPLES: &str = "Examples:
@@ -958,3 +986,135 @@ const DELETE_EXAMPLES: &str = "Examples:
   kubexm-install delete --bundle demo.tar.zst              # says what would be deleted
   kubexm-install delete --bundle demo.tar.zst --dry-run    # the full delete plan
   kubexm-install delete --bundle demo.tar.zst --yes";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// The path of every command (`kubexm-install`, `kubexm-install install`, …) that takes
+    /// `--long`.
+    fn commands_with(long: &str) -> Vec<String> {
+        fn walk(c: &clap::Command, path: &str, long: &str, out: &mut Vec<String>) {
+            let path = if path.is_empty() {
+                c.get_name().to_string()
+            } else {
+                format!("{path} {}", c.get_name())
+            };
+            if c.get_arguments().any(|a| a.get_long() == Some(long)) {
+                out.push(path.clone());
+            }
+            for sub in c.get_subcommands() {
+                walk(sub, &path, long, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&Cli::command(), "", long, &mut out);
+        out
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubexm-install").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn no_verify_is_a_flag_of_the_commands_that_verify_and_of_no_other() {
+        Cli::command().debug_assert();
+        assert_eq!(
+            commands_with("no-verify"),
+            [
+                "kubexm-install",
+                "kubexm-install install",
+                "kubexm-install apply",
+                "kubexm-install restore",
+                "kubexm-install upgrade",
+            ]
+        );
+        // The earlier opt-in flag is gone: verifying is the default.
+        assert_eq!(commands_with("verify"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn no_verify_parses_where_it_belongs() {
+        let flag = |args: &[&str]| -> bool {
+            let cli = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            match cli.command {
+                None => cli.install.verify.no_verify,
+                Some(Command::Install(i)) => i.install.verify.no_verify,
+                Some(Command::Upgrade(u)) => u.verify.no_verify,
+                Some(Command::Apply(a)) => a.verify.no_verify,
+                Some(Command::Restore(r)) => r.no_verify,
+                Some(other) => panic!("{other:?}"),
+            }
+        };
+        // Verifying is the default everywhere.
+        assert!(!flag(&["--bundle", "b.tar.zst"]));
+        assert!(!flag(&["install", "--bundle", "b.tar.zst"]));
+        assert!(!flag(&["upgrade", "--bundle", "b.tar.zst", "--yes"]));
+        assert!(!flag(&["apply"]));
+        assert!(!flag(&[
+            "restore",
+            "--fresh",
+            "--backup",
+            "c.kxbak",
+            "--key-file",
+            "k"
+        ]));
+        assert!(flag(&["--bundle", "b.tar.zst", "--no-verify"]));
+        assert!(flag(&["install", "--bundle", "b.tar.zst", "--no-verify"]));
+        assert!(flag(&[
+            "install",
+            "--bundle",
+            "b.tar.zst",
+            "--dry-run",
+            "--no-verify"
+        ]));
+        assert!(flag(&[
+            "upgrade",
+            "--bundle",
+            "b.tar.zst",
+            "--yes",
+            "--no-verify"
+        ]));
+        assert!(flag(&["apply", "-f", "cluster.yaml", "--no-verify"]));
+        assert!(flag(&[
+            "restore",
+            "--fresh",
+            "--backup",
+            "c.kxbak",
+            "--key-file",
+            "k",
+            "--no-verify"
+        ]));
+        // A restore onto the same members does not verify: the flag needs --fresh.
+        let e = parse(&[
+            "restore",
+            "--backup",
+            "c.kxbak",
+            "--key-file",
+            "k",
+            "--no-verify",
+        ])
+        .expect_err("--no-verify without --fresh");
+        assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        for other in [
+            &["add-node", "--no-verify"][..],
+            &["delete-node", "--node", "node4", "--no-verify"],
+            &["etcd", "add-member", "--node", "node4", "--no-verify"],
+            &["kernel-upgrade", "--no-verify"],
+            &["rotate-ca", "--ca", "etcd", "--no-verify"],
+            &["certs", "renew", "--no-verify"],
+            &["delete", "--no-verify"],
+            &["status", "--no-verify"],
+            &["verify-cluster", "--no-verify"],
+            &["plan", "-f", "c.yaml", "--no-verify"],
+        ] {
+            let e = parse(other).expect_err(&format!("{other:?} takes no --no-verify"));
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{other:?}"
+            );
+        }
+    }
+}

@@ -17,6 +17,15 @@ use cli::{Cli, Command};
 use exit::{ExitStatus, UsageError};
 
 fn run(cli: Cli) -> Result<()> {
+    // `--no-verify` before a verb belongs to the install without a verb: with `install` it is
+    // that install's; with any other verb it would be ignored, so it is refused.
+    let top_no_verify = cli.install.verify.no_verify;
+    if top_no_verify && !matches!(cli.command, None | Some(Command::Install(_))) {
+        return Err(UsageError(
+            "--no-verify goes after the verb (`install`, `upgrade`, `apply`, `restore --fresh`): given before another verb it would not apply".into(),
+        )
+        .into());
+    }
     match &cli.command {
         Some(Command::Completions { shell }) => return output::completions(*shell),
         Some(Command::Man { output }) => return output::man(output.as_deref()),
@@ -26,13 +35,14 @@ fn run(cli: Cli) -> Result<()> {
         .context("Failed to load the trusted keys")?
         .require_signature(cli.require_signature);
     match (cli.command, cli.bundle) {
-        (Some(Command::Install(args)), top_bundle) => {
-            let Some(bundle) = args.bundle.or(top_bundle) else {
+        (Some(Command::Install(mut args)), top_bundle) => {
+            let Some(bundle) = args.bundle.take().or(top_bundle) else {
                 return Err(UsageError(
                     "install needs --bundle FILE: the bundle to install".into(),
                 )
                 .into());
             };
+            args.install.verify.no_verify |= top_no_verify;
             commands::install::run(&bundle, &args.install, &cli.work_dir, &trust)
         }
         (Some(Command::Check { file, catalog }), _) => {

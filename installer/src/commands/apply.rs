@@ -9,6 +9,9 @@
 //! edited cluster.yaml, which takes the installed bundle's place once checked
 //! ([`kubexm_install::apply_change::replacement_problems`]: same Kubernetes version, the new
 //! plugin's file, every other component the same file).
+//!
+//! Once something was applied, the cluster is verified (the checks of `verify-cluster`,
+//! unless `--no-verify`); nothing to apply, or `--dry-run`, verifies nothing.
 
 use anyhow::Result;
 use kubexm_install::apply_change::{classify_with, missing_plugin_file, replacement_problems};
@@ -16,7 +19,8 @@ use kubexm_install::change::diff_nodes;
 use kubexm_install::intake::trust::TrustPolicy;
 use kubexm_install::pipelines::apply::apply_pipeline;
 
-use super::day2::{connect, execute, require_every_node, Operate, Session};
+use super::day2::{connect, require_every_node, run_on, Operate, Session};
+use super::verify::Change;
 use crate::cli::ApplyArgs;
 
 pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path, trust: &TrustPolicy) -> Result<()> {
@@ -120,5 +124,18 @@ pub(crate) fn run(args: &ApplyArgs, work_dir: &std::path::Path, trust: &TrustPol
             .map(|a| format!("{}: {} -> {}", a.path, a.was, a.now))
             .collect(),
     };
-    execute(&s, conn, &pipeline, op, &opts, c.dry_run)
+    let journal = run_on(&s, &conn, &pipeline, op, &opts, c.dry_run)?;
+    drop(conn);
+    match journal {
+        // A dry run changed nothing: nothing to verify.
+        None => Ok(()),
+        Some(journal) => super::verify::after(
+            Change::Apply,
+            args.verify.no_verify,
+            &s.name,
+            &c.connect,
+            work_dir,
+            Some(&journal),
+        ),
+    }
 }

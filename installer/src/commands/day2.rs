@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use kubexm_install::context::{load_context, BundleRef, InstallContext};
 use kubexm_install::facts::checks::Verdict;
 use kubexm_install::facts::ClusterFacts;
+use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::pipeline::plan::Plan;
 use kubexm_install::pipeline::{Node, Pipeline};
 use kubexm_install::record::{self, Applied, Operation, Outcome, Records};
@@ -564,6 +565,19 @@ pub(crate) fn execute_on(
     opts: &RunOptions,
     dry_run: bool,
 ) -> Result<()> {
+    run_on(s, conn, pipeline, op, opts, dry_run).map(drop)
+}
+
+/// [`execute_on`], returning the run's journal (`None` for a dry run: nothing ran), for what
+/// follows the run (`apply` and `upgrade` verify the cluster and record it there).
+pub(crate) fn run_on(
+    s: &Session,
+    conn: &Connected,
+    pipeline: &Pipeline,
+    op: Operate<'_>,
+    opts: &RunOptions,
+    dry_run: bool,
+) -> Result<Option<Arc<Journal>>> {
     let nodes: Vec<Node> = conn.runners.iter().map(|(n, _)| n.clone()).collect();
     let mut all_nodes = op.journal_ctx.plan_nodes();
     for n in nodes {
@@ -576,7 +590,7 @@ pub(crate) fn execute_on(
     if dry_run {
         print!("{}", plan.to_text());
         println!("dry run: nothing was changed");
-        return Ok(());
+        return Ok(None);
     }
     print!("{}", phases(&plan));
     let started_at = record::now();
@@ -634,7 +648,7 @@ pub(crate) fn execute_on(
                     .map(|p| p.display().to_string())
                     .unwrap_or_default()
             );
-            Ok(())
+            Ok(Some(journal))
         }
         Err(e) => {
             let msg = e.to_string();

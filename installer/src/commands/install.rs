@@ -1,8 +1,10 @@
 //! `install` (also `kubexm-install --bundle FILE`): verify and unpack the bundle, then run the
-//! create pipeline over SSH, or print its plan with `--dry-run`.
+//! create pipeline over SSH and verify the cluster (the checks of `verify-cluster`, unless
+//! `--no-verify`), or print its plan with `--dry-run`.
 
 use anyhow::{Context, Result};
 
+use super::verify::Change;
 use super::{install_context, run_options};
 use crate::cli::InstallArgs;
 
@@ -31,7 +33,7 @@ pub(crate) fn run(
     let ctx = std::sync::Arc::new(ctx.for_execution());
     let pipeline = kubexm_install::pipelines::install_pipeline(&ctx);
     // Recorded for the day-2 commands (add-node, delete-node, etcd).
-    super::run_and_record(
+    let journal = super::run_and_record(
         &ctx,
         &pipeline,
         &opts,
@@ -40,8 +42,13 @@ pub(crate) fn run(
         "Install failed",
         "installed",
     )?;
-    if args.verify {
-        super::verify::after_install(ctx.cluster.cluster_name(), &args.connect, work_dir)?;
-    }
-    Ok(())
+    // "Installed" means verified working: the checks of verify-cluster, unless --no-verify.
+    super::verify::after(
+        Change::Install,
+        args.verify.no_verify,
+        ctx.cluster.cluster_name(),
+        &args.connect,
+        work_dir,
+        Some(&journal),
+    )
 }

@@ -23,12 +23,14 @@ pub(crate) mod upgrade;
 pub(crate) mod verify;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use std::io::Read;
 
 use anyhow::{Context, Result};
 use kubexm_install::intake::trust::TrustPolicy;
 use kubexm_install::intake::{prepare, Prepared};
+use kubexm_install::pipeline::journal::Journal;
 use kubexm_install::seed::{RegistryTarget, SeedOptions};
 use kubexm_manifests::display::{Untrusted, UntrustedMax};
 use kubexm_manifests::model::RewriteMode;
@@ -175,14 +177,15 @@ pub(crate) fn install_context(
         work_dir,
     )?)
 }
-/// Connects to every node, runs `pipeline` and prints a one-line summary.
+/// Connects to every node, runs `pipeline` and prints a one-line summary; returns the run's
+/// journal (what follows the run, a verification, is recorded in it).
 pub(crate) fn run_and_report(
     ctx: &kubexm_install::context::InstallContext,
     pipeline: &kubexm_install::pipeline::Pipeline,
     opts: &kubexm_install::run::RunOptions,
     failed: &'static str,
     done: &str,
-) -> Result<()> {
+) -> Result<Arc<Journal>> {
     use kubexm_install::run::{connect_all, run_pipeline};
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -211,7 +214,7 @@ pub(crate) fn run_and_report(
         Ok(path) => print!("{}", path.display(12)),
         Err(e) => eprintln!("warning: {:#}", anyhow::Error::from(e)),
     }
-    Ok(())
+    Ok(journal)
 }
 pub(crate) fn run_options(
     file: Option<&std::path::Path>,
@@ -247,7 +250,7 @@ pub(crate) fn run_and_record(
     operation: &str,
     failed: &'static str,
     done: &str,
-) -> Result<()> {
+) -> Result<Arc<Journal>> {
     let started_at = kubexm_install::record::now();
     let started = std::time::Instant::now();
     let result = run_and_report(ctx, pipeline, opts, failed, done);

@@ -1,6 +1,7 @@
 //! `restore --fresh`: a backup brought back onto nodes that hold nothing of the cluster (see
 //! [`kubexm_install::modules::backup::restore_fresh`] for what the pipeline does differently from an
-//! install, and [`kubexm_install::backup::fresh`] for what is taken from the backup).
+//! install, and [`kubexm_install::backup::fresh`] for what is taken from the backup). It is an
+//! install, and ends as one: the cluster verified unless `--no-verify`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use kubexm_install::modules::backup::restore_fresh::{
 };
 use kubexm_manifests::model::{EtcdType, KubernetesType};
 
+use super::verify::Change;
 use super::{install_context, run_options};
 use crate::cli::RestoreArgs;
 use crate::exit::UsageError;
@@ -144,5 +146,14 @@ pub(crate) fn run(args: &RestoreArgs, work_dir: &Path, trust: &TrustPolicy) -> R
         "restored from the backup on",
     );
     drop(opened);
-    result
+    let journal = result?;
+    // An install onto new machines: verified as an install is, unless --no-verify.
+    super::verify::after(
+        Change::FreshRestore,
+        args.no_verify,
+        &name,
+        &c.connect,
+        work_dir,
+        Some(&journal),
+    )
 }

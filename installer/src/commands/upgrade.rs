@@ -12,7 +12,9 @@
 //!    server's `apiserver_requested_deprecated_apis`);
 //! 4. without `--yes` the plan is printed and nothing changes; with it a backup first (KubeXM's
 //!    etcd; not again with `--resume`), then each step's pipeline, recorded as applied (its
-//!    cluster.yaml and bundle) before the next starts.
+//!    cluster.yaml and bundle) before the next starts;
+//! 5. once the last step is done, the cluster is verified (the checks of `verify-cluster`,
+//!    unless `--no-verify`; not between the steps).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,8 +42,10 @@ use kubexm_manifests::validate::Problem;
 use kubexm_manifests::version::KubeVersion;
 
 use super::day2::{
-    connect, execute_on, judge, require_every_node, rollout_health, Connected, Operate, Session,
+    connect, execute_on, judge, require_every_node, rollout_health, run_on, Connected, Operate,
+    Session,
 };
+use super::verify::Change;
 use crate::cli::{Day2Args, UpgradeArgs};
 use crate::exit::UsageError;
 
@@ -470,20 +474,31 @@ pub(crate) fn run(args: &UpgradeArgs, work_dir: &Path, trust: &TrustPolicy) -> R
     } else if s.installed.cluster.file.spec.etcd.kind != EtcdType::Kubexm {
         println!("no KubeXM backup: etcd.type is not kubexm (kubeadm keeps its own copy of a stacked etcd's data during `upgrade apply`)");
     }
+    let mut journal = None;
     for (st, p) in steps.iter().zip(&pipelines) {
         println!("== upgrade to {}", st.version);
         let op = operate(st, &notes);
         s.desired_text = st.text.clone();
         s.desired_base = st.base.clone();
         s.record.installed.bundle_digest = Some(st.digest.clone());
-        execute_on(&s, &conn, p, op, &opts, false).with_context(|| {
+        journal = run_on(&s, &conn, p, op, &opts, false).with_context(|| {
             format!(
                 "the upgrade to {} stopped; the nodes not reached yet still run the version before. Fix the cause and run the same command with --resume",
                 st.version
             )
         })?;
     }
-    Ok(())
+    drop(conn);
+    // The last step done, the cluster at the target version is verified (recorded in the last
+    // step's journal), unless --no-verify.
+    super::verify::after(
+        Change::Upgrade,
+        args.verify.no_verify,
+        &s.name,
+        &args.connect,
+        work_dir,
+        journal.as_deref(),
+    )
 }
 
 /// The record of one step.

@@ -33,14 +33,21 @@ pub enum Event {
     RollbackStarted,
     StepReverted,
     RevertFailed,
+    /// After the pipeline succeeded, the cluster passed `verify-cluster`'s checks (the report
+    /// is `verify.json` beside the journal).
+    ClusterVerified,
+    /// After the pipeline succeeded, a check of `verify-cluster` failed or did not finish.
+    ClusterNotVerified,
 }
 
 impl Event {
     fn level(self) -> &'static str {
         match self {
-            Event::PipelineFailed | Event::TaskFailed | Event::StepFailed | Event::RevertFailed => {
-                "ERROR"
-            }
+            Event::PipelineFailed
+            | Event::TaskFailed
+            | Event::StepFailed
+            | Event::RevertFailed
+            | Event::ClusterNotVerified => "ERROR",
             Event::StepRetried | Event::RollbackStarted | Event::Warning => "WARN",
             Event::StepStarted | Event::StepSkipped | Event::StepReverted => "DEBUG",
             _ => "INFO",
@@ -218,12 +225,17 @@ impl Journal {
         let mark = match event {
             Event::PipelineStarted | Event::ModuleStarted | Event::TaskStarted => "▶",
             Event::ModuleSkipped | Event::TaskSkipped | Event::StepSkipped => "·",
-            Event::StepSucceeded | Event::TaskSucceeded | Event::PipelineSucceeded => "✓",
+            Event::StepSucceeded
+            | Event::TaskSucceeded
+            | Event::PipelineSucceeded
+            | Event::ClusterVerified => "✓",
             Event::StepRetried | Event::RollbackStarted | Event::StepReverted => "↺",
             Event::Warning => "!",
-            Event::StepFailed | Event::TaskFailed | Event::PipelineFailed | Event::RevertFailed => {
-                "✗"
-            }
+            Event::StepFailed
+            | Event::TaskFailed
+            | Event::PipelineFailed
+            | Event::RevertFailed
+            | Event::ClusterNotVerified => "✗",
             Event::StepStarted => return,
         };
         let place = [at.module, at.task, at.step]

@@ -38,6 +38,7 @@ use serde::Serialize;
 use crate::context::InstallContext;
 use crate::facts::node::{gather_node, CertExpiry};
 use crate::facts::{ClusterFacts, EtcdFacts};
+use crate::pipeline::journal::{At, Event, Journal};
 use crate::runner::shell::quote;
 use crate::runner::{Exec, Runner};
 use parse::{ProbeAnswer, VerifyNode, VerifyPod};
@@ -284,7 +285,67 @@ impl Report {
     fn count(&self, s: Status) -> usize {
         self.checks.iter().filter(|c| c.status == s).count()
     }
+
+    /// Records this report in the journal of the run it followed (an install, upgrade, apply or
+    /// `restore --fresh` that verified the cluster at its end): the report itself as
+    /// [`JOURNAL_FILE`] in the run's directory (the same JSON as `verify-cluster -o json`), and
+    /// one event, [`Event::ClusterVerified`] or [`Event::ClusterNotVerified`], naming the checks
+    /// that failed. Returns the report's path.
+    ///
+    /// # Errors
+    ///
+    /// The report cannot be written (the event is recorded all the same).
+    pub fn record_in(&self, journal: &Journal) -> std::io::Result<std::path::PathBuf> {
+        let dir = journal.paths().log.parent().map_or_else(
+            || std::path::PathBuf::from("."),
+            std::path::Path::to_path_buf,
+        );
+        let path = dir.join(JOURNAL_FILE);
+        let written = serde_json::to_vec_pretty(self)
+            .map_err(std::io::Error::other)
+            .and_then(|json| crate::private_dir::write_private_file(&path, &json, 0o600));
+        let failed: Vec<&str> = self.failed().iter().map(|c| c.name.as_str()).collect();
+        let (event, message) = if self.result == Status::Pass {
+            (
+                Event::ClusterVerified,
+                format!(
+                    "verify-cluster: {} check(s) passed, {} skipped; report in {JOURNAL_FILE}",
+                    self.count(Status::Pass),
+                    self.count(Status::Skip)
+                ),
+            )
+        } else {
+            (
+                Event::ClusterNotVerified,
+                format!(
+                    "verify-cluster ({}): {} check(s) failed: {}; report in {JOURNAL_FILE}",
+                    match self.outcome {
+                        Outcome::Complete => "complete",
+                        Outcome::TimedOut => "timed out",
+                        Outcome::Interrupted => "interrupted",
+                    },
+                    failed.len(),
+                    failed.join(", ")
+                ),
+            )
+        };
+        let at = At {
+            module: Some("verify-cluster"),
+            ..At::default()
+        };
+        journal.record(
+            event,
+            &at,
+            &message,
+            Some(Duration::from_secs_f64(self.seconds.max(0.0))),
+        );
+        written.map(|()| path)
+    }
 }
+
+/// The file beside a run's journal (`WORK/runs/<run id>/`) holding the verification that ended
+/// the run ([`Report::record_in`]).
+pub const JOURNAL_FILE: &str = "verify.json";
 
 /// How the check runs.
 #[derive(Debug, Clone, Copy)]
@@ -1832,5 +1893,78 @@ mod tests {
             text.contains("NOT verified: 1 check(s) passed, 1 failed, 1 skipped in 12.0s"),
             "{text}"
         );
+    }
+
+    /// What a run that ended with a verification leaves in its journal: the report as
+    /// `verify.json` (the JSON of `verify-cluster -o json`) and one event naming what failed.
+    #[test]
+    fn a_report_is_recorded_beside_the_runs_journal() {
+        let work = tempfile::tempdir().expect("tempdir");
+        let journal = Journal::create(work.path(), "install", Vec::new())
+            .expect("journal")
+            .with_live_view(false);
+        let t = Instant::now();
+        let mut report = Report {
+            cluster: "lab".into(),
+            result: Status::Fail,
+            outcome: Outcome::Complete,
+            timeout_seconds: 300,
+            seconds: 4.2,
+            api_node: Some("node1".into()),
+            probe_image: None,
+            checks: vec![
+                failed(CheckId::Nodes, t, "node3: NotReady".into()),
+                skip(CheckId::Metrics, t, "not installed".into()),
+                failed(CheckId::Dns, t, "node2: not resolved".into()),
+            ],
+            cleanup: Cleanup {
+                namespace: NAMESPACE,
+                created: false,
+                removed: true,
+                note: None,
+            },
+        };
+        let path = report.record_in(&journal).expect("recorded");
+        let dir = journal.paths().log.parent().expect("run dir").to_path_buf();
+        assert_eq!(path, dir.join(JOURNAL_FILE));
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("verify.json")).expect("json");
+        assert_eq!(written, serde_json::to_value(&report).expect("json"));
+
+        report.checks.retain(|c| c.status != Status::Fail);
+        report.result = Status::Pass;
+        report.record_in(&journal).expect("recorded again");
+        let events: Vec<serde_json::Value> = std::fs::read_to_string(&journal.paths().events)
+            .expect("events")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("an event"))
+            .collect();
+        let fields = |e: &serde_json::Value| {
+            (
+                e["event"].as_str().unwrap_or_default().to_string(),
+                e["level"].as_str().unwrap_or_default().to_string(),
+                e["module"].as_str().unwrap_or_default().to_string(),
+                e["message"].as_str().unwrap_or_default().to_string(),
+            )
+        };
+        assert_eq!(
+            events.iter().map(fields).collect::<Vec<_>>(),
+            [
+                (
+                    "ClusterNotVerified".to_string(),
+                    "ERROR".to_string(),
+                    "verify-cluster".to_string(),
+                    "verify-cluster (complete): 2 check(s) failed: nodes, dns; report in verify.json"
+                        .to_string()
+                ),
+                (
+                    "ClusterVerified".to_string(),
+                    "INFO".to_string(),
+                    "verify-cluster".to_string(),
+                    "verify-cluster: 0 check(s) passed, 1 skipped; report in verify.json".to_string()
+                ),
+            ]
+        );
+        assert_eq!(events[0]["duration_ms"], 4200);
     }
 }

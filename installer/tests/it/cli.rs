@@ -205,3 +205,45 @@ fn install_without_a_bundle_says_what_is_missing() {
     assert!(!ok);
     assert!(err.contains("install needs --bundle FILE"), "{err}");
 }
+
+/// `--no-verify` (issue 37): a dry run plans and never verifies, so the flag changes nothing
+/// there, in either place (`install --no-verify`, or `kubexm-install --no-verify install`,
+/// which is the same install's); before any other verb it is refused (exit 2) rather than
+/// silently ignored.
+#[test]
+fn no_verify_belongs_to_the_install_and_a_dry_run_never_verifies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bundle = lab_bundle(dir.path());
+    let bundle = bundle.to_str().expect("utf-8");
+    let default = kubexm_install(&["install", "--bundle", bundle, "--dry-run"]);
+    assert!(default.0, "{}", default.2);
+    assert!(!default.1.contains("verifying cluster"), "{}", default.1);
+    for args in [
+        &["install", "--bundle", bundle, "--dry-run", "--no-verify"][..],
+        &["--no-verify", "install", "--bundle", bundle, "--dry-run"],
+        &["--bundle", bundle, "--dry-run", "--no-verify"],
+    ] {
+        let skipped = kubexm_install(args);
+        assert!(skipped.0, "{args:?}: {}", skipped.2);
+        assert_eq!(
+            without_generated_keys(&skipped.1),
+            without_generated_keys(&default.1),
+            "{args:?}"
+        );
+    }
+
+    let work = tempfile::tempdir().expect("tempdir");
+    for verb in [&["status"][..], &["upgrade", "--bundle", bundle, "--yes"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubexm-install"))
+            .arg("--work-dir")
+            .arg(work.path())
+            .arg("--no-verify")
+            .args(verb)
+            .env("KUBEXM_LOG", "off")
+            .output()
+            .expect("run kubexm-install");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{verb:?}: {err}");
+        assert!(err.contains("--no-verify goes after the verb"), "{err}");
+    }
+}

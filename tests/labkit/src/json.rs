@@ -1,7 +1,7 @@
 //! Typed views of the JSON the checks read: `kubexm-install status -o json`, the installed-cluster
-//! record (`installed.json`), the journal (`runs/*/events.jsonl`), `kubectl get nodes -o json`
-//! and `etcdctl -w json`. Only the fields the checks use; unknown fields are ignored (the
-//! product's own types are strict where they are read back).
+//! record (`installed.json`), the journal (`runs/*/events.jsonl`, `runs/*/verify.json`),
+//! `kubectl get nodes -o json` and `etcdctl -w json`. Only the fields the checks use; unknown
+//! fields are ignored (the product's own types are strict where they are read back).
 
 use std::collections::BTreeMap;
 
@@ -174,6 +174,49 @@ pub struct Event {
     /// Message.
     #[serde(default)]
     pub message: String,
+}
+
+/// `verify-cluster -o json`, also what an install, upgrade, apply or `restore --fresh` that
+/// verified the cluster at its end leaves beside its journal (`runs/<id>/verify.json`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// The cluster.
+    pub cluster: String,
+    /// `pass` or `fail`.
+    pub result: String,
+    /// `complete`, `timedOut` or `interrupted`.
+    pub outcome: String,
+    /// Every check, in order.
+    pub checks: Vec<VerifyCheck>,
+}
+
+impl VerifyReport {
+    /// The names of the checks with `status`.
+    #[must_use]
+    pub fn named(&self, status: &str) -> Vec<&str> {
+        self.checks
+            .iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+}
+
+/// One check of a [`VerifyReport`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct VerifyCheck {
+    /// `nodes`, `control-plane`, `etcd`, `certificates`, `metrics`, `pod-network`, `service`,
+    /// `dns`, `logs-exec`.
+    pub name: String,
+    /// `pass`, `fail` or `skip`.
+    pub status: String,
+    /// One line.
+    #[serde(default)]
+    pub summary: String,
+    /// What does not work.
+    #[serde(default)]
+    pub failures: Vec<String>,
 }
 
 /// `kubectl get nodes -o json`, names only.

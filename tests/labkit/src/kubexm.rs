@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::command::{check, describe, Output};
-use crate::json::{Event, Installed, Status};
+use crate::json::{Event, Installed, Status, VerifyReport};
 use crate::Lab;
 
 /// `kubexm-build` and `kubexm-install`, built from this repository.
@@ -203,16 +203,29 @@ impl<'a> Kubexm<'a> {
         v
     }
 
-    /// `kubexm-install --bundle BUNDLE -f CLUSTER EXTRA` (an install).
+    /// `kubexm-install --bundle BUNDLE -f CLUSTER --no-verify EXTRA` (an install).
+    ///
+    /// `--no-verify`: an install ends with `verify-cluster`'s checks by default, and they cannot
+    /// pass on a lab cluster with STAND-INs on their path (the stand-in kubelets and kubectl
+    /// run no pod; the REAL labs' NodeLocal DNS and busybox probe image are stand-ins): every
+    /// lab install skips them, and a lab that checks them runs `verify-cluster` itself or
+    /// installs with [`Kubexm::install_verifying`].
     #[must_use]
     pub fn install(&self, extra: &[&str]) -> Output {
+        self.run(&self.with_bundle(None, &no_verify(extra)))
+    }
+
+    /// The install as an operator runs it, ending with `verify-cluster`'s checks (no
+    /// `--no-verify`): `kubexm-install --bundle BUNDLE -f CLUSTER EXTRA`.
+    #[must_use]
+    pub fn install_verifying(&self, extra: &[&str]) -> Output {
         self.run(&self.with_bundle(None, extra))
     }
 
-    /// The install, started in the background.
+    /// The install ([`Kubexm::install`], `--no-verify`), started in the background.
     #[must_use]
     pub fn spawn_install(&self, extra: &[&str]) -> Running {
-        self.spawn(&self.with_bundle(None, extra))
+        self.spawn(&self.with_bundle(None, &no_verify(extra)))
     }
 
     /// `kubexm-install delete --bundle BUNDLE -f CLUSTER EXTRA`.
@@ -261,6 +274,22 @@ impl<'a> Kubexm<'a> {
             .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// The verification that ended the latest run (`WORK/runs/<id>/verify.json`, what
+    /// `verify-cluster -o json` prints): `None` when that run did not verify (`--no-verify`, a
+    /// failed pipeline) or there is no run.
+    ///
+    /// # Panics
+    /// When the file is there but is not a report.
+    #[must_use]
+    pub fn last_verify(&self) -> Option<VerifyReport> {
+        let path = self.runs().last()?.join("verify.json");
+        let text = fs_err::read_to_string(&path).ok()?;
+        Some(
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: not a report ({e})\n{text}", path.display())),
+        )
     }
 
     /// The events of the latest run (none when there is none or its journal is unreadable).
@@ -362,6 +391,13 @@ impl Kubexm<'_> {
         );
         read
     }
+}
+
+/// `extra` with `--no-verify` in front (see [`Kubexm::install`]).
+fn no_verify<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    std::iter::once("--no-verify")
+        .chain(extra.iter().copied())
+        .collect()
 }
 
 /// The files read and the problems found under `work` (see [`Kubexm::check_work_dir_whole`]).

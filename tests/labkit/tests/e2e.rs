@@ -4,8 +4,10 @@
 //! repository (`osReleases: [debian-12]`), installed with kubexm-install on three minimal lab
 //! nodes (no package source), and what the install claims checked — for the Kubernetes steps,
 //! the stand-ins' record of their calls and of the files they were given. Then: a second run
-//! changes nothing; a node stopped mid-run gives a clear error and `--resume` completes; status
-//! with a node down; delete puts every node back; the etcd disk check refuses at a tiny
+//! changes nothing; a node stopped mid-run gives a clear error and `--resume` completes; an
+//! install without `--no-verify` ends with verify-cluster's checks (which the STAND-INs fail:
+//! exit 7, the install applied; every other install here passes `--no-verify`); status with a
+//! node down; delete puts every node back; the etcd disk check refuses at a tiny
 //! threshold. One cluster, the checks in this order. Root only:
 //!
 //! `cargo test -p kubexm-labkit --test e2e -- --ignored --nocapture` (`KEEP_LAB=1` keeps the lab).
@@ -80,9 +82,12 @@ fn e2e() {
         .collect();
 
     scenario.step("first install");
+    // `kx.install` passes --no-verify (this lab's STAND-IN kubelets and kubectl run no pod, so
+    // verify-cluster's checks cannot pass here); the default is checked below.
     let out = scenario.timed("first install", || kx.install(&[]));
     let out = kx.ok(out, "the first install succeeds");
     eprint!("{}", out.stdout);
+    not_verified_with_no_verify(&kx, &out);
     etcd_disk_checked_on_every_member(&scenario, &kx);
 
     scenario.step("check the nodes");
@@ -98,6 +103,8 @@ fn e2e() {
     second_install_changes_nothing(&scenario, &lab, &kx, &fingerprint);
     scenario.step("a node stopped mid-run, then --resume");
     node_stopped_mid_run_then_resume(&scenario, &lab, &kx, &fingerprint);
+    scenario.step("an install without --no-verify ends with verify-cluster's checks");
+    install_verifies_by_default(&scenario, &lab, &kx);
     scenario.step("status: the record and the live facts, then a node unreachable");
     status_reports_the_cluster(&scenario, &lab, &kx);
     status_with_a_node_stopped(&scenario, &lab, &kx);
@@ -781,6 +788,134 @@ fn node_stopped_mid_run_then_resume(
     );
 }
 
+/// An install with `--no-verify` (what [`Kubexm::install`] runs) ends with its pipeline: no
+/// verification in its journal, nothing about one printed.
+fn not_verified_with_no_verify(kx: &Kubexm, out: &kubexm_labkit::Output) {
+    let verification = kx
+        .last_events()
+        .into_iter()
+        .filter(|e| e.event.starts_with("Cluster") || e.module.as_deref() == Some("verify-cluster"))
+        .count();
+    check(
+        kx.last_verify().is_none()
+            && verification == 0
+            && !out.stdout.contains("verifying cluster"),
+        "the install with --no-verify did not verify the cluster (no verify.json, no verification event, nothing printed about it)",
+        &format!("{verification} verification event(s)\n{out}"),
+    );
+}
+
+/// Issue 37: an install ends with verify-cluster's checks unless `--no-verify`. On this lab they
+/// cannot pass (the STAND-IN kubelets and kubectl run no pod and report no runtime): the install
+/// is applied and recorded as succeeded, the command exits 7 (8 had the checks not finished),
+/// the report is beside the run's journal (`verify.json`, typed) and one journal event says the
+/// cluster did not verify; the error says so and names the failed checks and `verify-cluster`.
+fn install_verifies_by_default(scenario: &Scenario, lab: &Lab, kx: &Kubexm) {
+    let runs_before = kx.runs().len();
+    let out = scenario.timed("install, verifying", || kx.install_verifying(&[]));
+    let evidence = format!("{out}{}", kx.journal_tail(8));
+    check(
+        kx.runs().len() == runs_before + 1,
+        "the install ran once",
+        &evidence,
+    );
+    let s = kx.last_summary();
+    check(
+        s.succeeded && s.changed == 0,
+        "its pipeline succeeded and changed nothing (the cluster was installed)",
+        &format!(
+            "{s:?}
+{evidence}"
+        ),
+    );
+    let Some(report) = kx.last_verify() else {
+        check(
+            false,
+            "the install without --no-verify verified the cluster: verify.json beside its journal",
+            &evidence,
+        );
+        return;
+    };
+    let failed = report.named("fail");
+    let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
+    let report_text = report
+        .checks
+        .iter()
+        .map(|c| format!("{} {}: {} {:?}", c.name, c.status, c.summary, c.failures))
+        .collect::<Vec<_>>()
+        .join("\n");
+    check(
+        report.cluster == lab.name()
+            && names
+                == [
+                    "nodes",
+                    "control-plane",
+                    "etcd",
+                    "certificates",
+                    "metrics",
+                    "pod-network",
+                    "service",
+                    "dns",
+                    "logs-exec",
+                ]
+            && report.result == "fail"
+            && !failed.is_empty(),
+        "verify.json: verify-cluster's nine checks, the cluster not verified (STAND-INs)",
+        &format!("{report:?}\n{report_text}"),
+    );
+    let want = if report.outcome == "complete" { 7 } else { 8 };
+    check(
+        out.code == Some(want),
+        &format!(
+            "the install exits {want} (outcome {}): applied, not verified",
+            report.outcome
+        ),
+        &evidence,
+    );
+    let events: Vec<String> = kx
+        .last_events()
+        .into_iter()
+        .filter(|e| e.module.as_deref() == Some("verify-cluster"))
+        .map(|e| e.event)
+        .collect();
+    check(
+        events == ["ClusterNotVerified"],
+        "the run's journal records the verification: one ClusterNotVerified event",
+        &format!("{events:?}\n{evidence}"),
+    );
+    let err = error_section(&out.stderr);
+    // What the operator sees: the report, then the error.
+    eprint!(
+        "{}",
+        out.stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("verifying cluster"))
+            .map(|l| format!("   {l}\n"))
+            .collect::<String>()
+    );
+    eprintln!("{err}");
+    check(
+        err.contains("the install succeeded and is applied")
+            && err.contains("did not verify")
+            && err.contains("`kubexm-install verify-cluster`")
+            && failed.iter().all(|c| err.contains(c)),
+        "the error says the install is applied but the cluster did not verify, names the failed checks and verify-cluster",
+        &err,
+    );
+    check(
+        kx.record()
+            .last()
+            .is_some_and(|o| o.operation == "install" && o.result == "succeeded"),
+        "the record: the install succeeded",
+        &evidence,
+    );
+    scenario.note(&format!(
+        "install without --no-verify: exit {want}, verify-cluster's checks ran ({} failed on the STAND-INs: {})",
+        failed.len(),
+        failed.join(", ")
+    ));
+}
+
 /// The `error:` line of a failed command's stderr and the three after it.
 fn error_section(stderr: &str) -> String {
     let lines: Vec<&str> = stderr.lines().collect();
@@ -798,7 +933,7 @@ fn status_reports_the_cluster(scenario: &Scenario, lab: &Lab, kx: &Kubexm) {
     let last = s.record.last_operation.as_ref();
     c(
         last.is_some_and(|o| o.operation == "install" && o.result == "succeeded"),
-        "last operation: the resumed install, succeeded",
+        "last operation: the last install (it did not verify, but it is applied), succeeded",
     );
     let mut names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
     names.sort_unstable();
