@@ -232,9 +232,13 @@ mod task {
                 .map(|i| {
                     let marker = format!("{dir}/done-{i}");
                     Op::Run(
-                        RunCommand::new(format!("echo {i} > {marker}"))
-                            .unless(format!("test -s {marker}"))
-                            .undo(format!("rm -f {marker}")),
+                        RunCommand::new(kubexm_install::script!(
+                            "echo {i} > {marker}",
+                            i = i,
+                            marker = marker
+                        ))
+                        .unless(kubexm_install::script!("test -s {marker}", marker = marker))
+                        .undo(kubexm_install::script!("rm -f {marker}", marker = marker)),
                     )
                 })
                 .collect())

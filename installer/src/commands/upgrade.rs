@@ -305,7 +305,7 @@ fn deprecated_in_use(s: &Session, conn: &Connected) -> Option<Vec<DeprecatedApi>
                 "{KUBECTL} --kubeconfig {ADMIN_CONF} --server {}",
                 host_url(&node.internal_address, APISERVER_PORT)
             ),
-            KubernetesType::Kubexm => kubectl_on(&s.installed, &node).ok()?,
+            KubernetesType::Kubexm => kubectl_on(&s.installed, &node).ok()?.into_string(),
         };
         let out = conn
             .runtime

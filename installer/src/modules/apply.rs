@@ -7,6 +7,8 @@
 //! when the file changed (an apply that failed leaves no record and is retried).
 
 use crate::modules::k8s::{kubectl, ADMIN_CONF};
+use crate::runner::shell::Script;
+use crate::script;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -39,8 +41,8 @@ pub fn bundle_upload(path: PathBuf, rec: &FileRecord, dest: String) -> UploadFil
 }
 
 /// `sha256sum -c` check of an `.applied` record.
-fn applied(marker: &str) -> String {
-    format!("sha256sum -c --status {} 2>/dev/null", shell::quote(marker))
+fn applied(marker: &str) -> Script {
+    script!("sha256sum -c --status {} 2>/dev/null", marker)
 }
 
 /// One manifest written to [`MANIFESTS_DIR`] and applied with `kubectl apply --server-side`.
@@ -77,20 +79,20 @@ impl Step for ApplyManifest {
             path: dir.to_string(),
             mode: 0o700,
         })];
-        let mut ns = String::new();
+        let mut ns = Script::empty();
         if let Some(n) = &self.namespace {
             ops.push(namespace_op(n));
-            ns = format!(" -n {}", shell::quote(n));
+            ns = script!(" -n {n}", n = n);
         }
         ops.push(Op::Upload(self.file.clone()));
-        let (d, m) = (shell::quote(dest), shell::quote(&marker));
+        let (d, m) = (shell::quoted(dest), shell::quoted(&marker));
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "set -e\n{k}{ns} apply --server-side --force-conflicts --field-manager=kubexm -f {d} >/dev/null\nsha256sum {d} > {m}"
+            RunCommand::new(script!(
+                "set -e\n{k}{ns} apply --server-side --force-conflicts --field-manager=kubexm -f {d} >/dev/null\nsha256sum {d} > {m}", k = k, ns = ns, d = d, m = m
             ))
             .unless(applied(&marker))
-            .undo(format!(
-                "{k}{ns} delete --ignore-not-found -f {d} >/dev/null 2>&1 || true\nrm -f {m}"
+            .undo(script!(
+                "{k}{ns} delete --ignore-not-found -f {d} >/dev/null 2>&1 || true\nrm -f {m}", k = k, ns = ns, d = d, m = m
             ))
             .timeout(Duration::from_secs(300)),
         ));
@@ -101,10 +103,15 @@ impl Step for ApplyManifest {
 /// `kubectl create namespace` unless it exists.
 pub fn namespace_op(namespace: &str) -> Op {
     let k = kubectl();
-    let n = shell::quote(namespace);
+    let n = shell::quoted(namespace);
     Op::Run(
-        RunCommand::new(format!("{k} create namespace {n} >/dev/null"))
-            .unless(format!("{k} get namespace {n} -o name >/dev/null 2>&1")),
+        RunCommand::new(script!("{k} create namespace {n} >/dev/null", k = k, n = n)).unless(
+            script!(
+                "{k} get namespace {n} -o name >/dev/null 2>&1",
+                k = k,
+                n = n
+            ),
+        ),
     )
 }
 
@@ -129,12 +136,12 @@ impl Step for HelmRelease {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let marker = format!("{MANIFESTS_DIR}/{}.helm.applied", self.release);
         let (c, v, m) = (
-            shell::quote(&self.chart.dest),
-            shell::quote(&self.values.dest),
-            shell::quote(&marker),
+            shell::quoted(&self.chart.dest),
+            shell::quoted(&self.values.dest),
+            shell::quoted(&marker),
         );
-        let (r, n) = (shell::quote(&self.release), shell::quote(&self.namespace));
-        let common = format!("--namespace {n} --kubeconfig {ADMIN_CONF}");
+        let (r, n) = (shell::quoted(&self.release), shell::quoted(&self.namespace));
+        let common = script!("--namespace {n} --kubeconfig {ADMIN_CONF}", n = n);
         Ok(vec![
             Op::Mkdir(CreateDir {
                 path: MANIFESTS_DIR.to_string(),
@@ -143,12 +150,12 @@ impl Step for HelmRelease {
             Op::Upload(self.chart.clone()),
             Op::Upload(self.values.clone()),
             Op::Run(
-                RunCommand::new(format!(
-                    "set -e\n{HELM} upgrade --install {r} {c} {common} --create-namespace -f {v} >/dev/null\nsha256sum {c} {v} > {m}"
+                RunCommand::new(script!(
+                    "set -e\n{HELM} upgrade --install {r} {c} {common} --create-namespace -f {v} >/dev/null\nsha256sum {c} {v} > {m}", r = r, c = c, common = common, v = v, m = m
                 ))
                 .unless(applied(&marker))
-                .undo(format!(
-                    "{HELM} uninstall {r} {common} >/dev/null 2>&1 || true\nrm -f {m}"
+                .undo(script!(
+                    "{HELM} uninstall {r} {common} >/dev/null 2>&1 || true\nrm -f {m}", r = r, common = common, m = m
                 ))
                 .timeout(Duration::from_secs(600)),
             ),

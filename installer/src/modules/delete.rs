@@ -23,6 +23,8 @@
 //! load balancer, etcd, node preparation (last: it removes `/etc/kubexm` and the staging
 //! directories the other modules read).
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 
 use crate::context::{InstallContext, NODE_MARKER};
@@ -39,10 +41,10 @@ pub const ORIG_DIR: &str = "/etc/kubexm/orig";
 pub const WRITTEN_BY: &str = "# Written by KubeXM";
 
 /// Shell test: `path` exists and was written by KubeXM.
-pub fn written_by_kubexm(path: &str) -> String {
-    format!(
+pub fn written_by_kubexm(path: &str) -> Script {
+    script!(
         "head -n 1 -- {} 2>/dev/null | grep -q '^{WRITTEN_BY}'",
-        shell::quote(path)
+        shell::quoted(path)
     )
 }
 
@@ -51,16 +53,16 @@ pub fn written_by_kubexm(path: &str) -> String {
 /// [`restore_original`] can put the node back. Runs once: a file that is already KubeXM's is
 /// noted as absent.
 pub fn keep_original(path: &str, unit: &str) -> Op {
-    let o = shell::quote(&format!("{ORIG_DIR}{path}"));
-    let p = shell::quote(path);
-    let u = shell::quote(unit);
+    let o = shell::quoted(&format!("{ORIG_DIR}{path}"));
+    let p = shell::quoted(path);
+    let u = shell::quoted(unit);
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "set -e\no={o}\nmkdir -p \"$(dirname -- \"$o\")\"\nif [ -e {p} ] && ! {kx}; then cp -a -- {p} \"$o\"; else : > \"$o.absent\"; fi\n[ -e \"$o.unit\" ] || if systemctl is-enabled -q {u} 2>/dev/null; then echo enabled; else echo disabled; fi > \"$o.unit\"",
-            kx = written_by_kubexm(path),
+            kx = written_by_kubexm(path), o = o, p = p, u = u
         ))
-        .unless(format!("[ -e {o} ] || [ -e {o}.absent ]"))
-        .undo(format!("rm -f -- {o} {o}.absent {o}.unit")),
+        .unless(script!("[ -e {o} ] || [ -e {o}.absent ]", o = o))
+        .undo(script!("rm -f -- {o} {o}.absent {o}.unit", o = o)),
     )
 }
 
@@ -68,14 +70,14 @@ pub fn keep_original(path: &str, unit: &str) -> Op {
 /// was enabled then (`ORIG_DIR/<path>.unit`, kept by [`keep_original`]), so that a unit the
 /// package enabled on its own is left disabled again by [`restore_original`].
 pub fn keep_unit_state(path: &str, unit: &str) -> Op {
-    let o = shell::quote(&format!("{ORIG_DIR}{path}"));
-    let u = shell::quote(unit);
+    let o = shell::quoted(&format!("{ORIG_DIR}{path}"));
+    let u = shell::quoted(unit);
     Op::Run(
-        RunCommand::new(format!(
-            "set -e\no={o}\nmkdir -p \"$(dirname -- \"$o\")\"\nif systemctl is-enabled -q {u} 2>/dev/null; then echo enabled; else echo disabled; fi > \"$o.unit\""
+        RunCommand::new(script!(
+            "set -e\no={o}\nmkdir -p \"$(dirname -- \"$o\")\"\nif systemctl is-enabled -q {u} 2>/dev/null; then echo enabled; else echo disabled; fi > \"$o.unit\"", o = o, u = u
         ))
-        .unless(format!("[ -e {o}.unit ]"))
-        .undo(format!("rm -f -- {o}.unit")),
+        .unless(script!("[ -e {o}.unit ]", o = o))
+        .undo(script!("rm -f -- {o}.unit", o = o)),
     )
 }
 
@@ -83,18 +85,18 @@ pub fn keep_unit_state(path: &str, unit: &str) -> Op {
 /// original back (from [`ORIG_DIR`], else from `path.kubexm-orig`, else removes `path`) and
 /// re-enables `unit` if it was enabled before the install.
 pub fn restore_original(path: &str, unit: &str) -> Op {
-    let o = shell::quote(&format!("{ORIG_DIR}{path}"));
-    let p = shell::quote(path);
-    let b = shell::quote(&format!("{path}.kubexm-orig"));
-    let u = shell::quote(unit);
+    let o = shell::quoted(&format!("{ORIG_DIR}{path}"));
+    let p = shell::quoted(path);
+    let b = shell::quoted(&format!("{path}.kubexm-orig"));
+    let u = shell::quoted(unit);
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "o={o}\nwas=$(cat \"$o.unit\" 2>/dev/null || echo disabled)\nif {kx}; then\n  systemctl disable --now {u} 2>/dev/null || systemctl stop {u} 2>/dev/null || true\n  if [ -e \"$o\" ]; then mv -f -- \"$o\" {p}\n  elif [ -e {b} ]; then mv -f -- {b} {p}\n  else rm -f -- {p}; fi\n  if [ \"$was\" = enabled ]; then systemctl enable --now {u} || true; fi\nfi\nrm -f -- \"$o\" \"$o.absent\" \"$o.unit\"",
-            kx = written_by_kubexm(path),
+            kx = written_by_kubexm(path), o = o, u = u, p = p, b = b
         ))
-        .unless(format!(
+        .unless(script!(
             "! {kx} && [ ! -e {o} ] && [ ! -e {o}.absent ] && [ ! -e {o}.unit ]",
-            kx = written_by_kubexm(path)
+            kx = written_by_kubexm(path), o = o
         )),
     )
 }
@@ -125,7 +127,7 @@ impl Step for MarkerCheck {
         "cluster-marker"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let want = shell::quote(&format!("name={}", self.cluster));
+        let want = shell::quoted(&format!("name={}", self.cluster));
         Ok(vec![Op::Check(Check::new(
             "cluster marker",
             format!(

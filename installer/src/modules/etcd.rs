@@ -19,6 +19,8 @@
 //! this run created it and it is still empty: data etcd wrote is never deleted by a rollback.
 //! [`delete_module`] is the explicit removal, data included.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -255,13 +257,13 @@ impl EtcdLayout {
 
     /// etcdctl (API v3, etcd 3.4 flags) with `member`'s admin certificate against every
     /// member; append a subcommand.
-    pub fn etcdctl(&self, member: &str) -> String {
-        let d = &self.cert_dir;
-        format!(
+    pub fn etcdctl(&self, member: &str) -> Script {
+        script!(
             "ETCDCTL_API=3 {bin}/etcdctl --endpoints={eps} --cacert={d}/ca.pem --cert={d}/admin-{m}.pem --key={d}/admin-{m}-key.pem",
             bin = self.bin_dir,
             eps = self.client_endpoints().join(","),
-            m = shell::quote(member),
+            d = self.cert_dir,
+            m = member,
         )
     }
 
@@ -368,8 +370,8 @@ pub fn context_certificates(
 }
 
 /// Restarts a running etcd without waiting (a member of a quorum-less cluster would block).
-fn restart_if_running() -> String {
-    format!("if systemctl is-active -q {UNIT}; then systemctl restart --no-block {UNIT}; fi")
+fn restart_if_running() -> Script {
+    script!("if systemctl is-active -q {UNIT}; then systemctl restart --no-block {UNIT}; fi")
 }
 
 /// The etcd module.
@@ -606,7 +608,7 @@ impl Step for EtcdConfig {
                 0o644,
             )?),
             Op::Run(
-                RunCommand::new(format!("systemctl daemon-reload\n{}", restart_if_running()))
+                RunCommand::new(script!("systemctl daemon-reload\n{}", restart_if_running()))
                     .when_changed(),
             ),
         ])
@@ -623,14 +625,14 @@ impl Step for StartEtcd {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "systemctl enable {UNIT}\nsystemctl start --no-block {UNIT}"
             ))
-            .unless(format!(
+            .unless(script!(
                 "systemctl is-enabled -q {UNIT} && systemctl is-active -q {UNIT}"
             ))
-            .verify(format!("systemctl is-enabled -q {UNIT}"))
-            .undo(format!(
+            .verify(script!("systemctl is-enabled -q {UNIT}"))
+            .undo(script!(
                 "systemctl disable --now {UNIT} 2>/dev/null || true"
             )),
         )])
@@ -711,7 +713,6 @@ impl Step for RemoveEtcd {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let l = &self.layout;
-        let q = shell::quote;
         let paths = [
             UNIT_FILE.to_string(),
             l.config.clone(),
@@ -724,29 +725,34 @@ impl Step for RemoveEtcd {
             // What `restore` leaves beside the data: its marker (the restore id).
             format!("{}.kubexm-restore", l.data_dir),
         ];
-        let rm_files: Vec<String> = paths.iter().map(|p| q(p)).collect();
-        let mut rm_dirs: Vec<String> = dirs.iter().map(|p| q(p)).collect();
+        let rm_files = shell::words(&paths);
         // ... and the data each restore replaced (`<data>.before-restore-<id>`).
-        rm_dirs.push(format!("{}.before-restore-*", q(&l.data_dir)));
-        let gone: Vec<String> = paths
-            .iter()
-            .chain(dirs.iter())
-            .map(|p| format!("[ ! -e {} ]", q(p)))
-            .collect();
+        let rm_dirs = shell::words(&dirs).arg(script!("{d}.before-restore-*", d = &l.data_dir));
+        let gone = Script::join(
+            paths
+                .iter()
+                .chain(dirs.iter())
+                .map(|p| script!("[ ! -e {p} ]", p = p)),
+            " && ",
+        );
         Ok(vec![
             Op::Systemd(Systemd::new(SystemdAction::DisableNow(UNIT.to_string()))),
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "rm -f -- {files}\nrm -rf -- {dirs} {ARTIFACTS_DIR} {EXTRACT_DIR}/etcd-*\nrmdir /etc/etcd {parent} 2>/dev/null || true\nsystemctl daemon-reload\nsystemctl reset-failed {UNIT} 2>/dev/null || true",
-                    files = rm_files.join(" "),
-                    dirs = rm_dirs.join(" "),
+                    files = rm_files,
+                    dirs = rm_dirs,
                     // The default certificate directory's parent (`/etc/ssl/etcd`) is KubeXM's too.
-                    parent = if l.cert_dir == CERT_DIR { "/etc/ssl/etcd" } else { "" },
+                    parent = if l.cert_dir == CERT_DIR {
+                        Script::new("/etc/ssl/etcd")
+                    } else {
+                        Script::empty()
+                    }
                 ))
-                .unless(format!(
+                .unless(script!(
                     "{} && ! ls -d {}.before-restore-* >/dev/null 2>&1",
-                    gone.join(" && "),
-                    q(&l.data_dir)
+                    gone,
+                    l.data_dir
                 )),
             ),
         ])

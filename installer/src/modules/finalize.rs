@@ -10,6 +10,7 @@
 //! ([`delete_module`], first: the admin kubeconfig tells the copy apart). The control host's copy of
 //! the admin kubeconfig is fetched where `admin.conf` is made (the kubeadm and kubexm modules).
 
+use crate::script;
 use std::sync::Arc;
 
 use kubexm_manifests::model::KubernetesType;
@@ -20,7 +21,7 @@ use crate::modules::k8s::ADMIN_CONF;
 use crate::modules::kubexm::KubexmCluster;
 use crate::pipeline::ops::{Op, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
-use crate::runner::shell::quote;
+use crate::runner::shell::{self, Script};
 
 /// The admin kubeconfig on a master of `ctx`'s cluster.
 pub fn admin_conf_on_masters(ctx: &Arc<InstallContext>) -> Result<String, StepError> {
@@ -99,8 +100,8 @@ impl UserKubeconfig {
     pub fn command(src: &str, user: &str) -> RunCommand {
         let src_raw = src;
         let home = home_of(user);
-        let src = quote(src);
-        RunCommand::new(format!(
+        let src = shell::quoted(src);
+        RunCommand::new(script!(
             "set -e\n{home}\n\
              if [ -z \"$home\" ] || [ ! -d \"$home\" ]; then echo \"user $u has no home directory on this node (getent passwd)\" >&2; exit 1; fi\n\
              if [ ! -s {src} ]; then echo \"{src_raw} is missing: the admin kubeconfig was not written on this master\" >&2; exit 1; fi\n\
@@ -110,10 +111,10 @@ impl UserKubeconfig {
              if [ -e \"$f\" ] && ! cmp -s {src} \"$f\" && ! ours && [ ! -e \"$f.kubexm-bak\" ]; then cp -p \"$f\" \"$f.kubexm-bak\"; fi\n\
              sha256sum <{src} | cut -d' ' -f1 >>\"$s\"\n\
              install -m 0600 -o \"$u\" -g \"$g\" {src} \"$f.kubexm-part\"\n\
-             mv -f \"$f.kubexm-part\" \"$f\""
+             mv -f \"$f.kubexm-part\" \"$f\"", home = home, src = src, src_raw = shell::in_double_quotes(src_raw)
         ))
-        .unless(format!(
-            "{home}\n[ -n \"$home\" ] && cmp -s {src} \"$f\" && [ \"$(stat -c '%U %a' \"$d\")\" = \"$u 700\" ] && [ \"$(stat -c '%U %a' \"$f\")\" = \"$u 600\" ]"
+        .unless(script!(
+            "{home}\n[ -n \"$home\" ] && cmp -s {src} \"$f\" && [ \"$(stat -c '%U %a' \"$d\")\" = \"$u 700\" ] && [ \"$(stat -c '%U %a' \"$f\")\" = \"$u 600\" ]", home = home, src = src
         ))
         .undo(Self::removal(src_raw, user))
     }
@@ -121,22 +122,26 @@ impl UserKubeconfig {
     /// Removes what [`Self::command`] wrote: the file while it is a copy KubeXM made (the
     /// admin kubeconfig now, or an earlier one whose sha256 it recorded), then the user's own
     /// copy back from `config.kubexm-bak`, `~/.kube` when left empty.
-    pub fn removal(src: &str, user: &str) -> String {
-        let (home, src) = (home_of(user), quote(src));
-        format!(
+    pub fn removal(src: &str, user: &str) -> Script {
+        let (home, src) = (home_of(user), shell::quoted(src));
+        script!(
             "{home}\n[ -n \"$home\" ] || exit 0\n\
              if [ -f \"$f\" ] && {{ cmp -s {src} \"$f\" || ours; }}; then rm -f \"$f\"; fi\n\
              rm -f \"$s\" \"$f.kubexm-part\"\n\
              if [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; then mv \"$f.kubexm-bak\" \"$f\"; fi\n\
-             rmdir \"$d\" 2>/dev/null || true"
+             rmdir \"$d\" 2>/dev/null || true",
+            home = home,
+            src = src
         )
     }
 
     /// True when [`Self::removal`] has nothing (left) to do.
-    pub fn removed(src: &str, user: &str) -> String {
-        let (home, src) = (home_of(user), quote(src));
-        format!(
-            "{home}\n[ -z \"$home\" ] && exit 0\n[ ! -e \"$s\" ] && ! {{ [ -f \"$f\" ] && cmp -s {src} \"$f\"; }} && ! {{ [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; }}"
+    pub fn removed(src: &str, user: &str) -> Script {
+        let (home, src) = (home_of(user), shell::quoted(src));
+        script!(
+            "{home}\n[ -z \"$home\" ] && exit 0\n[ ! -e \"$s\" ] && ! {{ [ -f \"$f\" ] && cmp -s {src} \"$f\"; }} && ! {{ [ -e \"$f.kubexm-bak\" ] && [ ! -e \"$f\" ]; }}",
+            home = home,
+            src = src
         )
     }
 }
@@ -145,10 +150,10 @@ impl UserKubeconfig {
 /// sha256 of every copy KubeXM wrote there, so a stale copy after the admin kubeconfig changed,
 /// e.g. by `certs renew`, is still known as KubeXM's, not backed up as the user's own) and
 /// `ours` (whether `f` is such a copy).
-fn home_of(user: &str) -> String {
-    format!(
+fn home_of(user: &str) -> Script {
+    script!(
         "u={}\nhome=$(getent passwd \"$u\" | cut -d: -f6)\nd=\"$home/.kube\"\nf=\"$d/config\"\ns=\"$f.kubexm-sha256\"\nours() {{ [ -f \"$s\" ] && [ -f \"$f\" ] && grep -qxF \"$(sha256sum <\"$f\" | cut -d' ' -f1)\" \"$s\"; }}",
-        quote(user)
+        user
     )
 }
 

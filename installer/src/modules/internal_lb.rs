@@ -20,6 +20,7 @@
 //!   server certificate carries `127.0.0.1` (see [`super::kubeadm::config`]).
 
 use crate::modules::k8s::{APISERVER_PORT, LOCAL_API};
+use crate::script;
 use std::time::Duration;
 
 use super::images::node_image;
@@ -189,13 +190,13 @@ impl Step for KubeVip {
         ops.push(Op::Template(staged));
         let admin = crate::modules::k8s::ADMIN_CONF;
         ops.push(Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "install -m 0600 {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
             ))
-            .unless(format!(
-                "[ -s {admin} ] || cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}"
+            .unless(script!(
+                "[ -s {admin} ] || cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}", admin = admin
             ))
-            .undo(format!(
+            .undo(script!(
                 "if cmp -s {KUBE_VIP_BOOTSTRAP} {KUBE_VIP_MANIFEST}; then rm -f {KUBE_VIP_MANIFEST}; fi"
             )),
         ));
@@ -294,12 +295,12 @@ impl Step for KubeletViaLocalProxy {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let conf = "/etc/kubernetes/kubelet.conf";
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "cp -a {conf} {conf}.kubexm-orig 2>/dev/null || true\nsed -i 's#^\\( *server: \\).*#\\1{LOCAL_API}#' {conf}\nsystemctl restart kubelet"
+            RunCommand::new(script!(
+                "cp -a {conf} {conf}.kubexm-orig 2>/dev/null || true\nsed -i 's#^\\( *server: \\).*#\\1{LOCAL_API}#' {conf}\nsystemctl restart kubelet", conf = conf
             ))
-            .unless(format!("grep -q '^ *server: {LOCAL_API}$' {conf}"))
-            .undo(format!(
-                "if [ -e {conf}.kubexm-orig ]; then mv -f {conf}.kubexm-orig {conf}; systemctl restart kubelet; fi"
+            .unless(script!("grep -q '^ *server: {LOCAL_API}$' {conf}", conf = conf))
+            .undo(script!(
+                "if [ -e {conf}.kubexm-orig ]; then mv -f {conf}.kubexm-orig {conf}; systemctl restart kubelet; fi", conf = conf
             )),
         )])
     }
@@ -318,15 +319,21 @@ impl Step for KubeProxyViaLocalProxy {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = crate::modules::k8s::kubectl();
-        let get = format!("{k} -n kube-system get configmap kube-proxy -o yaml");
+        let get = script!("{k} -n kube-system get configmap kube-proxy -o yaml", k = k);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "set -e\n{get} | sed 's#^\\( *server: \\).*#\\1{LOCAL_API}#' | {k} replace -f - >/dev/null\n{k} -n kube-system rollout restart daemonset kube-proxy >/dev/null"
+            RunCommand::new(script!(
+                "set -e\n{get} | sed 's#^\\( *server: \\).*#\\1{LOCAL_API}#' | {k} replace -f - >/dev/null\n{k} -n kube-system rollout restart daemonset kube-proxy >/dev/null", get = get, k = k
             ))
-            .unless(format!("{get} | grep -q {}", shell::quote(&format!("server: {LOCAL_API}$"))))
-            .undo(format!(
-                "{get} | sed 's#^\\( *server: \\).*#\\1{}#' | {k} replace -f - >/dev/null || true",
-                self.endpoint
+            .unless(script!(
+                "{get} | grep -q {pattern}",
+                get = get,
+                pattern = format!("server: {LOCAL_API}$")
+            ))
+            .undo(script!(
+                "{get} | sed 's#^\\( *server: \\).*#\\1{endpoint}#' | {k} replace -f - >/dev/null || true",
+                get = get,
+                endpoint = shell::in_single_quotes(&self.endpoint),
+                k = k
             ))
             .timeout(Duration::from_secs(120)),
         )])

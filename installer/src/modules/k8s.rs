@@ -5,6 +5,8 @@
 //! A leaf: it imports no other module of [`crate::modules`], so component and day-2 modules can
 //! all use it without importing each other.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::path::PathBuf;
 
 use crate::context::InstallContext;
@@ -15,8 +17,8 @@ use crate::pipeline::StepError;
 pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 
 /// `kubectl` with the admin kubeconfig (on a master).
-pub fn kubectl() -> String {
-    format!("{KUBECTL} --kubeconfig {ADMIN_CONF}")
+pub fn kubectl() -> Script {
+    script!("{KUBECTL} --kubeconfig {ADMIN_CONF}")
 }
 
 /// kubectl on the masters.
@@ -51,17 +53,17 @@ pub fn image_named(ctx: &InstallContext, name: &str) -> Result<String, StepError
 /// lab). SEC1 is read by every version.
 pub fn ec_key_in_sec1(src: &str, dest: &str) -> Op {
     let (s, d) = (
-        crate::runner::shell::quote(src),
-        crate::runner::shell::quote(dest),
+        crate::runner::shell::quoted(src),
+        crate::runner::shell::quoted(dest),
     );
     Op::Run(
-        RunCommand::new(format!(
-            "set -e\numask 077\nopenssl ec -in {s} -out {d}.kubexm-part 2>/dev/null\nmv -f {d}.kubexm-part {d}"
+        RunCommand::new(script!(
+            "set -e\numask 077\nopenssl ec -in {s} -out {d}.kubexm-part 2>/dev/null\nmv -f {d}.kubexm-part {d}", s = s, d = d
         ))
-        .unless(format!(
-            "head -n 1 {d} 2>/dev/null | grep -qx -- '-----BEGIN EC PRIVATE KEY-----' && [ \"$(openssl ec -in {s} -pubout 2>/dev/null)\" = \"$(openssl ec -in {d} -pubout 2>/dev/null)\" ]"
+        .unless(script!(
+            "head -n 1 {d} 2>/dev/null | grep -qx -- '-----BEGIN EC PRIVATE KEY-----' && [ \"$(openssl ec -in {s} -pubout 2>/dev/null)\" = \"$(openssl ec -in {d} -pubout 2>/dev/null)\" ]", d = d, s = s
         ))
-        .undo(format!("rm -f {d}")),
+        .undo(script!("rm -f {d}", d = d)),
     )
 }
 

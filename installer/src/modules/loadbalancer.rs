@@ -21,6 +21,7 @@
 //! the Kubernetes module when that applies.
 
 use crate::modules::k8s::APISERVER_PORT;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
@@ -281,7 +282,7 @@ impl Step for LbSysctl {
                 0o644,
             )?),
             Op::Run(
-                RunCommand::new(format!("sysctl -q -p {SYSCTL_FILE}"))
+                RunCommand::new(script!("sysctl -q -p {SYSCTL_FILE}"))
                     .unless("[ \"$(cat /proc/sys/net/ipv4/ip_nonlocal_bind)\" = 1 ]")
                     .undo("sysctl -q -w net.ipv4.ip_nonlocal_bind=0 || true"),
             ),
@@ -336,11 +337,11 @@ impl Step for ProxyConfig {
             Proxy::Haproxy => format!("haproxy -c -q -f {dest}"),
             Proxy::Nginx => {
                 ops.push(Op::Run(
-                    RunCommand::new(format!(
+                    RunCommand::new(script!(
                         "useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin {NGINX_USER}"
                     ))
-                    .unless(format!("id -u {NGINX_USER} >/dev/null 2>&1"))
-                    .undo(format!("userdel {NGINX_USER} 2>/dev/null || true")),
+                    .unless(script!("id -u {NGINX_USER} >/dev/null 2>&1"))
+                    .undo(script!("userdel {NGINX_USER} 2>/dev/null || true")),
                 ));
                 format!("nginx -q -t -c {dest}")
             }
@@ -430,8 +431,8 @@ impl Step for KeepalivedConfig {
                 "keepalived configuration",
                 format!(
                     "keepalived -t -f {} >&2 || {{ echo {} >&2; exit 1; }}",
-                    crate::runner::shell::quote(&dest),
-                    crate::runner::shell::quote(&format!(
+                    crate::runner::shell::quoted(&dest),
+                    crate::runner::shell::quoted(&format!(
                         "{dest} is rejected by keepalived (above)"
                     )),
                 ),
@@ -505,16 +506,16 @@ impl Module for LoadBalancerDeleteModule {
             restore_original("/etc/keepalived/keepalived.conf", "keepalived"),
             restore_original(conf, proxy.unit()),
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "rm -f -- {SYSCTL_FILE}\nsysctl -q -w net.ipv4.ip_nonlocal_bind=0 || true"
                 ))
-                .unless(format!("[ ! -e {SYSCTL_FILE} ]")),
+                .unless(script!("[ ! -e {SYSCTL_FILE} ]")),
             ),
         ];
         if proxy == Proxy::Nginx {
             ops.push(Op::Run(
-                RunCommand::new(format!("userdel {NGINX_USER}"))
-                    .unless(format!("! id -u {NGINX_USER} >/dev/null 2>&1")),
+                RunCommand::new(script!("userdel {NGINX_USER}"))
+                    .unless(script!("! id -u {NGINX_USER} >/dev/null 2>&1")),
             ));
         }
         Ok(vec![Task::new(

@@ -1,6 +1,8 @@
 //! Module 1: node preparation. SELinux, swap, firewall, hostname, /etc/hosts, resolvers, time,
 //! kernel settings and OS packages on every node; each step idempotent and reverted on failure.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::ospackages::PackageSet;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
@@ -200,12 +202,12 @@ impl Step for SetHostname {
         "set-hostname"
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let n = shell::quote(&node.name);
+        let n = shell::quoted(&node.name);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "mkdir -p /etc/kubexm\n[ -e /etc/kubexm/hostname.orig ] || hostname > /etc/kubexm/hostname.orig\nhostnamectl set-hostname {n} 2>/dev/null || {{ echo {n} > /etc/hostname; hostname {n}; }}"
+            RunCommand::new(script!(
+                "mkdir -p /etc/kubexm\n[ -e /etc/kubexm/hostname.orig ] || hostname > /etc/kubexm/hostname.orig\nhostnamectl set-hostname {n} 2>/dev/null || {{ echo {n} > /etc/hostname; hostname {n}; }}", n = n
             ))
-            .unless(format!("[ \"$(hostname)\" = {n} ] && [ \"$(cat /etc/hostname 2>/dev/null)\" = {n} ]"))
+            .unless(script!("[ \"$(hostname)\" = {n} ] && [ \"$(cat /etc/hostname 2>/dev/null)\" = {n} ]", n = n))
             .undo(UNDO_HOSTNAME),
         )])
     }
@@ -299,15 +301,15 @@ impl Step for ExtraResolvers {
         let dns = self.nameservers.join(" ");
         let dropin = format!("[Resolve]\nDNS={dns}\n");
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "if [ -L /etc/resolv.conf ] && systemctl is-active -q systemd-resolved; then\n  mkdir -p /etc/systemd/resolved.conf.d\n  printf '%s' {d} > /etc/systemd/resolved.conf.d/kubexm.conf\n  systemctl restart systemd-resolved\nelse\n  {b}\nfi",
-                d = shell::quote(&dropin),
+                d = &dropin,
                 b = block_script(&self.nameservers),
             ))
-            .unless(format!(
+            .unless(script!(
                 "if [ -L /etc/resolv.conf ] && systemctl is-active -q systemd-resolved; then [ \"$(cat /etc/systemd/resolved.conf.d/kubexm.conf 2>/dev/null)\" = {d} ]; else awk '/^# BEGIN KubeXM Managed Block$/{{on=1;next}} /^# END KubeXM Managed Block$/{{on=0}} on' /etc/resolv.conf | grep -qxF {first}; fi",
-                d = shell::quote(dropin.trim_end()),
-                first = shell::quote(&format!("nameserver {}", self.nameservers[0])),
+                d = dropin.trim_end(),
+                first = &format!("nameserver {}", self.nameservers[0]),
             ))
             .undo(UNDO_RESOLVERS),
         )])
@@ -316,15 +318,15 @@ impl Step for ExtraResolvers {
 
 /// Nameservers first in resolv.conf, inside a managed block (written in place: resolv.conf may
 /// be a bind mount).
-fn block_script(nameservers: &[String]) -> String {
+fn block_script(nameservers: &[String]) -> Script {
     let mut block = String::from("# BEGIN KubeXM Managed Block\n");
     for n in nameservers {
         block.push_str(&format!("nameserver {n}\n"));
     }
     block.push_str("# END KubeXM Managed Block\n");
-    format!(
+    script!(
         "rest=$(awk '/^# BEGIN KubeXM Managed Block$/{{skip=1;next}} /^# END KubeXM Managed Block$/{{skip=0;next}} !skip' /etc/resolv.conf)\n  printf '%s%s\\n' {} \"$rest\" > /etc/resolv.conf",
-        shell::quote(&block)
+        shell::quoted(&block)
     )
 }
 
@@ -365,14 +367,14 @@ impl Step for TimeSync {
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let mut ops = Vec::new();
         if let Some(tz) = &self.timezone {
-            let z = shell::quote(tz);
-            let zone = shell::quote(&format!("/usr/share/zoneinfo/{tz}"));
-            let missing = shell::quote(&format!("time zone {tz} is not in /usr/share/zoneinfo"));
+            let z = shell::quoted(tz);
+            let zone = shell::quoted(&format!("/usr/share/zoneinfo/{tz}"));
+            let missing = shell::quoted(&format!("time zone {tz} is not in /usr/share/zoneinfo"));
             ops.push(Op::Run(
-                RunCommand::new(format!(
-                    "[ -e {zone} ] || {{ echo {missing} >&2; exit 1; }}\ntimedatectl set-timezone {z} 2>/dev/null || {{ ln -sf {zone} /etc/localtime; echo {z} > /etc/timezone; }}"
+                RunCommand::new(script!(
+                    "[ -e {zone} ] || {{ echo {missing} >&2; exit 1; }}\ntimedatectl set-timezone {z} 2>/dev/null || {{ ln -sf {zone} /etc/localtime; echo {z} > /etc/timezone; }}", zone = zone, missing = missing, z = z
                 ))
-                .unless(format!("[ \"$(readlink -f /etc/localtime)\" = {zone} ]")),
+                .unless(script!("[ \"$(readlink -f /etc/localtime)\" = {zone} ]", zone = zone)),
             ));
         }
         if self.servers.is_empty() {
@@ -443,11 +445,11 @@ impl Step for KernelSettings {
             Op::Template(RenderTemplate::new("os/modules-load.conf.tera", &context, MODULES_FILE, 0o644)?),
             Op::Template(RenderTemplate::new("os/sysctl.conf.tera", &context, SYSCTL_FILE, 0o644)?),
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "for m in {}; do [ -d /sys/module/$m ] || modprobe $m 2>/dev/null || echo \"module $m could not be loaded\" >&2; done\n\
                      # Keys a container or this kernel does not allow are reported, not fatal; ip_forward is verified.\n\
                      sysctl -e -p /etc/sysctl.d/99-kubexm.conf >/dev/null 2>&1 || true",
-                    KERNEL_MODULES.join(" ")
+                    shell::words(KERNEL_MODULES)
                 ))
                 .when_changed()
                 .verify("[ \"$(cat /proc/sys/net/ipv4/ip_forward)\" = 1 ]"),
@@ -489,10 +491,11 @@ pub fn delete_module(ctx: &Arc<InstallContext>) -> NodePrepDeleteModule {
     NodePrepDeleteModule(ctx.clone())
 }
 
-fn has_block(file: &str) -> String {
-    format!(
-        "grep -qxF '{}' {file} 2>/dev/null",
-        crate::pipeline::ops::BLOCK_BEGIN
+fn has_block(file: &str) -> Script {
+    script!(
+        "grep -qxF '{begin}' {file} 2>/dev/null",
+        begin = shell::in_single_quotes(crate::pipeline::ops::BLOCK_BEGIN),
+        file = file
     )
 }
 
@@ -505,57 +508,63 @@ impl Module for NodePrepDeleteModule {
         use super::delete::Ops;
         let mut chrony = ManagedBlock::new("/etc/chrony/chrony.conf", Vec::new());
         chrony.fallback = Some("/etc/chrony.conf".to_string());
-        let chrony_strip = crate::pipeline::ops::GenericStep::revert(&chrony).unwrap_or_default();
+        // trusted_shell: the revert script of a ManagedBlock op, which builds it with quote().
+        let chrony_strip = Script::trusted_shell(
+            crate::pipeline::ops::GenericStep::revert(&chrony).unwrap_or_default(),
+        );
         let hosts = ManagedBlock::new("/etc/hosts", Vec::new());
-        let hosts_strip = crate::pipeline::ops::GenericStep::revert(&hosts).unwrap_or_default();
-        let run = |cmd: String, unless: String| Op::Run(RunCommand::new(cmd).unless(unless));
+        // trusted_shell: as above.
+        let hosts_strip = Script::trusted_shell(
+            crate::pipeline::ops::GenericStep::revert(&hosts).unwrap_or_default(),
+        );
+        let run = |cmd: Script, unless: Script| Op::Run(RunCommand::new(cmd).unless(unless));
         Ok(vec![Task::new("undo-node-prep", self.0.all())
             .step(Ops {
                 name: "remove-kernel-settings",
                 ops: vec![run(
-                    format!("rm -f -- {SYSCTL_FILE} {MODULES_FILE}"),
-                    format!("[ ! -e {SYSCTL_FILE} ] && [ ! -e {MODULES_FILE} ]"),
+                    script!("rm -f -- {SYSCTL_FILE} {MODULES_FILE}"),
+                    script!("[ ! -e {SYSCTL_FILE} ] && [ ! -e {MODULES_FILE} ]"),
                 )],
             })
             .step(Ops {
                 name: "remove-time-sync-block",
                 ops: vec![run(
-                    format!("{chrony_strip}\nif systemctl is-active -q chrony 2>/dev/null; then systemctl restart chrony; elif systemctl is-active -q chronyd 2>/dev/null; then systemctl restart chronyd; fi"),
-                    format!("! {} && ! {}", has_block("/etc/chrony/chrony.conf"), has_block("/etc/chrony.conf")),
+                    script!("{chrony_strip}\nif systemctl is-active -q chrony 2>/dev/null; then systemctl restart chrony; elif systemctl is-active -q chronyd 2>/dev/null; then systemctl restart chronyd; fi", chrony_strip = chrony_strip),
+                    script!("! {} && ! {}", has_block("/etc/chrony/chrony.conf"), has_block("/etc/chrony.conf")),
                 )],
             })
             .step(Ops {
                 name: "remove-extra-resolvers",
                 ops: vec![run(
-                    format!("d=0; [ -e {RESOLVED_DROPIN} ] && d=1\n{UNDO_RESOLVERS}\nif [ $d = 1 ] && systemctl is-active -q systemd-resolved; then systemctl restart systemd-resolved; fi"),
-                    format!("[ ! -e {RESOLVED_DROPIN} ] && ! {}", has_block("/etc/resolv.conf")),
+                    script!("d=0; [ -e {RESOLVED_DROPIN} ] && d=1\n{UNDO_RESOLVERS}\nif [ $d = 1 ] && systemctl is-active -q systemd-resolved; then systemctl restart systemd-resolved; fi"),
+                    script!("[ ! -e {RESOLVED_DROPIN} ] && ! {}", has_block("/etc/resolv.conf")),
                 )],
             })
             .step(Ops {
                 name: "remove-hosts-block",
-                ops: vec![run(hosts_strip, format!("! {}", has_block("/etc/hosts")))],
+                ops: vec![run(hosts_strip, script!("! {}", has_block("/etc/hosts")))],
             })
             .step(Ops {
                 name: "restore-hostname",
-                ops: vec![run(UNDO_HOSTNAME.to_string(), "[ ! -e /etc/kubexm/hostname.orig ]".to_string())],
+                ops: vec![run(Script::new(UNDO_HOSTNAME), Script::new("[ ! -e /etc/kubexm/hostname.orig ]"))],
             })
             .step(Ops {
                 name: "restore-firewall",
-                ops: vec![run(UNDO_FIREWALL.to_string(), "[ ! -e /etc/kubexm/firewall.orig ]".to_string())],
+                ops: vec![run(Script::new(UNDO_FIREWALL), Script::new("[ ! -e /etc/kubexm/firewall.orig ]"))],
             })
             .step(Ops {
                 name: "restore-swap",
-                ops: vec![run(UNDO_SWAP.to_string(), "[ ! -e /etc/fstab.kubexm-orig ]".to_string())],
+                ops: vec![run(Script::new(UNDO_SWAP), Script::new("[ ! -e /etc/fstab.kubexm-orig ]"))],
             })
             .step(Ops {
                 name: "restore-selinux",
-                ops: vec![run(UNDO_SELINUX.to_string(), "[ ! -e /etc/selinux/config.kubexm-orig ]".to_string())],
+                ops: vec![run(Script::new(UNDO_SELINUX), Script::new("[ ! -e /etc/selinux/config.kubexm-orig ]"))],
             })
             .step(Ops {
                 name: "remove-kubexm-dirs",
                 ops: vec![run(
-                    "rm -rf -- /etc/kubexm /var/lib/kubexm/artifacts /var/lib/kubexm/extract /var/lib/kubexm/restore /var/lib/kubexm/backup\nrmdir /var/lib/kubexm 2>/dev/null || true".to_string(),
-                    "[ ! -e /etc/kubexm ] && [ ! -e /var/lib/kubexm/artifacts ] && [ ! -e /var/lib/kubexm/extract ] && [ ! -e /var/lib/kubexm/restore ] && [ ! -e /var/lib/kubexm/backup ]".to_string(),
+                    Script::new("rm -rf -- /etc/kubexm /var/lib/kubexm/artifacts /var/lib/kubexm/extract /var/lib/kubexm/restore /var/lib/kubexm/backup\nrmdir /var/lib/kubexm 2>/dev/null || true"),
+                    Script::new("[ ! -e /etc/kubexm ] && [ ! -e /var/lib/kubexm/artifacts ] && [ ! -e /var/lib/kubexm/extract ] && [ ! -e /var/lib/kubexm/restore ] && [ ! -e /var/lib/kubexm/backup ]"),
                 )],
             })])
     }

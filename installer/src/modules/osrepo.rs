@@ -17,6 +17,8 @@
 //! already installed are not reinstalled. `kubexm-install delete` removes the repository, the
 //! key, the source and the lists ([`delete_module`]); the packages stay installed.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,8 +243,8 @@ impl DetectOsRelease {
             "[ -r /etc/os-release ] || {{ echo '/etc/os-release is missing: cannot tell which OS package repository this node needs' >&2; exit 1; }}\n\
              . /etc/os-release\n\
              printf '%s=%s\\n' {} \"${{ID:-}}\" {} \"${{VERSION_ID:-}}\"",
-            shell::quote(&id),
-            shell::quote(&version),
+            shell::quoted(&id),
+            shell::quoted(&version),
         )
     }
 }
@@ -388,14 +390,12 @@ impl Module for OsRepoDeleteModule {
 
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let paths = [APT_SOURCES, RPM_REPO_FILE, REPO_ROOT, APT_STATE];
-        let quoted: Vec<String> = paths.iter().map(|p| shell::quote(p)).collect();
-        let exists: Vec<String> = quoted.iter().map(|p| format!("[ ! -e {p} ]")).collect();
+        let exists = Script::join(paths.iter().map(|p| script!("[ ! -e {p} ]", p = p)), " && ");
         Ok(vec![Task::new("remove-os-repository", self.0.all()).step(
             Ops {
                 name: "remove-os-repository",
                 ops: vec![Op::Run(
-                    RunCommand::new(format!("rm -rf -- {}", quoted.join(" ")))
-                        .unless(exists.join(" && ")),
+                    RunCommand::new(script!("rm -rf -- {}", shell::words(paths))).unless(exists),
                 )],
             },
         )])

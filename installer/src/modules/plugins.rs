@@ -23,6 +23,7 @@
 //!   (Deployment) and the workers (DaemonSet on every node), which label nodes with their
 //!   features.
 
+use crate::script;
 use std::sync::Arc;
 
 use kubexm_manifests::resolve::{KATA_DEPLOY_VERSION, NFD_VERSION};
@@ -141,7 +142,7 @@ impl Module for KataDeleteModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         // What kata-deploy left here, one path a line; a `.bak` shim only when it runs Kata,
         // containerd's backup only when it is KubeXM's file.
-        let owned = format!(
+        let owned = script!(
             "kata_owned() {{\n  \
              [ -e {KATA_DIR} ] && echo {KATA_DIR}\n  \
              for f in {KATA_SHIMS}; do\n    \
@@ -160,10 +161,11 @@ impl Module for KataDeleteModule {
         .step(Ops {
             name: "remove-kata",
             ops: vec![Op::Run(
-                RunCommand::new(format!(
-                    "{owned}\nkata_owned | while read -r f; do rm -rf -- \"$f\"; done"
+                RunCommand::new(script!(
+                    "{owned}\nkata_owned | while read -r f; do rm -rf -- \"$f\"; done",
+                    owned = owned
                 ))
-                .unless(format!("{owned}\n[ -z \"$(kata_owned)\" ]")),
+                .unless(script!("{owned}\n[ -z \"$(kata_owned)\" ]", owned = owned)),
             )],
         })])
     }

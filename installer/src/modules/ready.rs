@@ -53,7 +53,8 @@ impl Module for ClusterReadyModule {
         let kubectl = match self.0.cluster.file.spec.kubernetes.kind {
             KubernetesType::Kubeadm => kubectl(),
             KubernetesType::Kubexm => KubexmCluster::new(&self.0)?.kubectl(first),
-        };
+        }
+        .into_string();
         let first = first.name.clone();
         let wait = &self.0.cluster.file.spec.kubernetes.ready_wait;
         Ok(vec![Task::new(CLUSTER_READY, [first]).step(ClusterReady {

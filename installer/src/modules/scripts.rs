@@ -23,6 +23,7 @@
 //!   ([`ScriptsDeleteModule`]; `/etc/kubexm` goes with node preparation's delete anyway). What a
 //!   script changed on a node is the script author's to undo.
 
+use crate::script;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,23 +205,30 @@ impl RunScripts {
     }
 
     /// The shell that runs one script copied to `path` and records its sum when it exits 0.
-    fn runner(&self, node: &Node, script: &Script, path: &str, name: &str) -> String {
+    fn runner(&self, node: &Node, script: &Script, path: &str, name: &str) -> shell::Script {
         let tag = format!("kubexm-{}", self.phase.as_str());
-        let log_dir = shell::quote(&self.dirs.logs);
-        let log = shell::quote(&format!("{}/{name}.log", self.dirs.logs));
-        let stamp = shell::quote(&format!("{}/.{name}.sha256", self.dirs.scripts));
-        let path_q = shell::quote(path);
-        let what = shell::quote(&format!(
+        let log_dir = shell::quoted(&self.dirs.logs);
+        let log = shell::quoted(&format!("{}/{name}.log", self.dirs.logs));
+        let stamp = shell::quoted(&format!("{}/.{name}.sha256", self.dirs.scripts));
+        let path_q = shell::quoted(path);
+        let what = shell::quoted(&format!(
             "{} (copied to {path})",
             script.entry.replace(['\n', '\r'], " ")
         ));
-        format!(
-            "# {entry} on {name_of_node}\nmkdir -p {log_dir} && chmod 0700 {log_dir}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path_q} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
-            entry = script.entry.replace(['\n', '\r'], " "),
-            name_of_node = node.name,
-            cluster = shell::quote(&self.cluster),
-            node = shell::quote(&node.name),
-            roles = shell::quote(
+        crate::script!(
+            "# {entry} on {name_of_node}\nmkdir -p {log_dir} && chmod 0700 {log_dir}\numask 077\nif KUBEXM_CLUSTER={cluster} KUBEXM_NODE={node} KUBEXM_ROLES={roles} KUBEXM_PHASE={phase} {path_q} </dev/null >{log} 2>&1; then rc=0; else rc=$?; fi\nif command -v systemd-cat >/dev/null 2>&1; then systemd-cat -t {tag} <{log} || true; fi\nif [ \"$rc\" -ne 0 ]; then\n  echo \"script \"{what}\" exited with status $rc; its last output lines (all of them: journalctl -t {tag}, or {log_dq}):\" >&2\n  tail -n 20 {log} >&2\n  exit \"$rc\"\nfi\necho {sum} >{stamp}",
+            entry = shell::comment(&script.entry),
+            name_of_node = shell::comment(&node.name),
+            log_dir = log_dir,
+            path_q = path_q,
+            log = log,
+            tag = shell::in_double_quotes(&tag),
+            log_dq = shell::in_double_quotes(&format!("{}/{name}.log", self.dirs.logs)),
+            what = what,
+            stamp = stamp,
+            cluster = shell::quoted(&self.cluster),
+            node = shell::quoted(&node.name),
+            roles = shell::quoted(
                 &node
                     .roles
                     .iter()
@@ -229,7 +237,7 @@ impl RunScripts {
                     .join(",")
             ),
             phase = self.phase.as_str(),
-            sum = shell::quote(&script.sha256),
+            sum = shell::quoted(&script.sha256),
         )
     }
 }
@@ -250,22 +258,23 @@ impl Step for RunScripts {
         for (i, s) in self.scripts.iter().enumerate() {
             let name = script_name(self.phase, &node.name, i, count);
             let path = format!("{}/{name}", self.dirs.scripts);
-            let stamp = shell::quote(&format!("{}/.{name}.sha256", self.dirs.scripts));
+            let stamp = shell::quoted(&format!("{}/.{name}.sha256", self.dirs.scripts));
             ops.push(Op::Upload(UploadFile {
                 source: UploadSource::File(s.file.clone()),
                 sha256: s.sha256.clone(),
                 dest: path.clone(),
                 mode: 0o755,
             }));
-            let done = format!(
-                "[ \"$(cat {stamp} 2>/dev/null)\" = {} ]",
-                shell::quote(&s.sha256)
+            let done = crate::script!(
+                "[ \"$(cat {stamp} 2>/dev/null)\" = {sum} ]",
+                stamp = stamp,
+                sum = s.sha256
             );
             ops.push(Op::Run(
                 RunCommand::new(self.runner(node, s, &path, &name))
                     .unless(done.clone())
                     .verify(done)
-                    .undo(format!("rm -f {stamp}"))
+                    .undo(script!("rm -f {stamp}", stamp = stamp))
                     .timeout(SCRIPT_TIMEOUT),
             ));
         }
@@ -287,9 +296,10 @@ pub struct ScriptsDeleteModule(pub Arc<InstallContext>);
 /// Done when the copies and `logs` are gone and the log directory too (or it holds files
 /// that are not KubeXM's). (It once ended in `; true`, so a node that still had the copies
 /// counted as done and kept its logs.)
-pub fn removed_check(logs: &str) -> String {
-    format!(
-        "[ ! -e {SCRIPTS_DIR} ] && [ -z \"$(ls -d {logs} 2>/dev/null)\" ] && {{ [ ! -d {LOG_DIR} ] || [ -n \"$(ls -A {LOG_DIR} 2>/dev/null)\" ]; }}"
+pub fn removed_check(logs: &str) -> shell::Script {
+    crate::script!(
+        "[ ! -e {SCRIPTS_DIR} ] && [ -z \"$(ls -d {logs} 2>/dev/null)\" ] && {{ [ ! -d {LOG_DIR} ] || [ -n \"$(ls -A {LOG_DIR} 2>/dev/null)\" ]; }}",
+        logs = shell::globs(logs)
     )
 }
 
@@ -312,8 +322,9 @@ impl Module for ScriptsDeleteModule {
         Ok(vec![Task::new("delete-scripts", self.0.all()).step(Ops {
             name: "remove-scripts",
             ops: vec![Op::Run(
-                RunCommand::new(format!(
-                    "rm -rf -- {SCRIPTS_DIR}\nrm -f -- {logs}\nrmdir {LOG_DIR} 2>/dev/null || true"
+                RunCommand::new(script!(
+                    "rm -rf -- {SCRIPTS_DIR}\nrm -f -- {logs}\nrmdir {LOG_DIR} 2>/dev/null || true",
+                    logs = shell::globs(&logs)
                 ))
                 .unless(removed_check(&logs)),
             )],

@@ -27,6 +27,7 @@
 //! `/livez`, `/readyz` and `/version` only (discovery and everything else need a user since
 //! v1.14), and the audit log records who asked.
 
+use crate::script;
 use std::sync::Arc;
 
 use kubexm_manifests::model::{EtcdType, KubernetesType};
@@ -36,7 +37,7 @@ use crate::context::InstallContext;
 use crate::modules::etcd::EtcdLayout;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
-use crate::runner::shell::quote;
+use crate::runner::shell::{self, Script};
 
 /// The audit policy's directory on the masters.
 pub const AUDIT_POLICY_DIR: &str = "/etc/kubernetes/audit";
@@ -150,37 +151,39 @@ impl Rule {
     }
 
     /// `find` over the rule's entries with `tests` appended.
-    fn find(&self, tests: &str) -> String {
+    fn find(&self, tests: Script) -> Script {
         let name = self
             .name
-            .map(|n| format!(" -name {}", quote(n)))
+            .map(|n| script!(" -name {n}", n = n))
             .unwrap_or_default();
-        format!(
-            "find {} -maxdepth {} -type {}{name} {tests}",
-            quote(&self.path),
-            self.depth,
-            if self.dirs { 'd' } else { 'f' },
+        script!(
+            "find {path} -maxdepth {depth} -type {kind}{name} {tests}",
+            path = &self.path,
+            depth = self.depth,
+            kind = if self.dirs { "d" } else { "f" },
+            name = name,
+            tests = tests,
         )
     }
 
     /// Entries not as the rule wants them.
-    fn offenders(&self) -> String {
-        self.find(&format!(
-            "\\( ! -perm {:o} -o ! -user root -o ! -group root \\) -print",
-            self.mode
+    fn offenders(&self) -> Script {
+        self.find(script!(
+            "\\( ! -perm {m} -o ! -user root -o ! -group root \\) -print",
+            m = format!("{:o}", self.mode)
         ))
     }
 
     /// Sets modes and owners where they differ (nothing when the path is absent).
-    fn fix(&self) -> String {
-        format!(
+    fn fix(&self) -> Script {
+        let m = format!("{:o}", self.mode);
+        script!(
             "if [ -e {p} ]; then {chmod}; {chown}; fi",
-            p = quote(&self.path),
-            chmod = self.find(&format!(
-                "! -perm {m:o} -exec chmod {m:o} {{}} +",
-                m = self.mode
+            p = &self.path,
+            chmod = self.find(script!("! -perm {m} -exec chmod {m} {{}} +", m = m)),
+            chown = self.find(Script::new(
+                "\\( ! -user root -o ! -group root \\) -exec chown root:root {} +"
             )),
-            chown = self.find("\\( ! -user root -o ! -group root \\) -exec chown root:root {} +"),
         )
     }
 }
@@ -225,37 +228,42 @@ pub fn rules(ctx: &InstallContext, node: &Node) -> Vec<Rule> {
 }
 
 /// The check of [`HardenFiles`]: exits 0 when no entry of `rules` differs.
-pub fn check_script(rules: &[Rule]) -> String {
-    let finds: Vec<String> = rules
-        .iter()
-        .map(|r| format!("{} 2>/dev/null", r.offenders()))
-        .collect();
-    format!("[ -z \"$({{ {}; }} | head -n 1)\" ]", finds.join("; "))
+pub fn check_script(rules: &[Rule]) -> Script {
+    let finds = Script::join(
+        rules.iter().map(|r| r.offenders().lit(" 2>/dev/null")),
+        "; ",
+    );
+    script!("[ -z \"$({{ {}; }} | head -n 1)\" ]", finds)
 }
 
 /// The fix of [`HardenFiles`]: the modes and owners found recorded once in `saved`
 /// ([`MODES_BEFORE`]), then every rule applied.
-pub fn fix_script(rules: &[Rule], saved: &str) -> String {
+pub fn fix_script(rules: &[Rule], saved: &str) -> Script {
     let dir = saved.rsplit_once('/').map_or("/", |(d, _)| d);
-    let saved = quote(saved);
-    let record: Vec<String> = rules
-        .iter()
-        .map(|r| format!("{} 2>/dev/null", r.find("-exec stat -c '%a %U:%G %n' {} +")))
-        .collect();
-    let fixes: Vec<String> = rules.iter().map(Rule::fix).collect();
-    format!(
+    let saved = shell::quoted(saved);
+    let record = Script::join(
+        rules.iter().map(|r| {
+            r.find(Script::new("-exec stat -c '%a %U:%G %n' {} +"))
+                .lit(" 2>/dev/null")
+        }),
+        "; ",
+    );
+    let fixes = Script::join(rules.iter().map(Rule::fix), "\n");
+    script!(
         "set -e\nif [ ! -e {saved} ]; then\n  mkdir -p -m 700 {dir}\n  {{ {record}; }} > {saved}.tmp || true\n  mv {saved}.tmp {saved}\nfi\n{fixes}",
-        dir = quote(dir),
-        record = record.join("; "),
-        fixes = fixes.join("\n"),
+        saved = saved,
+        dir = dir,
+        record = record,
+        fixes = fixes,
     )
 }
 
 /// The undo of [`HardenFiles`]: the modes and owners recorded in `saved` put back.
-pub fn restore_script(saved: &str) -> String {
-    let saved = quote(saved);
-    format!(
-        "if [ -e {saved} ]; then while read -r mode owner path; do chmod \"$mode\" -- \"$path\" && chown \"$owner\" -- \"$path\" || true; done < {saved}; rm -f {saved}; fi"
+pub fn restore_script(saved: &str) -> Script {
+    let saved = shell::quoted(saved);
+    script!(
+        "if [ -e {saved} ]; then while read -r mode owner path; do chmod \"$mode\" -- \"$path\" && chown \"$owner\" -- \"$path\" || true; done < {saved}; rm -f {saved}; fi",
+        saved = saved
     )
 }
 
@@ -326,21 +334,17 @@ pub fn delete_ops() -> Vec<Op> {
             .rsplit_once('/')
             .map_or(MODES_BEFORE, |(d, _)| d),
     ];
-    let quoted: Vec<String> = dirs.iter().map(|d| quote(d)).collect();
     let parents = ["/var/log/kubernetes", "/etc/kubernetes"];
     vec![Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "rm -rf -- {}\nfor d in {}; do rmdir -- \"$d\" 2>/dev/null || true; done",
-            quoted.join(" "),
-            parents.join(" "),
+            shell::words(dirs),
+            shell::words(parents),
         ))
-        .unless(
-            quoted
-                .iter()
-                .map(|d| format!("[ ! -e {d} ]"))
-                .collect::<Vec<_>>()
-                .join(" && "),
-        ),
+        .unless(Script::join(
+            dirs.iter().map(|d| script!("[ ! -e {d} ]", d = d)),
+            " && ",
+        )),
     )]
 }
 

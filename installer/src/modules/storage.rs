@@ -24,6 +24,8 @@
 //! export directory removed only when KubeXM made it and it is empty. The volumes' data (the
 //! export's subdirectories, local volumes under `basePath`) and the OS packages stay.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 
 use kubexm_manifests::ospackages::{PackageSet, NFS_CLIENT, NFS_SERVER};
@@ -358,15 +360,15 @@ impl Step for NfsExportDir {
         "nfs-export-dir"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let p = shell::quote(&self.path);
-        let m = shell::quote(EXPORT_DIR_CREATED);
+        let p = shell::quoted(&self.path);
+        let m = shell::quoted(EXPORT_DIR_CREATED);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "set -e\nmkdir -p -- {p}\nchmod 0755 -- {p}\nmkdir -p -- \"$(dirname -- {m})\"\nprintf '%s\\n' {p} > {m}"
+            RunCommand::new(script!(
+                "set -e\nmkdir -p -- {p}\nchmod 0755 -- {p}\nmkdir -p -- \"$(dirname -- {m})\"\nprintf '%s\\n' {p} > {m}", p = p, m = m
             ))
-            .unless(format!("[ -d {p} ]"))
-            .undo(format!(
-                "if [ -e {m} ]; then rmdir -- {p} 2>/dev/null || true; rm -f -- {m}; fi"
+            .unless(script!("[ -d {p} ]", p = p))
+            .undo(script!(
+                "if [ -e {m} ]; then rmdir -- {p} 2>/dev/null || true; rm -f -- {m}; fi", m = m, p = p
             )),
         )])
     }
@@ -384,15 +386,16 @@ impl Step for NfsExports {
         "nfs-exports"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let p = shell::quote(&self.path);
+        let p = shell::quoted(&self.path);
         Ok(vec![
             Op::Block(ManagedBlock::new(EXPORTS, self.lines.clone())),
             Op::Systemd(Systemd::new(SystemdAction::EnableNow(NFS_UNIT.to_string()))),
             Op::Run(
                 RunCommand::new("exportfs -ra")
                     .when_changed()
-                    .verify(format!(
-                        "exportfs -v | awk '{{print $1}}' | grep -qxF -- {p}"
+                    .verify(script!(
+                        "exportfs -v | awk '{{print $1}}' | grep -qxF -- {p}",
+                        p = p
                     ))
                     .undo("exportfs -ra 2>/dev/null || true"),
             ),
@@ -428,35 +431,36 @@ impl Module for StorageDeleteModule {
     fn tasks(&self) -> Result<Vec<Task>, StepError> {
         let nfs = nfs_or_invalid(&self.0)?;
         let block = ManagedBlock::new(EXPORTS, Vec::new());
-        let strip = block.revert().unwrap_or_default();
-        let has_block = format!(
-            "grep -qxF '{}' {EXPORTS} 2>/dev/null",
-            crate::pipeline::ops::BLOCK_BEGIN
+        // trusted_shell: the revert script of a ManagedBlock op, which builds it with quote().
+        let strip = Script::trusted_shell(block.revert().unwrap_or_default());
+        let has_block = script!(
+            "grep -qxF '{begin}' {EXPORTS} 2>/dev/null",
+            begin = shell::in_single_quotes(crate::pipeline::ops::BLOCK_BEGIN)
         );
-        let state = shell::quote(&format!("{ORIG_DIR}{EXPORTS}.unit"));
-        let u = shell::quote(NFS_UNIT);
-        let m = shell::quote(EXPORT_DIR_CREATED);
-        let run = |cmd: String, unless: String| Op::Run(RunCommand::new(cmd).unless(unless));
+        let state = shell::quoted(&format!("{ORIG_DIR}{EXPORTS}.unit"));
+        let u = shell::quoted(NFS_UNIT);
+        let m = shell::quoted(EXPORT_DIR_CREATED);
+        let run = |cmd: Script, unless: Script| Op::Run(RunCommand::new(cmd).unless(unless));
         Ok(vec![Task::new("delete-nfs-server", [nfs.host])
             .step(Ops {
                 name: "remove-nfs-exports",
                 ops: vec![run(
-                    format!("{strip}\nif systemctl is-active -q {u}; then exportfs -ra; fi"),
-                    format!("! {has_block}"),
+                    script!("{strip}\nif systemctl is-active -q {u}; then exportfs -ra; fi", strip = strip, u = u),
+                    script!("! {has_block}", has_block = has_block),
                 )],
             })
             .step(Ops {
                 name: "disable-nfs-server",
                 ops: vec![run(
-                    format!("if [ \"$(cat {state} 2>/dev/null)\" != enabled ]; then systemctl disable --now {u} 2>/dev/null || systemctl stop {u} 2>/dev/null || true; fi\nrm -f -- {state}"),
-                    format!("[ ! -e {state} ]"),
+                    script!("if [ \"$(cat {state} 2>/dev/null)\" != enabled ]; then systemctl disable --now {u} 2>/dev/null || systemctl stop {u} 2>/dev/null || true; fi\nrm -f -- {state}", state = state, u = u),
+                    script!("[ ! -e {state} ]", state = state),
                 )],
             })
             .step(Ops {
                 name: "remove-nfs-export-dir",
                 ops: vec![run(
-                    format!("d=$(head -n 1 {m})\nrmdir -- \"$d\" 2>/dev/null || echo \"$d is not empty: kept (the volumes' data)\" >&2\nrm -f -- {m}"),
-                    format!("[ ! -e {m} ]"),
+                    script!("d=$(head -n 1 {m})\nrmdir -- \"$d\" 2>/dev/null || echo \"$d is not empty: kept (the volumes' data)\" >&2\nrm -f -- {m}", m = m),
+                    script!("[ ! -e {m} ]", m = m),
                 )],
             })])
     }

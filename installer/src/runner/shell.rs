@@ -15,6 +15,37 @@ pub fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// One word quoted, as shell text ready to paste into a [`Script`] (or a `format!`): what
+/// [`quote`] gives, typed as shell.
+pub fn quoted(word: &str) -> Script {
+    Script(quote(word))
+}
+
+/// A value for the inside of a single-quoted region of a template (`sed 's#x#{v}#'`): its own
+/// single quotes closed and escaped (`'\''`), so it stays inside the region and is never syntax.
+pub fn in_single_quotes(value: &str) -> Script {
+    Script(value.replace('\'', r"'\''"))
+}
+
+/// A value for the inside of a double-quoted region of a template (`echo "node {n} failed"`):
+/// `\`, `"`, `$` and `` ` `` escaped with a backslash, so nothing in it expands.
+pub fn in_double_quotes(value: &str) -> Script {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | '"' | '$' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    Script(out)
+}
+
+/// Text for a `# comment` line of a template: line breaks become spaces, so the text cannot
+/// leave the comment.
+pub fn comment(text: &str) -> Script {
+    Script(text.replace(['\n', '\r'], " "))
+}
+
 /// One command line for a node's `sh`, built word by word: every argument is quoted, so a value
 /// from cluster.yaml or a node can never become shell syntax. What quoting cannot express (a
 /// redirection, a pipe, `||`) goes in with [`Sh::op`], which takes only text written in KubeXM's
@@ -71,7 +102,7 @@ impl Sh {
     pub fn globs(mut self, paths: &str) -> Self {
         let g = globs(paths);
         if !g.is_empty() {
-            self.words.push(g);
+            self.words.push(g.into_string());
         }
         self
     }
@@ -89,23 +120,460 @@ impl From<Sh> for String {
     }
 }
 
+/// Shell text for a node, safe by construction: it is made only of text written in KubeXM's
+/// source (`&'static str` fragments, [`script!`](crate::script) templates, the upper-case
+/// constants those templates name) and of values that were quoted on the way in
+/// ([`Script::arg`], the named arguments of [`script!`](crate::script), [`words`], [`globs`]).
+///
+/// There is no `From<String>`: a runtime string becomes part of a script only as a quoted word,
+/// or through [`Script::trusted_shell`], the one escape hatch, which says at its call site why
+/// the text is already shell (`grep -rn trusted_shell installer/src` lists them all).
+///
+/// ```
+/// use kubexm_install::runner::shell::Script;
+/// let s = Script::new("rm -rf --").arg("/var/lib/x y").line(Script::new("systemctl daemon-reload"));
+/// assert_eq!(s.as_str(), "rm -rf -- '/var/lib/x y'\nsystemctl daemon-reload");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Script(String);
+
+impl Script {
+    /// Literal program text.
+    pub fn new(text: &'static str) -> Self {
+        Self(text.to_string())
+    }
+
+    /// No text at all.
+    pub fn empty() -> Self {
+        Self(String::new())
+    }
+
+    /// Text that is already shell but was assembled at run time (a script read back from a
+    /// template rendered by KubeXM, a fragment built from other [`Script`]s through string
+    /// operations). Every call says why its text cannot carry an unquoted value; a source
+    /// test counts them.
+    pub fn trusted_shell(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// What [`script!`](crate::script) expands to: the template is a literal whose
+    /// placeholders are quoted arguments, [`Script`]s, numbers or upper-case constants
+    /// (checked while compiling). Not for use outside the macro.
+    #[doc(hidden)]
+    pub fn __from_template(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// Literal program text appended as it is (no separator).
+    #[must_use]
+    pub fn lit(mut self, text: &'static str) -> Self {
+        self.0.push_str(text);
+        self
+    }
+
+    /// One argument, quoted, after a space.
+    #[must_use]
+    pub fn arg(mut self, word: impl ShellArg) -> Self {
+        if !self.0.is_empty() {
+            self.0.push(' ');
+        }
+        self.0.push_str(&word.shell_word());
+        self
+    }
+
+    /// Several arguments, each quoted, space-separated.
+    #[must_use]
+    pub fn args<I>(mut self, words: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: ShellArg,
+    {
+        for w in words {
+            self = self.arg(w);
+        }
+        self
+    }
+
+    fn joined(mut self, sep: &str, next: Script) -> Self {
+        if self.0.is_empty() {
+            return next;
+        }
+        if next.0.is_empty() {
+            return self;
+        }
+        self.0.push_str(sep);
+        self.0.push_str(&next.0);
+        self
+    }
+
+    /// `self && next`.
+    #[must_use]
+    pub fn and(self, next: impl Into<Script>) -> Self {
+        self.joined(" && ", next.into())
+    }
+
+    /// `self || next`.
+    #[must_use]
+    pub fn or(self, next: impl Into<Script>) -> Self {
+        self.joined(" || ", next.into())
+    }
+
+    /// `self; next`.
+    #[must_use]
+    pub fn seq(self, next: impl Into<Script>) -> Self {
+        self.joined("; ", next.into())
+    }
+
+    /// `self | next`.
+    #[must_use]
+    pub fn pipe(self, next: impl Into<Script>) -> Self {
+        self.joined(" | ", next.into())
+    }
+
+    /// `next` on the following line.
+    #[must_use]
+    pub fn line(self, next: impl Into<Script>) -> Self {
+        self.joined("\n", next.into())
+    }
+
+    /// `self > path`, the path quoted.
+    #[must_use]
+    pub fn to_file(mut self, path: impl ShellArg) -> Self {
+        self.0.push_str(" > ");
+        self.0.push_str(&path.shell_word());
+        self
+    }
+
+    /// `self >> path`, the path quoted.
+    #[must_use]
+    pub fn append_to(mut self, path: impl ShellArg) -> Self {
+        self.0.push_str(" >> ");
+        self.0.push_str(&path.shell_word());
+        self
+    }
+
+    /// `self < path`, the path quoted.
+    #[must_use]
+    pub fn from_file(mut self, path: impl ShellArg) -> Self {
+        self.0.push_str(" < ");
+        self.0.push_str(&path.shell_word());
+        self
+    }
+
+    /// Scripts joined by `sep` (literal text: `"\n"`, `" && "`, `"; "`); empty ones are kept,
+    /// as `Vec::join` keeps empty strings.
+    pub fn join<I>(parts: I, sep: &'static str) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<Script>,
+    {
+        let mut out = String::new();
+        for (i, p) in parts.into_iter().enumerate() {
+            if i > 0 {
+                out.push_str(sep);
+            }
+            out.push_str(&p.into().0);
+        }
+        Self(out)
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::ops::Deref for Script {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Script {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Script {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&'static str> for Script {
+    fn from(text: &'static str) -> Self {
+        Self::new(text)
+    }
+}
+
+impl From<Sh> for Script {
+    fn from(sh: Sh) -> Self {
+        Self(sh.to_string())
+    }
+}
+
+impl From<Script> for String {
+    fn from(s: Script) -> Self {
+        s.0
+    }
+}
+
+impl PartialEq<str> for Script {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Script {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+/// A value as it goes into shell text: strings and paths quoted (one word, never syntax),
+/// numbers as digits, [`Script`] and [`Sh`] as the shell they already are.
+pub trait ShellArg {
+    /// The shell text for this value.
+    fn shell_word(&self) -> std::borrow::Cow<'_, str>;
+}
+
+impl ShellArg for str {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(quote(self))
+    }
+}
+
+impl ShellArg for String {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(quote(self))
+    }
+}
+
+impl ShellArg for std::borrow::Cow<'_, str> {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(quote(self))
+    }
+}
+
+impl ShellArg for std::path::Path {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(quote(&self.to_string_lossy()))
+    }
+}
+
+impl ShellArg for std::path::PathBuf {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        self.as_path().shell_word()
+    }
+}
+
+impl ShellArg for Script {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.0)
+    }
+}
+
+impl ShellArg for Sh {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(self.to_string())
+    }
+}
+
+impl<T: ShellArg + ?Sized> ShellArg for &T {
+    fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+        (**self).shell_word()
+    }
+}
+
+macro_rules! digits {
+    ($($t:ty),*) => {$(
+        impl ShellArg for $t {
+            fn shell_word(&self) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Owned(self.to_string())
+            }
+        }
+    )*};
+}
+digits!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+
+/// Shell text from a literal template, like `format!`, with every argument quoted by
+/// construction: `script!("rm -rf -- {dir}\nsystemctl daemon-reload", dir = path)`.
+///
+/// Arguments are named (`name = value`) or all positional (`{}`), and go in through
+/// [`ShellArg`]: strings and paths quoted, numbers as digits, [`Script`]/[`Sh`] as shell. The
+/// template may also name upper-case constants (`{ADMIN_CONF}`), which are program text. A
+/// placeholder that would capture a local variable unquoted, or a format spec (`{x:?}`), is a
+/// compile error:
+///
+/// ```compile_fail
+/// use kubexm_install::script;
+/// let dir = String::from("/var/lib/x");
+/// let _ = script!("rm -rf -- {dir}"); // captures `dir` unquoted: refused
+/// ```
+///
+/// ```compile_fail
+/// use kubexm_install::pipeline::ops::RunCommand;
+/// let dir = String::from("/var/lib/x");
+/// let _ = RunCommand::new(format!("rm -rf -- {dir}")); // a String is not a Script
+/// ```
+///
+/// ```
+/// use kubexm_install::script;
+/// let dir = String::from("/var/lib/x y");
+/// assert_eq!(script!("rm -rf -- {dir}", dir = dir).as_str(), "rm -rf -- '/var/lib/x y'");
+/// ```
+#[macro_export]
+macro_rules! script {
+    ($template:literal $(,)?) => {{
+        const _: () = $crate::runner::shell::__check_template($template, &[]);
+        $crate::runner::shell::Script::__from_template(::std::format!($template))
+    }};
+    ($template:literal, $($name:ident = $value:expr),+ $(,)?) => {{
+        const _: () = $crate::runner::shell::__check_template(
+            $template,
+            &[$(::std::stringify!($name)),+],
+        );
+        $crate::runner::shell::Script::__from_template(::std::format!(
+            $template,
+            $($name = $crate::runner::shell::ShellArg::shell_word(&$value)),+
+        ))
+    }};
+    ($template:literal, $($value:expr),+ $(,)?) => {{
+        const _: () = $crate::runner::shell::__check_template($template, &[]);
+        $crate::runner::shell::Script::__from_template(::std::format!(
+            $template,
+            $($crate::runner::shell::ShellArg::shell_word(&$value)),+
+        ))
+    }};
+}
+
+/// Quoted words, space-separated (`'a b' c`): a list of values as shell arguments.
+pub fn words<I>(values: I) -> Script
+where
+    I: IntoIterator,
+    I::Item: ShellArg,
+{
+    Script::empty().args(values)
+}
+
+/// Checks a [`script!`](crate::script) template while compiling: every `{name}` placeholder is
+/// either a named argument of the macro (quoted on the way in) or an upper-case constant
+/// (program text). A local value captured by name would go in unquoted, so it does not compile.
+#[doc(hidden)]
+pub const fn __check_template(template: &str, named: &[&str]) {
+    let b = template.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'{' {
+            i += 1;
+            continue;
+        }
+        if i + 1 < b.len() && b[i + 1] == b'{' {
+            i += 2;
+            continue;
+        }
+        let start = i + 1;
+        let mut end = start;
+        while end < b.len() && b[end] != b'}' && b[end] != b':' {
+            end += 1;
+        }
+        if end < b.len() && b[end] == b':' {
+            // `{:?}` would wrap a quoted word in Rust's escaping, `{:.3}` would cut it: a
+            // formatted number goes in as a pre-formatted string.
+            panic!("script!: no format specs in a template: format the value first");
+        }
+        if end > start
+            && !all_digits(b, start, end)
+            && !is_constant(b, start, end)
+            && !is_named(b, start, end, named)
+        {
+            panic!("script!: a placeholder captures a local value, which would go in unquoted: pass it as `name = value` (quoted) or as a Script");
+        }
+        i = end;
+    }
+}
+
+const fn all_digits(b: &[u8], start: usize, end: usize) -> bool {
+    let mut i = start;
+    while i < end {
+        if !b[i].is_ascii_digit() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `SCREAMING_CASE`: a constant (a local of that name would be a `non_snake_case` warning).
+const fn is_constant(b: &[u8], start: usize, end: usize) -> bool {
+    if !b[start].is_ascii_uppercase() {
+        return false;
+    }
+    let mut i = start;
+    while i < end {
+        if !(b[i].is_ascii_uppercase() || b[i].is_ascii_digit() || b[i] == b'_') {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn is_named(b: &[u8], start: usize, end: usize, named: &[&str]) -> bool {
+    let mut n = 0;
+    while n < named.len() {
+        let name = named[n].as_bytes();
+        if name.len() == end - start {
+            let mut k = 0;
+            while k < name.len() && name[k] == b[start + k] {
+                k += 1;
+            }
+            if k == name.len() {
+                return true;
+            }
+        }
+        n += 1;
+    }
+    false
+}
+
 /// Space-separated paths for the shell, globs kept: a word made only of path characters and the
 /// glob characters `*` and `?` stays as it is (so it expands); any other word is quoted whole
 /// (so it is taken literally and never becomes syntax).
-pub fn globs(paths: &str) -> String {
-    paths
-        .split_whitespace()
-        .map(|w| {
-            if w.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@+%*?".contains(&b))
-            {
-                w.to_string()
-            } else {
-                quote(w)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+pub fn globs(paths: &str) -> Script {
+    Script(
+        paths
+            .split_whitespace()
+            .map(|w| {
+                if w.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@+%*?".contains(&b))
+                {
+                    w.to_string()
+                } else {
+                    quote(w)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 /// Wraps a script so the node itself enforces the timeout: coreutils `timeout` runs it in its own
@@ -183,8 +651,8 @@ pub fn remote_sha256_of_size(dest: &str, size: u64) -> String {
 /// destination). A write that fails (disk full) removes the temporary file, so the upload fails
 /// even though the stream itself hashed right.
 pub fn receive_file(dest: &str, sha256: &str, mode: u32) -> String {
-    let d = quote(dest);
-    let part = quote(&format!("{dest}.kubexm-part"));
+    let d = quoted(dest);
+    let part = quoted(&format!("{dest}.kubexm-part"));
     format!(
         "set -e\n\
          mkdir -p \"$(dirname -- {d})\"\n\
@@ -413,5 +881,138 @@ mod tests {
             with_timeout("echo 'hi'", Duration::from_millis(1500)),
             r"timeout -k 5 1 sh -c 'echo '\''hi'\'''"
         );
+    }
+    /// Hostile values: each one reaches the program as one argument, unchanged, and nothing in
+    /// it runs; through [`Script::arg`], a named `script!` argument, a positional one and
+    /// [`words`].
+    #[test]
+    fn script_quotes_hostile_values_by_construction() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let marker = tmp.path().join("pwned");
+        let m = marker.display().to_string();
+        let hostile = [
+            "a value with spaces".to_string(),
+            "it's \"quoted\"".to_string(),
+            format!("$(touch {m})"),
+            format!("`touch {m}`"),
+            format!("x; touch {m}"),
+            format!("x && touch {m} || touch {m}"),
+            format!("line\ntouch {m}\n"),
+            format!("> {m}"),
+            "-rf".to_string(),
+            "--".to_string(),
+            "*".to_string(),
+            "~root".to_string(),
+            "$HOME ${PATH}".to_string(),
+            "\\".to_string(),
+            String::new(),
+        ];
+        let run = |line: &Script| {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(line.as_str())
+                .current_dir(tmp.path())
+                .output()
+                .expect("sh");
+            assert!(out.status.success(), "{line}: {out:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        for v in &hostile {
+            let lines = [
+                Script::new("printf '[%s]'").arg(v),
+                crate::script!("printf '[%s]' {v}", v = v),
+                crate::script!("printf '[%s]' {}", v.as_str()),
+                crate::script!("printf '[%s]' {v} >/dev/null; printf '[%s]' {v}", v = v),
+            ];
+            for line in &lines {
+                assert_eq!(run(line), format!("[{v}]"), "{line}");
+            }
+            // Several values: one argument each.
+            let w = Script::new("printf '[%s]'").args([v.as_str(), "b c"]);
+            assert_eq!(run(&w), format!("[{v}][b c]"), "{w}");
+            assert_eq!(
+                run(&crate::script!("printf '[%s]' {w}", w = words([v, v]))),
+                format!("[{v}][{v}]")
+            );
+            // Inside a region the template quotes itself.
+            let sq = crate::script!("printf '[%s]' 'x{v}y'", v = in_single_quotes(v));
+            assert_eq!(run(&sq), format!("[x{v}y]"), "{sq}");
+            let dq = crate::script!("printf '[%s]' \"x{v}y\"", v = in_double_quotes(v));
+            assert_eq!(run(&dq), format!("[x{v}y]"), "{dq}");
+            // A comment line stays a comment.
+            let c = crate::script!("# {c}\nprintf ok", c = comment(v));
+            assert_eq!(run(&c), "ok", "{c}");
+            assert!(!marker.exists(), "a value ran a command: {v:?}");
+        }
+    }
+
+    #[test]
+    fn script_joins_and_redirects_with_literal_syntax_only() {
+        let dir = "/var/lib/x y";
+        let s = Script::new("rm -rf --")
+            .arg(dir)
+            .and(Script::new("mkdir -p").arg(dir))
+            .or(Script::new("true"))
+            .seq(Script::new("echo done").to_file("/tmp/a b"))
+            .pipe(Script::new("cat"))
+            .line(Script::new("sort").from_file("/x").append_to("/y z"));
+        assert_eq!(
+            s.as_str(),
+            "rm -rf -- '/var/lib/x y' && mkdir -p '/var/lib/x y' || true; echo done > '/tmp/a b' | cat\nsort < /x >> '/y z'"
+        );
+        assert_eq!(
+            Script::join(
+                [Script::new("a"), Script::empty(), Script::new("b")],
+                " && "
+            )
+            .as_str(),
+            "a &&  && b"
+        );
+        assert_eq!(Script::empty().and("x").as_str(), "x");
+        assert_eq!(words(["a b", "-c", ""]).as_str(), "'a b' -c ''");
+        assert_eq!(
+            crate::script!(
+                "{KUBEADM_TEST} -n {n} --port {p} {s}",
+                n = "kube system",
+                p = 6443u16,
+                s = Script::new("2>/dev/null")
+            )
+            .as_str(),
+            "/usr/local/bin/kubeadm -n 'kube system' --port 6443 2>/dev/null"
+        );
+        assert_eq!(
+            crate::script!(
+                "{{ {a}; }} | {b}",
+                a = Sh::new("ls").arg("-l"),
+                b = quoted("w c")
+            )
+            .as_str(),
+            "{ ls -l; } | 'w c'"
+        );
+        assert_eq!(in_single_quotes("it's").as_str(), r"it'\''s");
+        assert_eq!(in_double_quotes(r#"a"$`\b"#).as_str(), r#"a\"\$\`\\b"#);
+        assert_eq!(comment("a\nb\rc").as_str(), "a b c");
+    }
+
+    const KUBEADM_TEST: &str = "/usr/local/bin/kubeadm";
+
+    /// The template check that runs while compiling, run here on its own.
+    #[test]
+    fn templates_refuse_captured_locals_and_format_specs() {
+        let ok = |t: &'static str, named: &'static [&'static str]| {
+            std::panic::catch_unwind(|| __check_template(t, named)).is_ok()
+        };
+        assert!(ok(
+            "rm -rf -- {dir} {{literal}} {} {0} {ADMIN_CONF}",
+            &["dir"]
+        ));
+        assert!(!ok("rm -rf -- {dir}", &[]), "a captured local");
+        assert!(!ok("rm -rf -- {dir}", &["di"]), "a prefix of a name");
+        assert!(!ok("x {Dir}", &[]), "mixed case is not a constant");
+        assert!(
+            !ok("x {v:?}", &["v"]),
+            "Debug would re-escape a quoted word"
+        );
+        assert!(!ok("x {v:.3}", &["v"]), "precision would cut a quoted word");
     }
 }

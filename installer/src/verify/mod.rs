@@ -1187,7 +1187,8 @@ fn api<'a>(target: &Target<'a>) -> Option<Api<'a>> {
     let runner = target.runners.get(node)?;
     let kubectl =
         crate::modules::lifecycle::membership::kubectl_on(target.ctx, target.ctx.node(node)?)
-            .ok()?;
+            .ok()?
+            .into_string();
     Some(Api { runner, kubectl })
 }
 

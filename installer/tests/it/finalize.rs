@@ -18,7 +18,7 @@ fn ops_on(module: &FinalizeModule, node: &str) -> Vec<String> {
         .flat_map(|t| t.steps.iter())
         .flat_map(|s| s.ops(n, &Facts::default()).expect("ops"))
         .map(|op| match op {
-            Op::Run(r) => r.command,
+            Op::Run(r) => r.command.into_string(),
             other => panic!("a run command, not {other:?}"),
         })
         .collect()
@@ -361,7 +361,7 @@ mod backup_timer {
             .expect("ops")
             .into_iter()
             .map(|op| match op {
-                Op::Run(r) => r.command,
+                Op::Run(r) => r.command.into_string(),
                 other => panic!("{other:?}"),
             })
             .collect();

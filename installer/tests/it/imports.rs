@@ -156,7 +156,7 @@ fn strip(src: &str) -> String {
 }
 
 /// Identifiers, `::` and single punctuation characters.
-fn tokens(src: &str) -> Vec<String> {
+pub(crate) fn tokens(src: &str) -> Vec<String> {
     let c: Vec<char> = strip(src).chars().collect();
     let mut out = Vec::new();
     let mut i = 0;

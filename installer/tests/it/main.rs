@@ -38,6 +38,7 @@ mod scope;
 mod scripts;
 mod security;
 mod seed;
+mod shell_typed;
 mod ssh;
 mod storage;
 mod terminal;

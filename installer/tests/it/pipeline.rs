@@ -15,6 +15,7 @@ use kubexm_install::pipeline::{
     plan, Facts, Module, Node, Pipeline, Policy, Step, StepError, Task,
 };
 use kubexm_install::runner::local::LocalRunner;
+use kubexm_install::runner::shell::Script;
 use kubexm_install::runner::Runner;
 
 /// Writes `content` to `<root>/<node>/<file>` (creating the node's directory).
@@ -77,10 +78,13 @@ impl Step for Command {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let dir = self.root.join(&node.name).display().to_string();
-        let mut cmd = RunCommand::new(self.command.replace("{dir}", &dir))
-            .undo(format!("echo 'undo {}' >> {dir}/undo.log", self.name));
+        // A test's own shell text, with the scratch directory (no quoting needed: tempdir).
+        let mut cmd =
+            RunCommand::new(Script::trusted_shell(self.command.replace("{dir}", &dir))).undo(
+                Script::trusted_shell(format!("echo 'undo {}' >> {dir}/undo.log", self.name)),
+            );
         if let Some(u) = self.unless {
-            cmd = cmd.unless(u.replace("{dir}", &dir));
+            cmd = cmd.unless(Script::trusted_shell(u.replace("{dir}", &dir)));
         }
         Ok(vec![Op::Run(cmd)])
     }

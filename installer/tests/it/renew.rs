@@ -365,7 +365,7 @@ fn kubelet_client_script_reissues_under_the_threshold_and_points_at_the_rotated_
     );
     assert!(s.contains("-CAkey \"$pki/ca.key\""), "{s}");
     assert!(s.contains("client-certificate: $cur"), "{s}");
-    assert!(s.ends_with(&marker.record()), "{s}");
+    assert!(s.ends_with(marker.record().as_str()), "{s}");
     assert!(!s.contains("due=yes; openssl"), "{s}");
     let all = KubeletClient { all: true, ..k };
     assert!(all.script(node).contains("due=yes; openssl"));

@@ -364,8 +364,8 @@ fn run_ops(ctx: &Arc<InstallContext>, module: &dyn Module) -> Vec<(String, Strin
             if let kubexm_install::pipeline::ops::Op::Run(r) = op {
                 out.push((
                     step.name().to_string(),
-                    r.command.clone(),
-                    r.unless.clone().unwrap_or_default(),
+                    r.command.to_string(),
+                    r.unless.clone().unwrap_or_default().into_string(),
                 ));
             }
         }

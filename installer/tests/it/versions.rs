@@ -121,7 +121,7 @@ fn commands(step: &dyn Step, ctx: &InstallContext, node: &str) -> Vec<String> {
         .expect("ops")
         .into_iter()
         .filter_map(|o| match o {
-            Op::Run(r) => Some(r.command),
+            Op::Run(r) => Some(r.command.into_string()),
             _ => None,
         })
         .collect()

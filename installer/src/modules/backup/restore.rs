@@ -14,6 +14,8 @@
 //! the restore id) is not restored again, so `--resume` after a failure finishes the job
 //! without replacing data a member already serves.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,8 +83,8 @@ impl Restore {
 }
 
 /// A pgrep test: is this control-plane component's process running on the node?
-fn running(component: &str) -> String {
-    format!("pgrep -x {component} >/dev/null")
+fn running(component: &str) -> Script {
+    script!("pgrep -x {component} >/dev/null", component = component)
 }
 
 /// The control plane stops on every master.
@@ -121,23 +123,22 @@ impl Step for StopControlPlane {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let stop = match self.kind {
-            KubernetesType::Kubexm => RunCommand::new(format!(
+            KubernetesType::Kubexm => RunCommand::new(script!(
                 "systemctl stop {}",
-                COMPONENTS.join(" ")
+                shell::words(COMPONENTS)
             ))
-            .unless(
+            .unless(Script::join(
                 COMPONENTS
                     .iter()
-                    .map(|c| format!("! systemctl is-active -q {c}"))
-                    .collect::<Vec<_>>()
-                    .join(" && "),
-            )
-            .undo(format!("systemctl start {}", COMPONENTS.join(" "))),
-            KubernetesType::Kubeadm => RunCommand::new(format!(
-                "mkdir -p -m 700 {PARKED} && for c in {}; do if [ -f {MANIFESTS}/$c.yaml ]; then mv -f {MANIFESTS}/$c.yaml {PARKED}/; fi; done",
-                COMPONENTS.join(" ")
+                    .map(|c| script!("! systemctl is-active -q {c}", c = c)),
+                " && ",
             ))
-            .unless(format!("! ls {MANIFESTS}/kube-*.yaml 2>/dev/null | grep -qE 'kube-(apiserver|controller-manager|scheduler)\\.yaml$'"))
+            .undo(script!("systemctl start {}", shell::words(COMPONENTS))),
+            KubernetesType::Kubeadm => RunCommand::new(script!(
+                "mkdir -p -m 700 {PARKED} && for c in {}; do if [ -f {MANIFESTS}/$c.yaml ]; then mv -f {MANIFESTS}/$c.yaml {PARKED}/; fi; done",
+                shell::words(COMPONENTS)
+            ))
+            .unless(script!("! ls {MANIFESTS}/kube-*.yaml 2>/dev/null | grep -qE 'kube-(apiserver|controller-manager|scheduler)\\.yaml$'"))
             .undo(unpark()),
         };
         let mut ops = vec![Op::Run(stop)];
@@ -169,24 +170,26 @@ impl Step for StopControlPlane {
 /// 20 s) nothing is killed and the wait goes on as before. Run only just after the manifests
 /// were parked.
 fn kill_lingering_apiserver() -> RunCommand {
-    let others = COMPONENTS
-        .iter()
-        .filter(|c| **c != "kube-apiserver")
-        .map(|c| running(c))
-        .collect::<Vec<_>>()
-        .join(" || ");
-    RunCommand::new(format!(
+    let others = Script::join(
+        COMPONENTS
+            .iter()
+            .filter(|c| **c != "kube-apiserver")
+            .map(|c| running(c)),
+        " || ",
+    );
+    RunCommand::new(script!(
         "for i in $(seq 20); do {{ {others}; }} || break; sleep 1; done; \
-         if [ ! -e {MANIFESTS}/kube-apiserver.yaml ] && ! {{ {others}; }} && {}; then pkill -KILL -x kube-apiserver || true; fi",
-        running("kube-apiserver")
+         if [ ! -e {MANIFESTS}/kube-apiserver.yaml ] && ! {{ {others}; }} && {apiserver}; then pkill -KILL -x kube-apiserver || true; fi",
+        others = others,
+        apiserver = running("kube-apiserver")
     ))
     .when_changed()
 }
 
-fn unpark() -> String {
-    format!(
+fn unpark() -> Script {
+    script!(
         "for c in {}; do if [ -f {PARKED}/$c.yaml ]; then mv -f {PARKED}/$c.yaml {MANIFESTS}/; fi; done; rmdir {PARKED} 2>/dev/null || true",
-        COMPONENTS.join(" ")
+        shell::words(COMPONENTS)
     )
 }
 
@@ -245,25 +248,26 @@ pub struct RestoreData(pub Restore);
 
 impl RestoreData {
     /// The restore script for `member` (the snapshot at [`SNAPSHOT_ON_NODE`]).
-    pub fn script(&self, member: &str) -> Result<String, StepError> {
+    pub fn script(&self, member: &str) -> Result<Script, StepError> {
         let l = self.0.layout();
         let m = l.members.iter().find(|m| m.name == member).ok_or_else(|| {
             StepError::Invalid(format!("{member} is not an etcd member of this cluster"))
         })?;
-        let data = shell::quote(&l.data_dir);
-        let staging = shell::quote(&format!("{}.kubexm-restoring", l.data_dir));
-        let before = shell::quote(&format!(
+        let data = shell::quoted(&l.data_dir);
+        let staging = shell::quoted(&format!("{}.kubexm-restoring", l.data_dir));
+        let before = shell::quoted(&format!(
             "{}.before-restore-{}",
             l.data_dir, self.0.snapshot.id
         ));
-        let args = format!(
-            "snapshot restore {SNAPSHOT_ON_NODE} --name {} --initial-cluster {} --initial-cluster-token {} --initial-advertise-peer-urls {} --data-dir {staging}",
-            shell::quote(&m.name),
-            shell::quote(&l.initial_cluster()),
-            shell::quote(&format!("kubexm-{}-etcd", l.cluster)),
-            shell::quote(&l.peer_url(m)),
+        let args = script!(
+            "snapshot restore {SNAPSHOT_ON_NODE} --name {} --initial-cluster {} --initial-cluster-token {} --initial-advertise-peer-urls {} --data-dir {}",
+            shell::quoted(&m.name),
+            shell::quoted(&l.initial_cluster()),
+            shell::quoted(&format!("kubexm-{}-etcd", l.cluster)),
+            shell::quoted(&l.peer_url(m)),
+            staging,
         );
-        Ok(format!(
+        Ok(script!(
             "set -e\n\
              rm -rf {staging}\n\
              # etcd 3.5+ ships etcdutl for offline snapshot work (etcdctl's restore is gone in 3.6).\n\
@@ -273,13 +277,13 @@ impl RestoreData {
              chmod 700 {data}\n\
              echo {id} > {marker}",
             bin = l.bin_dir,
-            id = shell::quote(&self.0.snapshot.id),
-            marker = self.marker(&l),
+            id = shell::quoted(&self.0.snapshot.id),
+            marker = self.marker(&l), staging = staging, args = args, data = data, before = before
         ))
     }
 
-    fn marker(&self, l: &EtcdLayout) -> String {
-        shell::quote(&format!("{}.kubexm-restore", l.data_dir))
+    fn marker(&self, l: &EtcdLayout) -> Script {
+        shell::quoted(&format!("{}.kubexm-restore", l.data_dir))
     }
 }
 
@@ -289,8 +293,8 @@ impl Step for RestoreData {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let l = self.0.layout();
-        let data = shell::quote(&l.data_dir);
-        let before = shell::quote(&format!(
+        let data = shell::quoted(&l.data_dir);
+        let before = shell::quoted(&format!(
             "{}.before-restore-{}",
             l.data_dir, self.0.snapshot.id
         ));
@@ -308,19 +312,21 @@ impl Step for RestoreData {
             }),
             Op::Run(
                 RunCommand::new(self.script(&node.name)?)
-                    .unless(format!(
+                    .unless(script!(
                         "[ \"$(cat {} 2>/dev/null)\" = {} ]",
                         self.marker(&l),
-                        shell::quote(&s.id)
+                        &s.id
                     ))
-                    .undo(format!(
-                        "if [ -d {before} ]; then rm -rf {data}; mv {before} {data}; fi; rm -f {}",
-                        self.marker(&l)
+                    .undo(script!(
+                        "if [ -d {before} ]; then rm -rf {data}; mv {before} {data}; fi; rm -f {marker}",
+                        before = before,
+                        data = data,
+                        marker = self.marker(&l)
                     ))
                     .timeout(Duration::from_secs(600)),
             ),
             // The snapshot holds every Secret of the cluster: no copy stays on the node.
-            Op::Run(RunCommand::new(format!("rm -rf {RESTORE_DIR}"))),
+            Op::Run(RunCommand::new(script!("rm -rf {RESTORE_DIR}"))),
         ])
     }
     fn policy(&self) -> Policy {
@@ -445,7 +451,7 @@ impl Step for StartControlPlane {
             KubernetesType::Kubexm => {
                 let l = crate::modules::kubexm::Layout::default();
                 (
-                    RunCommand::new(format!("systemctl start {}", COMPONENTS.join(" "))),
+                    RunCommand::new(script!("systemctl start {}", shell::words(COMPONENTS))),
                     format!(
                         "{} --kubeconfig {} --server {api} get --raw=/readyz >/dev/null 2>&1",
                         l.bin("kubectl"),
@@ -454,7 +460,7 @@ impl Step for StartControlPlane {
                 )
             }
             KubernetesType::Kubeadm => (
-                RunCommand::new(unpark()).unless(format!("[ ! -d {PARKED} ]")),
+                RunCommand::new(unpark()).unless(script!("[ ! -d {PARKED} ]")),
                 format!(
                     "{} --kubeconfig {} --server {api} get --raw=/readyz >/dev/null 2>&1",
                     crate::modules::k8s::KUBECTL,

@@ -8,6 +8,7 @@
 //! `delete` ([`BackupTimerDeleteModule`]) removes the cluster's backup and certificate-renewal
 //! timers, whichever way they were set up.
 
+use crate::script;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -117,8 +118,8 @@ impl Step for BackupTimer {
         let Job::Backup { key_file, .. } = &self.schedule.job else {
             return Err(StepError::Invalid("not a backup schedule".into()));
         };
-        let k = shell::quote(&key_file.to_string_lossy());
-        let cal = shell::quote(&self.schedule.on_calendar);
+        let k = shell::quoted(&key_file.to_string_lossy());
+        let cal = shell::quoted(&self.schedule.on_calendar);
         Ok(vec![
             Op::Check(Check::new(
                 "backup key and calendar",
@@ -169,10 +170,13 @@ impl Module for BackupTimerDeleteModule {
         let mut ops = Vec::new();
         for unit in units {
             let files = format!("{SYSTEMD_DIR}/{unit}.service {SYSTEMD_DIR}/{unit}.timer");
-            let u = shell::quote(&format!("{unit}.timer"));
+            let listed = shell::globs(&files);
+            let u = shell::quoted(&format!("{unit}.timer"));
             ops.push(Op::Run(
-                RunCommand::new(format!(
-                    "systemctl disable --now {u} 2>/dev/null || true\nrm -f {files}\nsystemctl daemon-reload"
+                RunCommand::new(script!(
+                    "systemctl disable --now {u} 2>/dev/null || true\nrm -f {files}\nsystemctl daemon-reload",
+                    u = u,
+                    files = listed
                 ))
                 .unless(crate::modules::runtime::none_exist(&files)),
             ));

@@ -29,6 +29,8 @@
 //! renew twice.
 
 use crate::modules::k8s::ec_key_in_sec1;
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,22 +118,22 @@ pub struct Marker {
 
 impl Marker {
     /// The shell test "this renewal already did it".
-    pub fn done(&self) -> String {
-        format!(
+    pub fn done(&self) -> Script {
+        script!(
             "[ \"$(cat {} 2>/dev/null)\" = {} ]",
-            shell::quote(&self.file),
-            shell::quote(&self.id)
+            shell::quoted(&self.file),
+            shell::quoted(&self.id)
         )
     }
 
     /// The shell that records it.
-    pub fn record(&self) -> String {
+    pub fn record(&self) -> Script {
         let dir = self.file.rsplit_once('/').map_or("/", |(d, _)| d);
-        format!(
+        script!(
             "mkdir -p {} && echo {} > {}",
-            shell::quote(dir),
-            shell::quote(&self.id),
-            shell::quote(&self.file)
+            shell::quoted(dir),
+            shell::quoted(&self.id),
+            shell::quoted(&self.file)
         )
     }
 }
@@ -238,7 +240,7 @@ impl Step for RestartEtcdMember {
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "systemctl restart --no-block {} && {}",
                     etcd::UNIT,
                     self.marker.record()
@@ -358,9 +360,9 @@ impl Step for RestartServices {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "for u in {}; do if systemctl is-enabled -q $u 2>/dev/null; then systemctl restart $u; fi; done; {}",
-                SERVICES.join(" "),
+                shell::words(SERVICES),
                 self.marker.record()
             ))
             .unless(self.marker.done())
@@ -506,21 +508,29 @@ const KUBEADM_LEAVES: [(&str, &str); 7] = [
 pub fn kubeadm_renew_command(
     version: kubexm_manifests::version::KubeVersion,
     stacked_etcd: bool,
-) -> String {
+) -> Script {
     let renew = if version.at_least(1, 20) {
-        format!("{KUBEADM} certs renew")
+        script!("{KUBEADM} certs renew")
     } else {
-        format!("{KUBEADM} alpha certs renew")
+        script!("{KUBEADM} alpha certs renew")
     };
     if stacked_etcd {
-        return format!("{renew} all");
+        return script!("{renew} all", renew = renew);
     }
-    KUBEADM_LEAVES
-        .iter()
-        .filter(|(name, _)| *name != "super-admin.conf" || version.has_super_admin_conf())
-        .map(|(name, file)| format!("{{ [ ! -e {file} ] || {renew} {name}; }}"))
-        .collect::<Vec<_>>()
-        .join(" && ")
+    Script::join(
+        KUBEADM_LEAVES
+            .iter()
+            .filter(|(name, _)| *name != "super-admin.conf" || version.has_super_admin_conf())
+            .map(|(name, file)| {
+                script!(
+                    "{{ [ ! -e {file} ] || {renew} {name}; }}",
+                    file = file,
+                    renew = renew,
+                    name = name
+                )
+            }),
+        " && ",
+    )
 }
 
 /// The API server's etcd client files copied again from KubeXM's etcd certificates (which
@@ -558,7 +568,7 @@ impl Step for EtcdClientFiles {
 /// attributes).
 pub struct KubeadmRenewAll {
     /// The command.
-    pub command: String,
+    pub command: Script,
     /// The renewal's marker.
     pub marker: Marker,
 }
@@ -569,7 +579,7 @@ impl Step for KubeadmRenewAll {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
-            RunCommand::new(format!("{} && {}", self.command, self.marker.record()))
+            RunCommand::new(script!("{} && {}", self.command, self.marker.record()))
                 .unless(self.marker.done())
                 .timeout(Duration::from_secs(180)),
         )])
@@ -600,10 +610,10 @@ pub struct KubeletClient {
 
 impl KubeletClient {
     /// The script for `node`.
-    pub fn script(&self, node: &Node) -> String {
+    pub fn script(&self, node: &Node) -> Script {
         let seconds = self.under_days.max(0) * 86_400;
-        let subject = shell::quote(&format!("/O=system:nodes/CN=system:node:{}", node.name));
-        format!(
+        let subject = shell::quoted(&script!("/O=system:nodes/CN=system:node:{}", node.name));
+        script!(
             "set -e\n\
              umask 077\n\
              conf={KUBELET_CONF}; cur={KUBELET_CURRENT}; pki={KUBEADM_PKI}\n\
@@ -625,8 +635,12 @@ impl KubeletClient {
              \x20 sed -i -e \"s#^\\( *\\)client-certificate-data:.*#\\1client-certificate: $cur#\" -e \"s#^\\( *\\)client-key-data:.*#\\1client-key: $cur#\" \"$conf\"\n\
              fi\n\
              {record}",
-            all = if self.all { "due=yes; " } else { "" },
-            record = self.marker.record(),
+            all = if self.all {
+                Script::new("due=yes; ")
+            } else {
+                Script::empty()
+            },
+            record = self.marker.record(), seconds = seconds, subject = subject
         )
     }
 }

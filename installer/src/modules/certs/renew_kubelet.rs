@@ -17,6 +17,8 @@
 //!
 //! Every node step is guarded by the renewal's marker, so `--resume` never renews twice.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -103,8 +105,8 @@ pub struct RequestClient {
 impl RequestClient {
     /// The script for `node`: prints the request (base64, one line), or nothing when done.
     pub fn script(&self, node: &Node) -> String {
-        let key = shell::quote(&pending_key(&self.id));
-        let subject = shell::quote(&format!("/O=system:nodes/CN=system:node:{}", node.name));
+        let key = shell::quoted(&pending_key(&self.id));
+        let subject = shell::quoted(&format!("/O=system:nodes/CN=system:node:{}", node.name));
         format!(
             "set -e\numask 077\nif {done}; then exit 0; fi\n\
              [ -s {key} ] || openssl ecparam -name prime256v1 -genkey -noout -out {key}\n\
@@ -188,13 +190,13 @@ impl SignClients {
                  [ \"$(openssl req -in \"$tmp/r.csr\" -noout -subject -nameopt RFC2253)\" = {want_q} ] || {{ echo {bad_subject} >&2; exit 1; }}\n\
                  openssl x509 -req -in \"$tmp/r.csr\" -CA {CA_CRT} -CAkey {CA_KEY} -set_serial 0x$(openssl rand -hex 16) -days 365 -extfile \"$tmp/ext\" -out \"$tmp/r.crt\" 2>/dev/null\n\
                  printf '%s ' {name}; base64 -w0 \"$tmp/r.crt\"; echo\n",
-                csr = shell::quote(&csr),
-                bad_sig = shell::quote(&format!("{w}: its certificate request's signature does not verify")),
-                want_q = shell::quote(&format!("subject={want}")),
-                bad_subject = shell::quote(&format!(
+                csr = shell::quoted(&csr),
+                bad_sig = shell::quoted(&format!("{w}: its certificate request's signature does not verify")),
+                want_q = shell::quoted(&format!("subject={want}")),
+                bad_subject = shell::quoted(&format!(
                     "{w}: its certificate request does not name CN=system:node:{w}, O=system:nodes"
                 )),
-                name = shell::quote(w),
+                name = shell::quoted(w),
             ));
         }
         s
@@ -255,14 +257,14 @@ impl InstallClient {
     }
 
     /// The script that installs the certificate uploaded to [`Self::crt`].
-    pub fn script(&self) -> String {
-        let key = shell::quote(&pending_key(&self.id));
-        let crt = shell::quote(&self.crt());
-        let pem = shell::quote(&format!(
+    pub fn script(&self) -> Script {
+        let key = shell::quoted(&pending_key(&self.id));
+        let crt = shell::quoted(&self.crt());
+        let pem = shell::quoted(&script!(
             "{KUBELET_PKI}/kubelet-client-kubexm-{}.pem",
             self.id
         ));
-        format!(
+        script!(
             "set -e\numask 077\n\
              [ \"$(openssl x509 -in {crt} -noout -pubkey)\" = \"$(openssl pkey -in {key} -pubout)\" ] || {{ echo 'the signed certificate is not for this node'\"'\"'s new key' >&2; exit 1; }}\n\
              cat {crt} {key} > {pem}\n\
@@ -273,7 +275,7 @@ impl InstallClient {
              {record}",
             cur = CLIENT_CURRENT,
             conf = KUBELET_CONF,
-            record = self.marker.record(),
+            record = self.marker.record(), crt = crt, key = key, pem = pem
         )
     }
 }
@@ -305,12 +307,12 @@ impl Step for InstallClient {
             // A worker this renewal finished prints no request, so nothing was signed for it.
             None => {
                 return Ok(vec![Op::Run(
-                    RunCommand::new(format!(
+                    RunCommand::new(script!(
                         "echo {} >&2; exit 1",
-                        shell::quote(&format!(
+                        &format!(
                             "{}: no kubelet client certificate was signed for it",
                             node.name
-                        ))
+                        )
                     ))
                     .unless(done),
                 )])
@@ -420,15 +422,15 @@ impl Step for RequestServing {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let before = serving_set_aside(&self.marker.id);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "set -e\nif [ -e {SERVING_CURRENT} ] || [ -L {SERVING_CURRENT} ]; then mv -fT {SERVING_CURRENT} {b}; fi\nsystemctl restart kubelet\n{}",
-                self.marker.record(),
-                b = shell::quote(&before),
+            RunCommand::new(script!(
+                "set -e\nif [ -e {SERVING_CURRENT} ] || [ -L {SERVING_CURRENT} ]; then mv -fT {SERVING_CURRENT} {b}; fi\nsystemctl restart kubelet\n{record}",
+                record = self.marker.record(),
+                b = &before,
             ))
             .unless(self.marker.done())
-            .undo(format!(
+            .undo(script!(
                 "if [ ! -e {SERVING_CURRENT} ] && [ -L {b} ]; then mv -fT {b} {SERVING_CURRENT}; systemctl restart kubelet; fi",
-                b = shell::quote(&before)
+                b = &before
             )),
         )])
     }
@@ -446,10 +448,10 @@ pub struct ServingRenewed {
 
 impl ServingRenewed {
     /// The check: a valid certificate that is not the one set aside.
-    fn check(&self) -> String {
-        format!(
+    fn check(&self) -> Script {
+        script!(
             "openssl x509 -in {SERVING_CURRENT} -noout -checkend 0 >/dev/null 2>&1 && ! cmp -s \"$(readlink -f {SERVING_CURRENT})\" \"$(readlink -f {b})\"",
-            b = shell::quote(&self.before)
+            b = &self.before
         )
     }
 }
@@ -758,7 +760,7 @@ mod tests {
         let [Op::Wait(w)] = ops.as_slice() else {
             panic!("one wait: {}", ops.len())
         };
-        assert_eq!(w.check, check);
+        assert_eq!(w.check, check.as_str());
         assert_eq!(w.timeout, SERVING_FETCH);
     }
 }

@@ -33,6 +33,8 @@
 //!   what the phase says), the key, and from `reissue` the client certificate signed on the
 //!   control host.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 
 use kubexm_manifests::model::{EtcdType, KubernetesType};
@@ -352,7 +354,7 @@ pub struct AggregationTrust {
 }
 
 /// The kubectl command line on a master: the kubexm cluster's, or kubeadm's `admin.conf`.
-pub fn cluster_kubectl(kubexm: Option<&Arc<KubexmCluster>>, node: &Node) -> String {
+pub fn cluster_kubectl(kubexm: Option<&Arc<KubexmCluster>>, node: &Node) -> Script {
     match kubexm {
         Some(k) => k.kubectl(node),
         None => crate::modules::k8s::kubectl(),
@@ -374,18 +376,24 @@ impl Step for AggregationTrust {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let kubectl = cluster_kubectl(self.kubexm.as_ref(), node);
-        let cm = "-n kube-system configmap extension-apiserver-authentication";
+        let cm = Script::new("-n kube-system configmap extension-apiserver-authentication");
         let key = self.key;
         let patch = serde_json::json!({ "data": { key: self.pem } });
         let sum = kubexm_bundles::hash::sha256_hex(self.pem.as_bytes());
-        let holds = format!(
-            "[ \"$({kubectl} get {cm} -o jsonpath='{{.data.{key}}}' | sha256sum | cut -d' ' -f1)\" = {sum} ]"
+        let holds = script!(
+            "[ \"$({kubectl} get {cm} -o jsonpath='{{.data.{key}}}' | sha256sum | cut -d' ' -f1)\" = {sum} ]",
+            kubectl = kubectl,
+            cm = cm,
+            key = crate::runner::shell::in_single_quotes(key),
+            sum = sum
         );
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
-                    "{kubectl} patch {cm} --type merge -p {}",
-                    crate::runner::shell::quote(&patch.to_string())
+                RunCommand::new(script!(
+                    "{kubectl} patch {cm} --type merge -p {patch}",
+                    kubectl = kubectl,
+                    cm = cm,
+                    patch = patch.to_string()
                 ))
                 .unless(holds.clone()),
             ),
@@ -393,7 +401,7 @@ impl Step for AggregationTrust {
                 what: format!(
                     "extension-apiserver-authentication's {key} holding the new CA alone"
                 ),
-                check: holds,
+                check: holds.into_string(),
                 timeout: std::time::Duration::from_secs(60),
                 interval: std::time::Duration::from_secs(2),
             }),
@@ -548,11 +556,13 @@ impl Step for DropKubeadmCerts {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = crate::modules::k8s::kubectl();
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "{k} -n kube-system delete secret kubeadm-certs --ignore-not-found"
+            RunCommand::new(script!(
+                "{k} -n kube-system delete secret kubeadm-certs --ignore-not-found",
+                k = k
             ))
-            .unless(format!(
-                "! {k} -n kube-system get secret kubeadm-certs -o name >/dev/null 2>&1"
+            .unless(script!(
+                "! {k} -n kube-system get secret kubeadm-certs -o name >/dev/null 2>&1",
+                k = k
             )),
         )])
     }

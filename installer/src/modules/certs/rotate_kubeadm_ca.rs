@@ -36,6 +36,8 @@
 //! stale `kubeadm-certs` Secret dropped and `admin.conf` fetched.
 
 use crate::modules::k8s::{ec_key_in_sec1, STATE_DIR};
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -354,18 +356,13 @@ impl KubeconfigCaData {
 
     /// The command and its `unless` check.
     pub fn command(&self) -> RunCommand {
-        let files = self
-            .files
-            .iter()
-            .map(|f| shell::quote(f))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let files = shell::words(&self.files);
         let b64 = self.b64();
-        RunCommand::new(format!(
-            "set -e\nfor f in {files}; do\n  [ -e \"$f\" ] || continue\n  grep -q '^ *certificate-authority-data:' \"$f\" || {{ echo \"$f: no certificate-authority-data to replace\" >&2; exit 1; }}\n  sed -i 's#^\\( *\\)certificate-authority-data:.*#\\1certificate-authority-data: {b64}#' \"$f\"\ndone"
+        RunCommand::new(script!(
+            "set -e\nfor f in {files}; do\n  [ -e \"$f\" ] || continue\n  grep -q '^ *certificate-authority-data:' \"$f\" || {{ echo \"$f: no certificate-authority-data to replace\" >&2; exit 1; }}\n  sed -i 's#^\\( *\\)certificate-authority-data:.*#\\1certificate-authority-data: {b64}#' \"$f\"\ndone", files = files, b64 = b64
         ))
-        .unless(format!(
-            "for f in {files}; do [ -e \"$f\" ] || continue; grep -qx ' *certificate-authority-data: {b64}' \"$f\" || exit 1; done"
+        .unless(script!(
+            "for f in {files}; do [ -e \"$f\" ] || continue; grep -qx ' *certificate-authority-data: {b64}' \"$f\" || exit 1; done", files = files, b64 = b64
         ))
     }
 }
@@ -395,13 +392,13 @@ impl Step for ClusterInfoCa {
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = cluster_kubectl(None, node);
         let b64 = base64::engine::general_purpose::STANDARD.encode(self.pem.as_bytes());
-        let cm = "-n kube-public get configmap cluster-info";
+        let cm = Script::new("-n kube-public get configmap cluster-info");
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "set -e\numask 077\ntmp=$(mktemp); trap 'rm -f \"$tmp\"' EXIT\n{k} {cm} -o yaml >\"$tmp\"\ngrep -q 'certificate-authority-data:' \"$tmp\" || {{ echo 'kube-public/cluster-info holds no certificate-authority-data' >&2; exit 1; }}\nsed -i 's#certificate-authority-data: .*#certificate-authority-data: {b64}#' \"$tmp\"\n{k} replace -f \"$tmp\" >/dev/null"
+            RunCommand::new(script!(
+                "set -e\numask 077\ntmp=$(mktemp); trap 'rm -f \"$tmp\"' EXIT\n{k} {cm} -o yaml >\"$tmp\"\ngrep -q 'certificate-authority-data:' \"$tmp\" || {{ echo 'kube-public/cluster-info holds no certificate-authority-data' >&2; exit 1; }}\nsed -i 's#certificate-authority-data: .*#certificate-authority-data: {b64}#' \"$tmp\"\n{k} replace -f \"$tmp\" >/dev/null", k = k, cm = cm, b64 = b64
             ))
-            .unless(format!(
-                "{k} {cm} -o jsonpath='{{.data.kubeconfig}}' | grep -qx ' *certificate-authority-data: {b64}'"
+            .unless(script!(
+                "{k} {cm} -o jsonpath='{{.data.kubeconfig}}' | grep -qx ' *certificate-authority-data: {b64}'", k = k, cm = cm, b64 = b64
             )),
         )])
     }
@@ -411,7 +408,7 @@ impl Step for ClusterInfoCa {
 /// certificate and `ca.key`, now the new CA's), each one present.
 pub struct KubeadmCaLeaves {
     /// The command ([`leaves_command`]).
-    pub command: String,
+    pub command: Script,
     /// The phase's marker.
     pub marker: Marker,
 }
@@ -434,17 +431,23 @@ const CA_LEAVES: [(&str, &str); 6] = [
 ];
 
 /// The renewal of [`CA_LEAVES`] (`kubeadm alpha certs renew` before v1.20).
-pub fn leaves_command(ctx: &InstallContext) -> String {
+pub fn leaves_command(ctx: &InstallContext) -> Script {
     let renew = if ctx.cluster.version.at_least(1, 20) {
-        format!("{KUBEADM} certs renew")
+        script!("{KUBEADM} certs renew")
     } else {
-        format!("{KUBEADM} alpha certs renew")
+        script!("{KUBEADM} alpha certs renew")
     };
-    CA_LEAVES
-        .iter()
-        .map(|(name, file)| format!("{{ [ ! -e {file} ] || {renew} {name}; }}"))
-        .collect::<Vec<_>>()
-        .join(" && ")
+    Script::join(
+        CA_LEAVES.iter().map(|(name, file)| {
+            script!(
+                "{{ [ ! -e {file} ] || {renew} {name}; }}",
+                file = file,
+                renew = renew,
+                name = name
+            )
+        }),
+        " && ",
+    )
 }
 
 impl Step for KubeadmCaLeaves {
@@ -453,7 +456,7 @@ impl Step for KubeadmCaLeaves {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "{} >/dev/null && {}",
                 self.command,
                 self.marker.record()

@@ -30,6 +30,7 @@
 //!
 //! The service-account signing key is not a CA and does not change: tokens stay valid.
 
+use crate::script;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -159,7 +160,7 @@ impl Step for RestartKubeVip {
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "crictl ps -q --name kube-vip | xargs -r crictl stop >/dev/null\n{}",
                     self.marker.record()
                 ))
@@ -242,10 +243,10 @@ impl Step for RestartSystemWorkloads {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = cluster_kubectl(self.kubexm.as_ref(), node);
-        let list = crate::runner::shell::quote(&self.waited());
+        let list = crate::runner::shell::quoted(&self.waited());
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "set -e
 mkdir -p {RENEWED}
 : >{list}.part
@@ -254,8 +255,10 @@ for w in $({k} -n kube-system get deployments,daemonsets -o name); do
   {k} -n kube-system rollout restart \"$w\" >/dev/null
 done
 mv -f {list}.part {list}
-{}",
-                    self.marker.record()
+{record}",
+                    k = k,
+                    list = list,
+                    record = self.marker.record()
                 ))
                 .unless(self.marker.done())
                 .timeout(Duration::from_secs(180)),

@@ -46,6 +46,8 @@
 //!   configuration is shared by every master, so it cannot hold a per-node address).
 
 use crate::modules::k8s::{ec_key_in_sec1, image_named, CA_SIGNER, STACKED_ETCD_DATA};
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -564,10 +566,12 @@ impl KubeadmSettings {
     /// What `kubeadm init`/`join` add to their command line for `node`: the patch directory as
     /// `--experimental-patches DIR` where the configuration API has no `patches` field
     /// (v1beta2, kubeadm v1.20–v1.21); nothing otherwise.
-    pub fn patches_flag(&self, node: &NodeSettings) -> String {
+    pub fn patches_flag(&self, node: &NodeSettings) -> Script {
         match node.patches {
-            Some(dir) if !self.has_patches_field => format!(" --experimental-patches {dir}"),
-            _ => String::new(),
+            Some(dir) if !self.has_patches_field => {
+                script!(" --experimental-patches {dir}", dir = dir)
+            }
+            _ => Script::empty(),
         }
     }
 
@@ -575,11 +579,11 @@ impl KubeadmSettings {
     /// preflight: `--ignore-preflight-errors=SystemVerification` when
     /// [`Self::ignore_system_verification`]; nothing otherwise (older versions' commands are
     /// unchanged).
-    pub fn upgrade_preflight_flag(&self) -> String {
+    pub fn upgrade_preflight_flag(&self) -> Script {
         if self.ignore_system_verification {
-            format!(" --ignore-preflight-errors={SYSTEM_VERIFICATION}")
+            script!(" --ignore-preflight-errors={SYSTEM_VERIFICATION}")
         } else {
-            String::new()
+            Script::empty()
         }
     }
 

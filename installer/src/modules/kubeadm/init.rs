@@ -2,6 +2,7 @@
 //! join credentials learned for the other nodes.
 
 use crate::modules::k8s::{kubectl, ADMIN_CONF, STATE_DIR};
+use crate::script;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -50,13 +51,14 @@ impl Step for InitControlPlane {
         ops.extend(self.settings.drift_files()?.upload_wanted());
         let patches = self.settings.patches_flag(&n);
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "set -e\numask 077\nif ! {KUBEADM} init --config {INIT_CONFIG} --upload-certs{patches} >{INIT_LOG} 2>&1; then\n  echo \"kubeadm init failed; the last lines of {INIT_LOG}:\" >&2\n  tail -n 25 {INIT_LOG} >&2\n  exit 1\nfi\n{}",
-                super::reconfigure::record_applied()
+            RunCommand::new(script!(
+                "set -e\numask 077\nif ! {KUBEADM} init --config {INIT_CONFIG} --upload-certs{patches} >{INIT_LOG} 2>&1; then\n  echo \"kubeadm init failed; the last lines of {INIT_LOG}:\" >&2\n  tail -n 25 {INIT_LOG} >&2\n  exit 1\nfi\n{record}",
+                patches = patches,
+                record = super::reconfigure::record_applied()
             ))
-            .unless(format!("[ -s {ADMIN_CONF} ]"))
-            .verify(format!("[ -s {ADMIN_CONF} ]"))
-            .undo(format!(
+            .unless(script!("[ -s {ADMIN_CONF} ]"))
+            .verify(script!("[ -s {ADMIN_CONF} ]"))
+            .undo(script!(
                 "{KUBEADM} reset -f >/dev/null 2>&1 || true\nrm -f {INIT_LOG} {CREDENTIALS}"
             ))
             .timeout(Duration::from_secs(900)),

@@ -2,6 +2,7 @@
 //! credentials the first master provided ([`super::init::LearnJoinCredentials`]).
 
 use crate::modules::k8s::STATE_DIR;
+use crate::script;
 use std::time::Duration;
 
 use super::binaries::KUBEADM;
@@ -62,20 +63,20 @@ impl Step for JoinNode {
         ops.push(Op::Template(
             self.settings
                 .render_join(&n, &creds)?
-                .unless(format!("[ -s {KUBELET_CONF} ]")),
+                .unless(script!("[ -s {KUBELET_CONF} ]")),
         ));
         // What a join applies is recorded for later re-runs and `apply` to compare (workers:
         // the kubelet's settings; masters: the control plane's too).
         ops.extend(self.settings.drift_files()?.upload_wanted());
-        let record = format!("\n{}", super::reconfigure::record_applied());
+        let record = script!("\n{r}", r = super::reconfigure::record_applied());
         let patches = self.settings.patches_flag(&n);
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "set -e\numask 077\nif ! {KUBEADM} join --config {JOIN_CONFIG}{patches} >{JOIN_LOG} 2>&1; then\n  if grep -qiE 'token id .*invalid|has expired|could not find a JWS signature|Unauthorized' {JOIN_LOG}; then\n    echo 'the bootstrap token was rejected (expired or revoked): run the install again; before joining, the first master checks the token and issues a fresh one' >&2\n  fi\n  echo \"kubeadm join failed; the last lines of {JOIN_LOG}:\" >&2\n  tail -n 25 {JOIN_LOG} >&2\n  exit 1\nfi{record}"
+            RunCommand::new(script!(
+                "set -e\numask 077\nif ! {KUBEADM} join --config {JOIN_CONFIG}{patches} >{JOIN_LOG} 2>&1; then\n  if grep -qiE 'token id .*invalid|has expired|could not find a JWS signature|Unauthorized' {JOIN_LOG}; then\n    echo 'the bootstrap token was rejected (expired or revoked): run the install again; before joining, the first master checks the token and issues a fresh one' >&2\n  fi\n  echo \"kubeadm join failed; the last lines of {JOIN_LOG}:\" >&2\n  tail -n 25 {JOIN_LOG} >&2\n  exit 1\nfi{record}", patches = patches, record = record
             ))
-            .unless(format!("[ -s {KUBELET_CONF} ]"))
-            .verify(format!("[ -s {KUBELET_CONF} ]"))
-            .undo(format!("{KUBEADM} reset -f >/dev/null 2>&1 || true"))
+            .unless(script!("[ -s {KUBELET_CONF} ]"))
+            .verify(script!("[ -s {KUBELET_CONF} ]"))
+            .undo(script!("{KUBEADM} reset -f >/dev/null 2>&1 || true"))
             .timeout(Duration::from_secs(900)),
         ));
         if self.control_plane {

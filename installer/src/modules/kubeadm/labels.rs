@@ -8,6 +8,8 @@
 //!   so pods may run there; master-only nodes keep them;
 //! * `spec.hosts[].labels` are set on their node.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -88,7 +90,7 @@ impl Step for NodeRoles {
         let k = kubectl();
         let mut ops = Vec::new();
         for w in &self.nodes {
-            let n = shell::quote(&w.name);
+            let n = shell::quoted(&w.name);
             ops.push(Op::Wait(WaitFor {
                 what: format!("node {} registered", w.name),
                 check: format!("{k} get node {n} -o name >/dev/null"),
@@ -99,29 +101,33 @@ impl Step for NodeRoles {
                 let pairs: Vec<String> = w
                     .labels
                     .iter()
-                    .map(|(key, v)| shell::quote(&format!("{key}={v}")))
+                    .map(|(key, v)| format!("{key}={v}"))
                     .collect();
-                let checks: Vec<String> = pairs
-                    .iter()
-                    .map(|p| format!("printf '%s\\n' \"$l\" | grep -qxF -- {p}"))
-                    .collect();
+                let checks = Script::join(
+                    pairs
+                        .iter()
+                        .map(|p| script!("printf '%s\\n' \"$l\" | grep -qxF -- {p}", p = p)),
+                    " && ",
+                );
                 ops.push(Op::Run(
-                    RunCommand::new(format!(
-                        "{k} label node {n} --overwrite {} >/dev/null",
-                        pairs.join(" ")
+                    RunCommand::new(script!(
+                        "{k} label node {n} --overwrite {pairs} >/dev/null",
+                        k = k,
+                        n = n,
+                        pairs = shell::words(&pairs)
                     ))
-                    .unless(format!(
-                        "l=$({k} get node {n} -o {}) && {}",
-                        shell::quote(LABELS),
-                        checks.join(" && ")
+                    .unless(script!(
+                        "l=$({k} get node {n} -o {labels}) && {checks}",
+                        k = k,
+                        n = n,
+                        labels = LABELS,
+                        checks = checks
                     ))
-                    .undo(format!(
-                        "{k} label node {n} {} >/dev/null 2>&1 || true",
-                        w.labels
-                            .keys()
-                            .map(|key| shell::quote(&format!("{key}-")))
-                            .collect::<Vec<_>>()
-                            .join(" ")
+                    .undo(script!(
+                        "{k} label node {n} {keys} >/dev/null 2>&1 || true",
+                        k = k,
+                        n = n,
+                        keys = shell::words(w.labels.keys().map(|key| format!("{key}-")))
                     )),
                 ));
             }
@@ -130,13 +136,16 @@ impl Step for NodeRoles {
             }
             for taint in &self.taints {
                 ops.push(Op::Run(
-                    RunCommand::new(format!("{k} taint node {n} {taint}- >/dev/null"))
-                        .unless(format!(
-                            "t=$({k} get node {n} -o {}) && ! printf '%s\\n' \"$t\" | grep -qxF {taint}",
-                            shell::quote(TAINTS)
+                    RunCommand::new(script!("{k} taint node {n} {taint}- >/dev/null", k = k, n = n, taint = taint))
+                        .unless(script!(
+                            "t=$({k} get node {n} -o {taints}) && ! printf '%s\\n' \"$t\" | grep -qxF {taint}",
+                            k = k,
+                            n = n,
+                            taints = TAINTS,
+                            taint = taint
                         ))
-                        .undo(format!(
-                            "{k} taint node {n} {taint} --overwrite >/dev/null 2>&1 || true"
+                        .undo(script!(
+                            "{k} taint node {n} {taint} --overwrite >/dev/null 2>&1 || true", k = k, n = n, taint = taint
                         )),
                 ));
             }

@@ -50,6 +50,8 @@ pub mod serving_csr;
 pub mod settle;
 
 use crate::modules::k8s::{admin_kubeconfig_path, ADMIN_CONF};
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 
 use std::sync::Arc;
@@ -328,27 +330,31 @@ impl Step for RemoveKubernetes {
         "remove-kubernetes"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let bins = "/usr/local/bin/kubeadm /usr/local/bin/kubelet /usr/local/bin/kubectl /usr/local/bin/helm";
-        let staging = "/var/lib/kubexm/artifacts/kubeadm /var/lib/kubexm/artifacts/kubelet /var/lib/kubexm/artifacts/kubectl /var/lib/kubexm/artifacts/helm /var/lib/kubexm/extract/helm-*";
+        let bins = Script::new("/usr/local/bin/kubeadm /usr/local/bin/kubelet /usr/local/bin/kubectl /usr/local/bin/helm");
+        let staging = Script::new("/var/lib/kubexm/artifacts/kubeadm /var/lib/kubexm/artifacts/kubelet /var/lib/kubexm/artifacts/kubectl /var/lib/kubexm/artifacts/helm /var/lib/kubexm/extract/helm-*");
         let etcd = if self.stacked {
-            crate::modules::k8s::STACKED_ETCD_DATA
+            Script::new(crate::modules::k8s::STACKED_ETCD_DATA)
         } else {
-            ""
+            Script::empty()
         };
-        let files = format!(
-            "{KUBELET_UNIT} {KUBELET_DROPIN} {bins} /etc/kubernetes /var/lib/kubelet {} {etcd}",
-            super::internal_lb::PROXY_DIR
+        let files = script!(
+            "{KUBELET_UNIT} {KUBELET_DROPIN} {bins} /etc/kubernetes /var/lib/kubelet {proxy} {etcd}",
+            bins = bins,
+            proxy = super::internal_lb::PROXY_DIR,
+            etcd = etcd
         );
-        let gone: Vec<String> = files
-            .split_whitespace()
-            .map(|p| format!("[ ! -e {p} ]"))
-            .collect();
+        let gone = Script::join(
+            files
+                .split_whitespace()
+                .map(|p| script!("[ ! -e {p} ]", p = p)),
+            " && ",
+        );
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "{KUBEADM} reset -f >/dev/null 2>&1 || true"
                 ))
-                .unless(format!(
+                .unless(script!(
                     "[ ! -x {KUBEADM} ] || {{ [ ! -e /etc/kubernetes/kubelet.conf ] && [ ! -e {ADMIN_CONF} ] && [ -z \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; }}"
                 )),
             ),
@@ -356,18 +362,19 @@ impl Step for RemoveKubernetes {
                 RunCommand::new(
                     "systemctl disable --now kubelet 2>/dev/null || systemctl stop kubelet 2>/dev/null || true",
                 )
-                .unless(format!(
+                .unless(script!(
                     "! {} || {{ ! systemctl is-enabled -q kubelet 2>/dev/null && ! systemctl is-active -q kubelet; }}",
                     super::delete::written_by_kubexm(KUBELET_UNIT)
                 )),
             ),
             Op::Run(
-                RunCommand::new(format!(
-                    "grep -o ' /var/lib/kubelet/[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true\nrm -rf -- {files} {staging}\nrmdir /etc/systemd/system/kubelet.service.d 2>/dev/null || true\nsystemctl daemon-reload"
+                RunCommand::new(script!(
+                    "grep -o ' /var/lib/kubelet/[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true\nrm -rf -- {files} {staging}\nrmdir /etc/systemd/system/kubelet.service.d 2>/dev/null || true\nsystemctl daemon-reload", files = files, staging = staging
                 ))
-                .unless(format!(
-                    "{} && ! ls -d {staging} >/dev/null 2>&1",
-                    gone.join(" && ")
+                .unless(script!(
+                    "{gone} && ! ls -d {staging} >/dev/null 2>&1",
+                    gone = gone,
+                    staging = staging
                 )),
             ),
             crate::modules::network::traces::remove_pod_network_traces(),

@@ -16,6 +16,8 @@
 //!   time by the DaemonSet's rolling update, and KubeXM waits for the rollout.
 
 use crate::modules::k8s::STATE_DIR;
+use crate::runner::shell::{self, Script};
+use crate::script;
 use std::time::Duration;
 
 use super::binaries::KUBEADM;
@@ -39,8 +41,11 @@ fn policy() -> Policy {
 }
 
 /// `unless` of a step comparing one drift file.
-fn unchanged(file: &str) -> String {
-    format!("cmp -s {WANTED_DIR}/{file} {APPLIED_DIR}/{file}")
+fn unchanged(file: &'static str) -> Script {
+    script!(
+        "cmp -s {WANTED_DIR}/{file} {APPLIED_DIR}/{file}",
+        file = file
+    )
 }
 
 /// The node's own configuration (workers get an `InitConfiguration` too: `kubelet-start`
@@ -63,16 +68,16 @@ pub struct KubeletSettings {
 }
 
 impl KubeletSettings {
-    fn script(&self, node: &Node) -> String {
+    fn script(&self, node: &Node) -> Script {
         let upload = if node.name == self.first {
-            format!(
+            script!(
                 "{KUBEADM} init phase upload-config kubelet --config {RECONFIGURE_CONFIG} >>\"$log\" 2>&1 || fail 'kubeadm could not upload the kubelet configuration for later joins'\n"
             )
         } else {
-            String::new()
+            Script::empty()
         };
         let wait = SETTINGS_TIMEOUT.as_secs();
-        format!(
+        script!(
             "# the kubelet's settings on {name}\n\
 set -e\n\
 umask 077\n\
@@ -92,7 +97,7 @@ i=0; until curl -fsS -o /dev/null http://127.0.0.1:10248/healthz; do\n\
 done\n\
 cp -f {WANTED_DIR}/kubelet {APPLIED_DIR}/kubelet\n\
 echo 'kubelet settings applied'",
-            name = node.name,
+            name = shell::in_double_quotes(&node.name), upload = upload, wait = wait
         )
     }
 }
@@ -133,7 +138,7 @@ impl Step for KubeProxySettings {
         let mut ops = self.settings.drift_files()?.upload_wanted();
         ops.push(node_config(&self.settings, node, true)?);
         ops.push(Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "# kube-proxy's settings\n\
 set -e\n\
 umask 077\n\
@@ -147,7 +152,7 @@ if ! {k} -n kube-system rollout status daemonset kube-proxy --timeout={wait}s >/
 fi\n\
 mkdir -p {APPLIED_DIR}\n\
 cp -f {WANTED_DIR}/kube-proxy {APPLIED_DIR}/kube-proxy\n\
-echo 'kube-proxy settings applied'"
+echo 'kube-proxy settings applied'", k = k, wait = wait
             ))
             .unless(unchanged("kube-proxy"))
             .timeout(SETTINGS_TIMEOUT + Duration::from_secs(60)),

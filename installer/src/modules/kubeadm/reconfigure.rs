@@ -22,6 +22,8 @@
 //! it. Masters are reconfigured one at a time, each waiting until its API server answers again.
 
 use crate::modules::k8s::{KUBECTL, STATE_DIR};
+use crate::runner::shell::{self, Script};
+use crate::script;
 use std::time::Duration;
 
 use super::binaries::KUBEADM;
@@ -93,8 +95,8 @@ impl DriftFiles {
 }
 
 /// Shell appended to a successful `kubeadm init`/`join`: what was just applied is recorded.
-pub fn record_applied() -> String {
-    format!("rm -rf {APPLIED_DIR}\ncp -a {WANTED_DIR} {APPLIED_DIR}")
+pub fn record_applied() -> Script {
+    script!("rm -rf {APPLIED_DIR}\ncp -a {WANTED_DIR} {APPLIED_DIR}")
 }
 
 /// On a master that has joined: applies certificate SAN and control-plane flag changes, reports
@@ -107,22 +109,23 @@ pub struct Reconfigure {
 }
 
 impl Reconfigure {
-    fn script(&self, n: &NodeSettings, first: bool) -> String {
+    fn script(&self, n: &NodeSettings, first: bool) -> Script {
         let patches = self.settings.patches_flag(n);
         let api = host_url(&n.address, APISERVER_PORT);
         let manifest = "/etc/kubernetes/manifests/kube-apiserver.yaml";
-        let ready = format!(
-            "{KUBECTL} --kubeconfig {ADMIN_CONF} --server {api} get --raw=/readyz >/dev/null 2>&1"
+        let ready = script!(
+            "{KUBECTL} --kubeconfig {ADMIN_CONF} --server {api} get --raw=/readyz >/dev/null 2>&1",
+            api = api
         );
         let wait = RESTART_TIMEOUT.as_secs();
         let upload = if first {
-            format!(
+            script!(
                 "if [ -n \"$changed\" ]; then {KUBEADM} init phase upload-config kubeadm --config {RECONFIGURE_CONFIG} >>\"$log\" 2>&1; fi\n"
             )
         } else {
-            String::new()
+            Script::empty()
         };
-        format!(
+        script!(
             "# kubeadm reconfiguration of {name}: API server certificate SANs, control-plane flags\n\
 set -e\n\
 umask 077\n\
@@ -163,7 +166,7 @@ if [ -n \"$changed\" ]; then\n\
 fi\n\
 {upload}cp -f {WANTED_DIR}/cert-sans {WANTED_DIR}/control-plane {APPLIED_DIR}/\n\
 [ -z \"$changed\" ] || echo \"reconfigured:$changed\"",
-            name = n.name,
+            name = shell::in_double_quotes(&n.name), manifest = manifest, patches = patches, ready = ready, wait = wait, upload = upload
         )
     }
 }
@@ -180,7 +183,7 @@ impl Step for Reconfigure {
         ops.push(Op::Template(config));
         ops.push(Op::Run(
             RunCommand::new(self.script(&n, node.name == self.first))
-                .unless(format!(
+                .unless(script!(
                     "[ -d {APPLIED_DIR} ] && cmp -s {WANTED_DIR}/cert-sans {APPLIED_DIR}/cert-sans && cmp -s {WANTED_DIR}/control-plane {APPLIED_DIR}/control-plane"
                 ))
                 .timeout(RESTART_TIMEOUT * 2),

@@ -37,6 +37,8 @@
 //! The kubexm path needs none of this: KubeXM issues each kubelet's serving certificate
 //! (`pki/kubelet.crt`, SANs the node's name and addresses) from the cluster CA itself.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -502,7 +504,7 @@ impl Step for ServingCertificate {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![await_serving(
             "the kubelet serving a certificate of the cluster CA (its approved CSR)".into(),
-            format!("[ -s {SERVING_CERT} ]"),
+            script!("[ -s {SERVING_CERT} ]"),
             self.required.then_some(FETCH),
         )])
     }
@@ -511,19 +513,21 @@ impl Step for ServingCertificate {
 /// The op that awaits `check` (a kubelet holding its serving certificate) on a node: with
 /// `required`, a wait of that long that fails naming `what`; without, at most [`SETTLE`],
 /// succeeding either way (a second approval round follows, for what the kubelet asks meanwhile).
-pub fn await_serving(what: String, check: String, required: Option<Duration>) -> Op {
+pub fn await_serving(what: String, check: Script, required: Option<Duration>) -> Op {
     if let Some(timeout) = required {
         return Op::Wait(crate::pipeline::ops::WaitFor {
             what,
-            check,
+            check: check.into_string(),
             timeout,
             interval: Duration::from_secs(2),
         });
     }
     let tries = SETTLE.as_secs() / 2;
     Op::Run(
-        RunCommand::new(format!(
-            "i=0; while [ $i -lt {tries} ] && ! {{ {check}; }}; do i=$((i+1)); sleep 2; done"
+        RunCommand::new(script!(
+            "i=0; while [ $i -lt {tries} ] && ! {{ {check}; }}; do i=$((i+1)); sleep 2; done",
+            tries = tries,
+            check = &check
         ))
         .unless(check)
         // (it succeeds either way: the second round approves what the kubelet asks now)
@@ -549,9 +553,10 @@ impl Step for ApproveServingCsrs {
                     .nodes
                     .iter()
                     .map(|n| {
-                        Op::Run(RunCommand::new(format!(
-                            "{k} certificate approve <pending {KUBELET_SERVING_SIGNER} CSR of system:node:{}, checked>",
-                            n.name
+                        Op::Run(RunCommand::new(script!(
+                            "{k} certificate approve <pending {KUBELET_SERVING_SIGNER} CSR of system:node:{name}, checked>",
+                            k = k,
+                            name = n.name
                         )))
                     })
                     .collect());
@@ -566,15 +571,17 @@ impl Step for ApproveServingCsrs {
         Ok(names
             .into_iter()
             .map(|name| {
-                let q = shell::quote(&name);
-                let approved = format!(
-                    "{k} get csr {q} -o jsonpath='{{.status.conditions[*].type}}' | grep -qw Approved"
+                let q = shell::quoted(&name);
+                let approved = script!(
+                    "{k} get csr {q} -o jsonpath='{{.status.conditions[*].type}}' | grep -qw Approved",
+                    k = k,
+                    q = q
                 );
                 Op::Run(RunCommand {
                     unless: Some(approved.clone()),
                     verify: Some(approved),
                     timeout: Duration::from_secs(60),
-                    ..RunCommand::new(format!("{k} certificate approve {q}"))
+                    ..RunCommand::new(script!("{k} certificate approve {q}", k = k, q = q))
                 })
             })
             .collect())

@@ -14,6 +14,7 @@
 //!   then KubeXM waits for the rollout.
 
 use crate::modules::k8s::{kubectl, ADMIN_CONF};
+use crate::script;
 use std::time::Duration;
 
 use crate::modules::k8s::host_url;
@@ -90,14 +91,16 @@ impl Step for RestartKubeProxy {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl();
-        let set = shell::quote(&self.joined.join(","));
+        let set = shell::quoted(&self.joined.join(","));
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "set -e\n{k} -n kube-system rollout restart daemonset kube-proxy >/dev/null\nif ! {k} -n kube-system rollout status daemonset kube-proxy --timeout={}s >/dev/null; then\n  echo 'kube-proxy did not finish restarting (after the control-plane joins):' >&2\n  {k} -n kube-system get pods -l k8s-app=kube-proxy -o wide >&2 || true\n  exit 1\nfi\necho {set} >{KUBE_PROXY_STAMP}",
-                SETTLE_TIMEOUT.as_secs()
+            RunCommand::new(script!(
+                "set -e\n{k} -n kube-system rollout restart daemonset kube-proxy >/dev/null\nif ! {k} -n kube-system rollout status daemonset kube-proxy --timeout={secs}s >/dev/null; then\n  echo 'kube-proxy did not finish restarting (after the control-plane joins):' >&2\n  {k} -n kube-system get pods -l k8s-app=kube-proxy -o wide >&2 || true\n  exit 1\nfi\necho {set} >{KUBE_PROXY_STAMP}",
+                k = k,
+                secs = SETTLE_TIMEOUT.as_secs(),
+                set = set
             ))
-            .unless(format!("[ \"$(cat {KUBE_PROXY_STAMP} 2>/dev/null)\" = {set} ]"))
-            .undo(format!("rm -f {KUBE_PROXY_STAMP}"))
+            .unless(script!("[ \"$(cat {KUBE_PROXY_STAMP} 2>/dev/null)\" = {set} ]", set = set))
+            .undo(script!("rm -f {KUBE_PROXY_STAMP}"))
             .timeout(SETTLE_TIMEOUT + Duration::from_secs(60)),
         )])
     }

@@ -23,6 +23,7 @@
 //! name and internal (and SSH, when different) address, the VIP, `loadBalancer.domain`,
 //! `apiserverCertExtraSans`, `127.0.0.1` and `localhost`. Keys are mode 0600.
 
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 
@@ -36,7 +37,7 @@ use crate::context::InstallContext;
 use crate::pipeline::ops::{CreateDir, Op, RenderTemplate, RunCommand, UploadFile};
 use crate::pipeline::{Facts, Module, Node, Step, StepError, Task};
 use crate::pki::{Ca, CertSpec, IssuedCert, KeyDir, PkiError, San, Usage};
-use crate::runner::UploadSource;
+use crate::runner::{shell, UploadSource};
 
 /// The certificates module.
 pub struct KubexmCertsModule(pub Arc<InstallContext>);
@@ -417,9 +418,9 @@ impl Step for KubernetesCertificates {
             return Ok(ops);
         }
         ops.push(Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "for u in {}; do if systemctl is-active -q $u; then systemctl restart $u; fi; done",
-                SERVICES.join(" ")
+                shell::words(SERVICES)
             ))
             .when_changed(),
         ));

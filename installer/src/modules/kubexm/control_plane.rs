@@ -17,6 +17,8 @@
 //! and `schedulerArgs` replace or add flags.
 
 use crate::modules::k8s::APISERVER_PORT;
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
@@ -408,14 +410,24 @@ impl Step for WaitControlPlane {
 
 /// `kubectl apply` of a manifest already on the node, skipped when `kubectl diff` finds nothing
 /// to change; undone by deleting what it created.
-pub fn apply(kubectl: &str, file: &str, verify: String) -> Op {
+pub fn apply(kubectl: &Script, file: &str, verify: Script) -> Op {
     Op::Run(
-        RunCommand::new(format!("{kubectl} apply -f {file}"))
-            .unless(format!("{kubectl} diff -f {file} >/dev/null 2>&1"))
-            .verify(verify)
-            .undo(format!(
-                "{kubectl} delete --ignore-not-found -f {file} >/dev/null 2>&1 || true"
-            )),
+        RunCommand::new(script!(
+            "{kubectl} apply -f {file}",
+            kubectl = kubectl,
+            file = file
+        ))
+        .unless(script!(
+            "{kubectl} diff -f {file} >/dev/null 2>&1",
+            kubectl = kubectl,
+            file = file
+        ))
+        .verify(verify)
+        .undo(script!(
+            "{kubectl} delete --ignore-not-found -f {file} >/dev/null 2>&1 || true",
+            kubectl = kubectl,
+            file = file
+        )),
     )
 }
 
@@ -447,7 +459,7 @@ impl Step for ClusterRbac {
         let l = &self.k.layout;
         let file = self.file()?;
         let dest = file.file.dest.clone();
-        let kubectl = format!(
+        let kubectl = script!(
             "{} --kubeconfig {}",
             l.bin("kubectl"),
             l.conf("super-admin.conf")
@@ -461,7 +473,10 @@ impl Step for ClusterRbac {
             apply(
                 &kubectl,
                 &dest,
-                format!("{kubectl} get clusterrolebinding {CLUSTER_ADMINS} >/dev/null"),
+                script!(
+                    "{kubectl} get clusterrolebinding {CLUSTER_ADMINS} >/dev/null",
+                    kubectl = kubectl
+                ),
             ),
         ])
     }

@@ -86,8 +86,9 @@ impl Step for CoreDns {
             apply(
                 &kubectl,
                 &dest,
-                format!(
-                    "{kubectl} -n kube-system get deployment/coredns service/kube-dns >/dev/null"
+                crate::script!(
+                    "{kubectl} -n kube-system get deployment/coredns service/kube-dns >/dev/null",
+                    kubectl = kubectl
                 ),
             ),
         ])

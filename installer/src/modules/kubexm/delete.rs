@@ -14,6 +14,8 @@
 //!    (`/etc/kubernetes/kubexm`: NodeLocal DNSCache, addons), the staged bundle
 //!    files; `/etc/kubernetes` (and `manifests/`, `addons/`) only when that leaves them empty.
 
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 
 use super::{skip_reason, KubexmCluster, Layout, SERVICES};
@@ -77,35 +79,28 @@ impl Module for KubexmDeleteModule {
 
 /// The generic steps of the removal (see the module docs).
 pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
-    let q = |v: &[String]| {
-        v.iter()
-            .map(|p| shell::quote(p))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let stop: Vec<String> = SERVICES
-        .iter()
-        .rev()
-        .map(|u| {
-            format!(
-                "if {}; then systemctl disable --now {u} 2>/dev/null || systemctl stop {u} 2>/dev/null || true; fi",
-                written_by_kubexm(&l.unit(u))
+    let q = |v: &[String]| shell::words(v);
+    let stop = Script::join(
+        SERVICES.iter().rev().map(|u| {
+            script!(
+                "if {written}; then systemctl disable --now {u} 2>/dev/null || systemctl stop {u} 2>/dev/null || true; fi",
+                written = written_by_kubexm(&l.unit(u)),
+                u = u
             )
-        })
-        .collect();
-    let stopped: Vec<String> = SERVICES
-        .iter()
-        .map(|u| {
-            format!(
-                "{{ ! {} || {{ ! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}; }}; }}",
-                written_by_kubexm(&l.unit(u))
-            )
-        })
-        .collect();
-    let crictl = format!(
-        "{BIN_DIR}/crictl --runtime-endpoint {}",
-        shell::quote(runtime_endpoint)
+        }),
+        "\n",
     );
+    let stopped = Script::join(
+        SERVICES.iter().map(|u| {
+            script!(
+                "{{ ! {written} || {{ ! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}; }}; }}",
+                written = written_by_kubexm(&l.unit(u)),
+                u = u
+            )
+        }),
+        " && ",
+    );
+    let crictl = script!("{BIN_DIR}/crictl --runtime-endpoint {}", runtime_endpoint);
     let socket = runtime_endpoint.trim_start_matches("unix://");
     let kube_proxy = l.bin("kube-proxy");
     let state = [
@@ -127,60 +122,57 @@ pub fn remove_ops(l: &Layout, runtime_endpoint: &str) -> Vec<Op> {
         .iter()
         .map(|b| format!("{ARTIFACTS}/{b}"))
         .collect();
-    let mut gone: Vec<String> = files
+    let mut gone: Vec<Script> = files
         .iter()
         .chain(staged.iter())
-        .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
+        .map(|p| script!("[ ! -e {} ]", p))
         .collect();
-    gone.push(format!("[ ! -e {} ]", shell::quote(&l.pki_dir())));
+    gone.push(script!("[ ! -e {} ]", l.pki_dir()));
     // KubeXM's own directory: the manifests and addons it applied (apply.rs).
     let own = crate::modules::apply::MANIFESTS_DIR
         .rsplit_once('/')
         .map_or(crate::modules::apply::MANIFESTS_DIR, |(d, _)| d);
-    gone.push(format!("[ ! -e {} ]", shell::quote(own)));
+    gone.push(script!("[ ! -e {} ]", own));
     vec![
-        Op::Run(RunCommand::new(stop.join("\n")).unless(stopped.join(" && "))),
+        Op::Run(RunCommand::new(stop).unless(stopped)),
         Op::Run(
-            RunCommand::new(format!("{crictl} rmp -a -f >/dev/null"))
-                .unless(format!(
-                    "[ ! -x {BIN_DIR}/crictl ] || [ ! -S {socket} ] || [ -z \"$({crictl} pods -q 2>/dev/null)\" ]"
+            RunCommand::new(script!("{crictl} rmp -a -f >/dev/null", crictl = crictl))
+                .unless(script!(
+                    "[ ! -x {BIN_DIR}/crictl ] || [ ! -S {socket} ] || [ -z \"$({crictl} pods -q 2>/dev/null)\" ]", socket = socket, crictl = crictl
                 )),
         ),
         Op::Run(
             // Done when kube-proxy's own chains are gone (the kubelet's KUBE-*-CANARY,
             // KUBE-FIREWALL and KUBE-MARK-* stay for the pod network's cleanup below); the
             // check was once only "no binary", which a real --cleanup never satisfies.
-            RunCommand::new(format!("{kube_proxy} --cleanup >/dev/null 2>&1 || true")).unless(
-                format!(
-                    "[ ! -x {kube_proxy} ] || ! iptables-save -t nat 2>/dev/null | grep -qE '^:KUBE-(SERVICES|NODEPORTS|SVC-|SEP-)'"
+            RunCommand::new(script!("{kube_proxy} --cleanup >/dev/null 2>&1 || true", kube_proxy = kube_proxy)).unless(
+                script!(
+                    "[ ! -x {kube_proxy} ] || ! iptables-save -t nat 2>/dev/null | grep -qE '^:KUBE-(SERVICES|NODEPORTS|SVC-|SEP-)'", kube_proxy = kube_proxy
                 ),
             ),
         ),
         crate::modules::network::traces::remove_pod_network_traces(),
         Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "awk -v d={k}/ 'index($2, d) == 1 {{ print $2 }}' /proc/mounts | sort -r | while read -r m; do umount -l \"$m\" || true; done\nrm -rf -- {state}",
-                k = shell::quote(&l.kubelet_dir),
+                k = &l.kubelet_dir,
                 state = q(&state),
             ))
-            .unless(
-                state
-                    .iter()
-                    .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
-                    .collect::<Vec<_>>()
-                    .join(" && "),
-            ),
+            .unless(Script::join(
+                state.iter().map(|p| script!("[ ! -e {} ]", p)),
+                " && ",
+            )),
         ),
         Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "rm -f -- {files}\nrm -rf -- {pki} {own} {staged}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
                 files = q(&files),
-                pki = shell::quote(&l.pki_dir()),
-                own = shell::quote(own),
+                pki = &l.pki_dir(),
+                own = own,
                 staged = q(&staged),
                 dirs = q(&dirs),
             ))
-            .unless(gone.join(" && ")),
+            .unless(Script::join(gone, " && ")),
         ),
     ]
 }

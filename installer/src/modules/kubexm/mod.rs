@@ -41,6 +41,8 @@ pub mod kubeconfig;
 pub mod node;
 
 use crate::modules::k8s::host_url;
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -206,8 +208,8 @@ impl KubexmCluster {
 
     /// kubectl with `admin.conf` against the API server of `master` itself (so nothing depends
     /// on the load balancer while the cluster is being set up).
-    pub fn kubectl(&self, master: &Node) -> String {
-        format!(
+    pub fn kubectl(&self, master: &Node) -> Script {
+        script!(
             "{} --kubeconfig {} --server {}",
             self.layout.bin("kubectl"),
             self.layout.conf("admin.conf"),

@@ -19,6 +19,8 @@
 //! `node-role.kubernetes.io/*`): `node-role.kubernetes.io/control-plane` on masters,
 //! `node-role.kubernetes.io/worker` on workers, and each host's `labels`.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -201,27 +203,35 @@ impl Step for Kubelet {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let l = &self.k.layout;
-        let link = shell::quote(&l.conf(RESOLV_LINK));
-        let target = "t=/etc/resolv.conf\nif systemctl is-active -q systemd-resolved && [ -s /run/systemd/resolve/resolv.conf ]; then t=/run/systemd/resolve/resolv.conf; fi";
+        let link = shell::quoted(&l.conf(RESOLV_LINK));
+        let target = Script::new("t=/etc/resolv.conf\nif systemctl is-active -q systemd-resolved && [ -s /run/systemd/resolve/resolv.conf ]; then t=/run/systemd/resolve/resolv.conf; fi");
         let mut ops = vec![
             Op::Mkdir(CreateDir {
                 path: l.manifests_dir(),
                 mode: 0o755,
             }),
             Op::Run(
-                RunCommand::new(format!("{target}\nln -sfn \"$t\" {link}"))
-                    .unless(format!("{target}\n[ \"$(readlink {link})\" = \"$t\" ]"))
-                    .undo(format!("rm -f {link}")),
+                RunCommand::new(script!(
+                    "{target}\nln -sfn \"$t\" {link}",
+                    target = target,
+                    link = link
+                ))
+                .unless(script!(
+                    "{target}\n[ \"$(readlink {link})\" = \"$t\" ]",
+                    target = target,
+                    link = link
+                ))
+                .undo(script!("rm -f {link}", link = link)),
             ),
         ];
         ops.extend(service_ops("kubelet", self.files(node)?));
         // A restarted kubelet serves again before the next step (or node) relies on it: its Node
         // stays Ready for a while whatever the kubelet does.
         ops.push(Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "i=0; until curl -fsS -o /dev/null http://127.0.0.1:10248/healthz; do\n  i=$((i + 2)); [ $i -lt {s} ] || {{ echo 'the kubelet on {n} was not healthy within {s} s after its restart' >&2; journalctl -u kubelet -n 20 --no-pager >&2 || true; exit 1; }}\n  sleep 2\ndone",
                 s = KUBELET_RESTART_TIMEOUT.as_secs(),
-                n = node.name,
+                n = shell::in_single_quotes(&node.name),
             ))
             .when_changed()
             .timeout(KUBELET_RESTART_TIMEOUT + std::time::Duration::from_secs(30)),
@@ -364,10 +374,7 @@ impl Step for RegisterNodes {
             if labels.is_empty() {
                 continue;
             }
-            let set: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| shell::quote(&format!("{k}={v}")))
-                .collect();
+            let set = shell::words(labels.iter().map(|(k, v)| format!("{k}={v}")));
             let selector: Vec<String> = labels
                 .iter()
                 .map(|(k, v)| {
@@ -379,21 +386,23 @@ impl Step for RegisterNodes {
                 })
                 .collect();
             ops.push(Op::Run(
-                RunCommand::new(format!(
-                    "{kubectl} label node {name} --overwrite {} >/dev/null",
-                    set.join(" ")
+                RunCommand::new(script!(
+                    "{kubectl} label node {name} --overwrite {set} >/dev/null",
+                    kubectl = kubectl,
+                    name = name,
+                    set = set
                 ))
-                .unless(format!(
-                    "{kubectl} get nodes -l {} -o name | grep -qxF node/{name}",
-                    shell::quote(&selector.join(","))
+                .unless(script!(
+                    "{kubectl} get nodes -l {selector} -o name | grep -qxF node/{name}",
+                    kubectl = kubectl,
+                    selector = selector.join(","),
+                    name = name
                 ))
-                .undo(format!(
-                    "{kubectl} label node {name} {} >/dev/null 2>&1 || true",
-                    labels
-                        .keys()
-                        .map(|k| shell::quote(&format!("{k}-")))
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                .undo(script!(
+                    "{kubectl} label node {name} {keys} >/dev/null 2>&1 || true",
+                    kubectl = kubectl,
+                    name = name,
+                    keys = shell::words(labels.keys().map(|k| format!("{k}-")))
                 )),
             ));
         }

@@ -19,6 +19,8 @@
 //! the member and `kubeadm reset` removes it; [`StackedMemberGoneModule`] checks (and, for a
 //! node that is gone, does) the removal through the etcd pod of a master that stays.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -47,19 +49,21 @@ const BACKUP: &str = "/etc/kubernetes/kubexm/kube-apiserver.yaml.kubexm-orig";
 
 /// etcdctl inside the stacked etcd pod of `master`, with kubeadm's health-check client
 /// certificate; append a subcommand.
-pub fn stacked_etcdctl(kubectl: &str, master: &str) -> String {
-    format!(
-        "{kubectl} -n kube-system exec {} -- etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt --key=/etc/kubernetes/pki/etcd/healthcheck-client.key --command-timeout=10s",
-        shell::quote(&format!("etcd-{master}"))
+pub fn stacked_etcdctl(kubectl: &Script, master: &str) -> Script {
+    script!(
+        "{kubectl} -n kube-system exec {pod} -- etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt --key=/etc/kubernetes/pki/etcd/healthcheck-client.key --command-timeout=10s",
+        kubectl = kubectl,
+        pod = format!("etcd-{master}")
     )
 }
 
 /// `etcdctl member list` line test: the member with `peer` as its peer URL is listed
 /// (`ID, status, name, peerURLs, clientURLs, isLearner`).
-fn listed(etcdctl: &str, peer: &str) -> String {
-    format!(
-        "{etcdctl} member list | grep -qF -- {}",
-        shell::quote(&format!(", {peer},"))
+fn listed(etcdctl: &Script, peer: &str) -> Script {
+    script!(
+        "{etcdctl} member list | grep -qF -- {pattern}",
+        etcdctl = etcdctl,
+        pattern = format!(", {peer},")
     )
 }
 
@@ -129,7 +133,7 @@ impl Module for EtcdJoinModule {
 /// `etcdctl member add NAME --peer-urls=PEER`, skipped when that peer URL is listed already.
 pub struct MemberAdd {
     /// etcdctl against the running members.
-    pub etcdctl: String,
+    pub etcdctl: Script,
     /// The member's name.
     pub name: String,
     /// Its peer URL.
@@ -141,18 +145,20 @@ impl Step for MemberAdd {
         "etcd-member-add"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let e = format!("{} --command-timeout=10s", self.etcdctl);
+        let e = script!("{} --command-timeout=10s", self.etcdctl);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "{e} member add {} --peer-urls={} >/dev/null",
-                shell::quote(&self.name),
-                shell::quote(&self.peer)
+            RunCommand::new(script!(
+                "{e} member add {name} --peer-urls={peer} >/dev/null",
+                e = e,
+                name = self.name,
+                peer = self.peer
             ))
             .unless(listed(&e, &self.peer))
             // Only a member that never started is taken back.
-            .undo(format!(
-                "id=$({e} member list | grep -F -- {} | cut -d, -f1)\n[ -z \"$id\" ] || {e} member remove \"$id\" >/dev/null",
-                shell::quote(&format!(", unstarted, , {},", self.peer))
+            .undo(script!(
+                "id=$({e} member list | grep -F -- {pattern} | cut -d, -f1)\n[ -z \"$id\" ] || {e} member remove \"$id\" >/dev/null",
+                e = e,
+                pattern = format!(", unstarted, , {},", self.peer)
             ))
             .timeout(Duration::from_secs(90)),
         )])
@@ -165,7 +171,7 @@ impl Step for MemberAdd {
 /// Waits until the member reports started under its name.
 pub struct MemberStarted {
     /// etcdctl on the member.
-    pub etcdctl: String,
+    pub etcdctl: Script,
     /// The member's name.
     pub name: String,
 }
@@ -180,7 +186,7 @@ impl Step for MemberStarted {
             check: format!(
                 "{} --command-timeout=10s member list | grep -qE {}",
                 self.etcdctl,
-                shell::quote(&format!("^[0-9a-f]+, started, {}, ", self.name))
+                shell::quoted(&format!("^[0-9a-f]+, started, {}, ", self.name))
             ),
             timeout: Duration::from_secs(180),
             interval: Duration::from_secs(3),
@@ -226,7 +232,7 @@ impl Module for EtcdLeaveModule {
 /// `etcdctl member remove ID` of the member with that peer URL, checked gone.
 pub struct MemberRemove {
     /// etcdctl against the members that stay.
-    pub etcdctl: String,
+    pub etcdctl: Script,
     /// The member's name (for messages).
     pub name: String,
     /// Its peer URL (what identifies it, started or not).
@@ -238,12 +244,13 @@ impl Step for MemberRemove {
         "etcd-member-remove"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let e = format!("{} --command-timeout=10s", self.etcdctl);
-        let gone = format!("! {}", listed(&e, &self.peer));
+        let e = script!("{} --command-timeout=10s", self.etcdctl);
+        let gone = script!("! {}", listed(&e, &self.peer));
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "set -e\nid=$({e} member list | grep -F -- {} | cut -d, -f1)\n[ -n \"$id\" ]\n{e} member remove \"$id\" >/dev/null",
-                shell::quote(&format!(", {},", self.peer))
+            RunCommand::new(script!(
+                "set -e\nid=$({e} member list | grep -F -- {pattern} | cut -d, -f1)\n[ -n \"$id\" ]\n{e} member remove \"$id\" >/dev/null",
+                e = e,
+                pattern = format!(", {},", self.peer)
             ))
             .unless(gone.clone())
             .verify(gone)
@@ -291,13 +298,13 @@ impl Step for RetireEtcd {
         "etcd-retire"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let (d, c) = (shell::quote(&self.data_dir), shell::quote(&self.config));
+        let (d, c) = (shell::quoted(&self.data_dir), shell::quoted(&self.config));
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "systemctl disable --now {UNIT} 2>/dev/null || systemctl stop {UNIT} 2>/dev/null || true\nrm -rf -- {d}\nrm -f -- {c} {UNIT_FILE}\nrmdir \"$(dirname -- {c})\" 2>/dev/null || true\nsystemctl daemon-reload\nsystemctl reset-failed {UNIT} 2>/dev/null || true"
+            RunCommand::new(script!(
+                "systemctl disable --now {UNIT} 2>/dev/null || systemctl stop {UNIT} 2>/dev/null || true\nrm -rf -- {d}\nrm -f -- {c} {UNIT_FILE}\nrmdir \"$(dirname -- {c})\" 2>/dev/null || true\nsystemctl daemon-reload\nsystemctl reset-failed {UNIT} 2>/dev/null || true", d = d, c = c
             ))
-            .unless(format!(
-                "[ ! -e {UNIT_FILE} ] && [ ! -e {d} ] && [ ! -e {c} ] && ! systemctl is-active -q {UNIT}"
+            .unless(script!(
+                "[ ! -e {UNIT_FILE} ] && [ ! -e {d} ] && [ ! -e {c} ] && ! systemctl is-active -q {UNIT}", d = d, c = c
             )),
         )])
     }
@@ -372,7 +379,7 @@ impl Step for UploadClusterConfiguration {
         Ok(vec![
             Op::Template(self.settings.render_init(&n)?),
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "{} init phase upload-config kubeadm --config {INIT_CONFIG} >/dev/null",
                     crate::modules::kubeadm::binaries::KUBEADM
                 ))
@@ -395,9 +402,9 @@ impl Step for StaticPodEtcdServers {
     }
     fn ops(&self, node: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let flag = format!("--etcd-servers={}", self.servers);
-        let has = format!(
+        let has = script!(
             "sed -n 's/^ *- //p' {APISERVER_MANIFEST} | grep -qxF -- {}",
-            shell::quote(&flag)
+            flag
         );
         let server = crate::modules::k8s::host_url(
             &node.internal_address,
@@ -405,14 +412,14 @@ impl Step for StaticPodEtcdServers {
         );
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     // Written beside, then renamed: the kubelet reads every file of the manifests
                     // directory, so no temporary file may appear there.
-                    "set -e\ngrep -q -- '^ *- --etcd-servers=' {APISERVER_MANIFEST} || {{ echo '{APISERVER_MANIFEST} has no --etcd-servers flag' >&2; exit 1; }}\ncp -a {APISERVER_MANIFEST} {BACKUP}\nsed 's#^\\( *- --etcd-servers=\\).*#\\1{}#' {APISERVER_MANIFEST} > {BACKUP}.new\nchmod 600 {BACKUP}.new\nmv -f {BACKUP}.new {APISERVER_MANIFEST}",
-                    self.servers
+                    "set -e\ngrep -q -- '^ *- --etcd-servers=' {APISERVER_MANIFEST} || {{ echo '{APISERVER_MANIFEST} has no --etcd-servers flag' >&2; exit 1; }}\ncp -a {APISERVER_MANIFEST} {BACKUP}\nsed 's#^\\( *- --etcd-servers=\\).*#\\1{servers}#' {APISERVER_MANIFEST} > {BACKUP}.new\nchmod 600 {BACKUP}.new\nmv -f {BACKUP}.new {APISERVER_MANIFEST}",
+                    servers = shell::in_single_quotes(&self.servers)
                 ))
                 .unless(has)
-                .undo(format!(
+                .undo(script!(
                     "if [ -e {BACKUP} ]; then mv -f {BACKUP} {APISERVER_MANIFEST}; fi"
                 )),
             ),
@@ -420,7 +427,7 @@ impl Step for StaticPodEtcdServers {
                 what: format!("the kubelet runs {}'s API server with the new etcd endpoints", node.name),
                 check: format!(
                     "pgrep -f -- {} >/dev/null",
-                    shell::quote(&format!("kube-apiserver .*{flag}( |$)"))
+                    shell::quoted(&format!("kube-apiserver .*{flag}( |$)"))
                 ),
                 timeout: Duration::from_secs(180),
                 interval: Duration::from_secs(2),
@@ -494,7 +501,7 @@ impl Module for StackedMemberGoneModule {
 /// A check: the member with this peer URL is no longer listed (kubeadm reset removed it).
 pub struct MemberGone {
     /// etcdctl.
-    pub etcdctl: String,
+    pub etcdctl: Script,
     /// The member's name (messages).
     pub name: String,
     /// Its peer URL.

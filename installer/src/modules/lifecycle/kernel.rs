@@ -23,6 +23,7 @@
 //! Nodes that are not masters or workers (an etcd-only, load-balancer or registry host) get
 //! steps 2 to 4 and 6 only.
 
+use crate::script;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -246,10 +247,11 @@ impl Step for InstallKernel {
         let p = self.package.as_str();
         let marker_dir = PENDING.rsplit_once('/').map_or("/run", |(d, _)| d);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "{}\nmkdir -p {marker_dir} && echo {} >{PENDING}",
-                self.source.upgrade_script(p),
-                shell::quote(p)
+            RunCommand::new(script!(
+                "{upgrade}\nmkdir -p {marker_dir} && echo {p} >{PENDING}",
+                upgrade = self.source.upgrade_script(p),
+                marker_dir = marker_dir,
+                p = p
             ))
             .unless(self.source.current_script(p))
             .timeout(Duration::from_secs(1800)),
@@ -322,7 +324,7 @@ impl Step for RebootIntoKernel {
     }
     fn ops(&self, node: &Node, facts: &Facts) -> Result<Vec<Op>, StepError> {
         let release = expected(node, facts)?;
-        let r = shell::quote(&release);
+        let r = shell::quoted(&release);
         Ok(vec![
             Op::Reboot(Reboot {
                 why: format!("{} into kernel {release}", node.name),
@@ -417,16 +419,20 @@ impl Step for Uncordon {
     }
     fn ops(&self, via: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl_on(&self.ctx, via)?;
-        let n = shell::quote(&self.node);
+        let n = shell::quoted(&self.node);
         Ok(vec![
             ready_wait(
                 format!("the API server answering kubectl on {}", via.name),
                 format!("{k} get --raw=/readyz >/dev/null"),
             ),
             Op::Run(
-                RunCommand::new(format!("{k} uncordon {n} >/dev/null")).unless(format!(
-                    "[ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" != true ]"
-                )),
+                RunCommand::new(script!("{k} uncordon {n} >/dev/null", k = k, n = n)).unless(
+                    script!(
+                        "[ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" != true ]",
+                        k = k,
+                        n = n
+                    ),
+                ),
             ),
         ])
     }
@@ -447,8 +453,8 @@ impl Step for NodeReady {
     }
     fn ops(&self, via: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl_on(&self.ctx, via)?;
-        let n = shell::quote(&self.node);
-        let proxy = shell::quote(&format!("/api/v1/nodes/{}/proxy/healthz", self.node));
+        let n = shell::quoted(&self.node);
+        let proxy = shell::quoted(&format!("/api/v1/nodes/{}/proxy/healthz", self.node));
         Ok(vec![ready_wait(
             format!("node {} Ready, its kubelet answering", self.node),
             format!(

@@ -13,6 +13,8 @@
 //! * [`LocalProxiesModule`]: the internal load balancer's local API proxies on the workers get
 //!   the new list of masters.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +30,7 @@ use crate::runner::shell;
 
 /// kubectl with KubeXM's admin kubeconfig on the master `node` (the kubexm path talks to that
 /// master's own API server, as its modules do).
-pub fn kubectl_on(ctx: &Arc<InstallContext>, node: &Node) -> Result<String, StepError> {
+pub fn kubectl_on(ctx: &Arc<InstallContext>, node: &Node) -> Result<Script, StepError> {
     match ctx.cluster.file.spec.kubernetes.kind {
         KubernetesType::Kubeadm => Ok(crate::modules::k8s::kubectl()),
         KubernetesType::Kubexm => Ok(KubexmCluster::new(ctx)?.kubectl(node)),
@@ -89,10 +91,11 @@ impl Module for DrainModule {
 }
 
 /// Shell test: the Node object `name` does not exist.
-fn node_absent(kubectl: &str, name: &str) -> String {
-    format!(
-        "! {kubectl} get node {} -o name >/dev/null 2>&1",
-        shell::quote(name)
+fn node_absent(kubectl: &Script, name: &str) -> Script {
+    script!(
+        "! {kubectl} get node {name} -o name >/dev/null 2>&1",
+        kubectl = kubectl,
+        name = name
     )
 }
 
@@ -110,14 +113,16 @@ impl Step for Cordon {
     }
     fn ops(&self, master: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl_on(&self.ctx, master)?;
-        let n = shell::quote(&self.node);
+        let n = shell::quoted(&self.node);
         Ok(vec![Op::Run(
-            RunCommand::new(format!("{k} cordon {n} >/dev/null"))
-                .unless(format!(
-                    "{} || [ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" = true ]",
-                    node_absent(&k, &self.node)
+            RunCommand::new(script!("{k} cordon {n} >/dev/null", k = k, n = n))
+                .unless(script!(
+                    "{absent} || [ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" = true ]",
+                    absent = node_absent(&k, &self.node),
+                    k = k,
+                    n = n
                 ))
-                .undo(format!("{k} uncordon {n} >/dev/null 2>&1 || true")),
+                .undo(script!("{k} uncordon {n} >/dev/null 2>&1 || true", k = k, n = n)),
         )])
     }
 }
@@ -134,12 +139,15 @@ pub struct Drain {
 
 impl Drain {
     /// The flags of `kubectl drain`.
-    pub fn flags(&self) -> String {
+    pub fn flags(&self) -> Script {
         let t = self.options.timeout.as_secs();
         if self.options.force {
-            format!("--ignore-daemonsets --delete-emptydir-data --force --disable-eviction --grace-period=30 --timeout={t}s")
+            script!("--ignore-daemonsets --delete-emptydir-data --force --disable-eviction --grace-period=30 --timeout={t}s", t = t)
         } else {
-            format!("--ignore-daemonsets --delete-emptydir-data --timeout={t}s")
+            script!(
+                "--ignore-daemonsets --delete-emptydir-data --timeout={t}s",
+                t = t
+            )
         }
     }
 }
@@ -154,7 +162,7 @@ impl Step for Drain {
     }
     fn ops(&self, master: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl_on(&self.ctx, master)?;
-        let n = shell::quote(&self.node);
+        let n = shell::quoted(&self.node);
         let t = self.options.timeout.as_secs();
         let hint = if self.options.force {
             format!("the forced drain of {} did not finish within {t}s (pods without the eviction API are being deleted): check the pods on it and retry with --resume", self.node)
@@ -162,15 +170,15 @@ impl Step for Drain {
             format!("the drain of {} did not finish within {t}s: PodDisruptionBudgets (or pods no controller manages) keep pods on it. Fix them and retry with --resume, or retry with --force-drain to delete the pods without the eviction API (PodDisruptionBudgets are bypassed)", self.node)
         };
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "if ! out=$({k} drain {n} {flags} 2>&1); then\n  printf '%s\\n' \"$out\" | tail -n 12 >&2\n  echo {hint} >&2\n  exit 1\nfi",
                 flags = self.flags(),
-                hint = shell::quote(&hint),
+                hint = &hint, k = k, n = n
             ))
             .unless(node_absent(&k, &self.node))
             // A drained node is cordoned (kubectl drain cordons first).
-            .verify(format!(
-                "[ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" = true ]"
+            .verify(script!(
+                "[ \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" = true ]", k = k, n = n
             ))
             .timeout(self.options.timeout + Duration::from_secs(60)),
         )])
@@ -222,9 +230,10 @@ impl Step for DeleteNodeObject {
     fn ops(&self, master: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl_on(&self.ctx, master)?;
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "{k} delete node {} --wait=true --timeout=120s >/dev/null",
-                shell::quote(&self.node)
+            RunCommand::new(script!(
+                "{k} delete node {node} --wait=true --timeout=120s >/dev/null",
+                k = k,
+                node = self.node
             ))
             .unless(node_absent(&k, &self.node))
             .timeout(Duration::from_secs(180)),

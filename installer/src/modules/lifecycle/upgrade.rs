@@ -28,6 +28,8 @@
 //!    its etcd member (KubeXM's or the stacked one) is healthy with the whole cluster.
 
 use crate::modules::k8s::{host_url, KUBECTL, STATE_DIR};
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -350,15 +352,15 @@ pub struct KubeadmUpgrade {
 
 impl KubeadmUpgrade {
     /// The patches flag of `kubeadm upgrade` for a node with patches.
-    fn patches(&self, node: &Node, control_plane: bool) -> String {
+    fn patches(&self, node: &Node, control_plane: bool) -> Script {
         match self.settings.node(node, control_plane, false).patches {
-            Some(dir) if self.settings.has_patches_field => format!(" --patches {dir}"),
-            Some(dir) => format!(" --experimental-patches {dir}"),
-            None => String::new(),
+            Some(dir) if self.settings.has_patches_field => script!(" --patches {dir}", dir = dir),
+            Some(dir) => script!(" --experimental-patches {dir}", dir = dir),
+            None => Script::empty(),
         }
     }
 
-    fn script(&self, node: &Node) -> String {
+    fn script(&self, node: &Node) -> Script {
         let v = self.version.to_string();
         let control_plane = node.has_role(Role::Master);
         let patches = self.patches(node, control_plane);
@@ -368,17 +370,24 @@ impl KubeadmUpgrade {
                 format!("kubeadm upgrade apply {v}"),
                 // The cluster's configuration first: kubeadm keeps the etcd and CoreDNS image
                 // tags it names, so without this they would stay at the installed version's.
-                format!(
-                    "{KUBEADM} init phase upload-config kubeadm --config {UPGRADE_CONFIG} && {KUBEADM} upgrade apply {v} --yes{patches}{preflight}"
+                script!(
+                    "{KUBEADM} init phase upload-config kubeadm --config {UPGRADE_CONFIG} && {KUBEADM} upgrade apply {v} --yes{patches}{preflight}",
+                    v = v,
+                    patches = patches,
+                    preflight = preflight
                 ),
             )
         } else {
             (
                 "kubeadm upgrade node".to_string(),
-                format!("{KUBEADM} upgrade node{patches}{preflight}"),
+                script!(
+                    "{KUBEADM} upgrade node{patches}{preflight}",
+                    patches = patches,
+                    preflight = preflight
+                ),
             )
         };
-        format!(
+        script!(
             "# {what} on {name}\n\
 set -e\n\
 umask 077\n\
@@ -393,8 +402,11 @@ fi\n\
 echo {v} >{KUBEADM_MARKER}\n\
 systemctl restart kubelet\n\
 echo '{name} upgraded to {v}'",
-            name = node.name,
+            what = shell::in_single_quotes(&what),
+            name = shell::in_single_quotes(&node.name),
+            command = command,
             record = record_applied(),
+            v = v,
         )
     }
 }
@@ -417,9 +429,9 @@ impl Step for KubeadmUpgrade {
         }
         ops.push(Op::Run(
             RunCommand::new(self.script(node))
-                .unless(format!(
+                .unless(script!(
                     "[ \"$(cat {KUBEADM_MARKER} 2>/dev/null)\" = {} ]",
-                    self.version
+                    self.version.to_string()
                 ))
                 .timeout(KUBEADM_TIMEOUT),
         ));
@@ -436,11 +448,11 @@ impl Step for KubeadmUpgrade {
 
 /// The shell test that `unit` runs `bin` as it is now (a binary replaced by a new file shows
 /// as `BIN (deleted)`).
-fn runs_current(unit: &str, bin: &str) -> String {
-    format!(
+fn runs_current(unit: &str, bin: &str) -> Script {
+    script!(
         "pid=$(systemctl show -p MainPID --value {u}); [ -n \"$pid\" ] && [ \"$pid\" != 0 ] && [ \"$(readlink /proc/$pid/exe)\" = {b} ]",
-        u = shell::quote(unit),
-        b = shell::quote(bin)
+        u = shell::quoted(unit),
+        b = shell::quoted(bin)
     )
 }
 
@@ -463,8 +475,7 @@ impl Step for RestartReplaced {
             .iter()
             .map(|(u, b)| {
                 Op::Run(
-                    RunCommand::new(format!("systemctl restart {}", shell::quote(u)))
-                        .unless(runs_current(u, b)),
+                    RunCommand::new(script!("systemctl restart {}", u)).unless(runs_current(u, b)),
                 )
             })
             .collect();
@@ -507,7 +518,7 @@ impl Step for KubeletVersion {
             format!("node {} reporting kubelet {}", self.node, self.version),
             format!(
                 "[ \"$({k} get node {} -o jsonpath='{{.status.nodeInfo.kubeletVersion}}')\" = {} ]",
-                shell::quote(&self.node),
+                shell::quoted(&self.node),
                 self.version
             ),
         )])

@@ -8,6 +8,7 @@
 //! masters' internal addresses (`MASTER_NODES`, which the chart would otherwise look up from
 //! the labelled nodes) and where the images are pulled from (the private registry).
 
+use crate::script;
 use std::net::IpAddr;
 
 use kubexm_manifests::resolve::Role;
@@ -202,21 +203,26 @@ impl Step for KubeOvnMasters {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let k = kubectl();
         let key = MASTER_LABEL.split('=').next().unwrap_or(MASTER_LABEL);
-        let label = shell::quote(MASTER_LABEL);
+        let label = shell::quoted(MASTER_LABEL);
         Ok(self
             .masters
             .iter()
             .map(|m| {
-                let n = shell::quote(m);
+                let n = shell::quoted(m);
                 Op::Run(
-                    RunCommand::new(format!("{k} label node {n} --overwrite {label} >/dev/null"))
-                        .unless(format!(
-                            "l=$({k} get node {n} -o {}) && printf '%s\\n' \"$l\" | grep -qxF -- {label}",
-                            shell::quote(LABELS)
+                    RunCommand::new(script!("{k} label node {n} --overwrite {label} >/dev/null", k = k, n = n, label = label))
+                        .unless(script!(
+                            "l=$({k} get node {n} -o {labels}) && printf '%s\\n' \"$l\" | grep -qxF -- {label}",
+                            k = k,
+                            n = n,
+                            labels = LABELS,
+                            label = label
                         ))
-                        .undo(format!(
-                            "{k} label node {n} {} >/dev/null 2>&1 || true",
-                            shell::quote(&format!("{key}-"))
+                        .undo(script!(
+                            "{k} label node {n} {key} >/dev/null 2>&1 || true",
+                            k = k,
+                            n = n,
+                            key = format!("{key}-")
                         )),
                 )
             })

@@ -28,6 +28,8 @@
 //! Nothing here is undone by a rollback: the removed plugin is not in the new bundle.
 
 use crate::modules::k8s::{kubectl, ADMIN_CONF};
+use crate::runner::shell::Script;
+use crate::script;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,12 +207,13 @@ impl Step for SwitchBegin {
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         let m = SWITCH_MARKER;
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "set -e\nmkdir -p {dir}\ndate -u +%Y-%m-%dT%H:%M:%SZ > {m}.tmp\nmv {m}.tmp {m}",
-                dir = m.rsplit_once('/').map_or("/", |(d, _)| d)
+                dir = m.rsplit_once('/').map_or("/", |(d, _)| d),
+                m = m
             ))
-            .unless(format!("[ -s {m} ]"))
-            .undo(format!("rm -f {m}")),
+            .unless(script!("[ -s {m} ]", m = m))
+            .undo(script!("rm -f {m}", m = m)),
         )])
     }
 }
@@ -224,8 +227,8 @@ impl Step for SwitchEnd {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
-            RunCommand::new(format!("rm -f {SWITCH_MARKER}"))
-                .unless(format!("[ ! -e {SWITCH_MARKER} ]")),
+            RunCommand::new(script!("rm -f {SWITCH_MARKER}"))
+                .unless(script!("[ ! -e {SWITCH_MARKER} ]")),
         )])
     }
 }
@@ -250,14 +253,16 @@ fn helm_release(plugin: Plugin) -> Option<(&'static str, &'static str)> {
 /// A manifest applied by [`crate::modules::apply::ApplyManifest`], deleted with its record.
 fn delete_manifest(file: &str) -> Op {
     let dest = format!("{MANIFESTS_DIR}/{file}");
-    let d = shell::quote(&dest);
-    let m = shell::quote(&format!("{dest}.applied"));
+    let d = shell::quoted(&dest);
+    let m = shell::quoted(&format!("{dest}.applied"));
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "set -e\n{k} delete --ignore-not-found --timeout=300s -f {d} >/dev/null\nrm -f {m} {d}",
-            k = kubectl()
+            k = kubectl(),
+            d = d,
+            m = m
         ))
-        .unless(format!("[ ! -e {d} ] && [ ! -e {m} ]"))
+        .unless(script!("[ ! -e {d} ] && [ ! -e {m} ]", d = d, m = m))
         .timeout(Duration::from_secs(360)),
     )
 }
@@ -265,49 +270,59 @@ fn delete_manifest(file: &str) -> Op {
 /// A Helm release uninstalled with its record (values and chart files stay for the record).
 fn uninstall_release(plugin: Plugin, release: &str, namespace: &str) -> Vec<Op> {
     let k = kubectl();
-    let (r, n) = (shell::quote(release), shell::quote(namespace));
-    let marker = shell::quote(&format!("{MANIFESTS_DIR}/{release}.helm.applied"));
-    let common = format!("--namespace {n} --kubeconfig {ADMIN_CONF}");
-    let status = format!("{HELM} status {r} {common} >/dev/null 2>&1");
+    let (r, n) = (shell::quoted(release), shell::quoted(namespace));
+    let marker = shell::quoted(&format!("{MANIFESTS_DIR}/{release}.helm.applied"));
+    let common = script!("--namespace {n} --kubeconfig {ADMIN_CONF}", n = n);
+    let status = script!(
+        "{HELM} status {r} {common} >/dev/null 2>&1",
+        r = r,
+        common = common
+    );
     let mut ops = Vec::new();
     if plugin == Plugin::Calico {
         // The operator takes calico-system down when its Installation goes, so it goes first.
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "{k} delete installations.operator.tigera.io --all --ignore-not-found --timeout=300s >/dev/null"
+            RunCommand::new(script!(
+                "{k} delete installations.operator.tigera.io --all --ignore-not-found --timeout=300s >/dev/null", k = k
             ))
-            .unless(format!(
-                "! {k} get crd installations.operator.tigera.io >/dev/null 2>&1 || [ -z \"$({k} get installations.operator.tigera.io -o name 2>/dev/null)\" ]"
+            .unless(script!(
+                "! {k} get crd installations.operator.tigera.io >/dev/null 2>&1 || [ -z \"$({k} get installations.operator.tigera.io -o name 2>/dev/null)\" ]", k = k
             ))
             .timeout(Duration::from_secs(360)),
         ));
     }
     ops.push(Op::Run(
-        RunCommand::new(format!(
-            "set -e\nif {status}; then {HELM} uninstall {r} {common} --wait --timeout 5m >/dev/null; fi\nrm -f {marker}"
+        RunCommand::new(script!(
+            "set -e\nif {status}; then {HELM} uninstall {r} {common} --wait --timeout 5m >/dev/null; fi\nrm -f {marker}", status = status, r = r, common = common, marker = marker
         ))
-        .unless(format!("! {status} && [ ! -e {marker} ]"))
+        .unless(script!("! {status} && [ ! -e {marker} ]", status = status, marker = marker))
         .timeout(Duration::from_secs(360)),
     ));
     if plugin == Plugin::Calico {
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "{k} delete namespace calico-system --ignore-not-found --timeout=300s >/dev/null"
+            RunCommand::new(script!(
+                "{k} delete namespace calico-system --ignore-not-found --timeout=300s >/dev/null",
+                k = k
             ))
-            .unless(format!("! {k} get namespace calico-system >/dev/null 2>&1"))
+            .unless(script!(
+                "! {k} get namespace calico-system >/dev/null 2>&1",
+                k = k
+            ))
             .timeout(Duration::from_secs(360)),
         ));
     }
     if plugin == Plugin::KubeOvn {
         let key = MASTER_LABEL.split('=').next().unwrap_or(MASTER_LABEL);
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "{k} label nodes --all {} >/dev/null",
-                shell::quote(&format!("{key}-"))
+            RunCommand::new(script!(
+                "{k} label nodes --all {key} >/dev/null",
+                k = k,
+                key = format!("{key}-")
             ))
-            .unless(format!(
-                "[ -z \"$({k} get nodes -l {} -o name)\" ]",
-                shell::quote(key)
+            .unless(script!(
+                "[ -z \"$({k} get nodes -l {key} -o name)\" ]",
+                k = k,
+                key = key
             )),
         ));
     }
@@ -378,15 +393,15 @@ pub struct RecreatePods {
 /// A shell function `old_pods` listing `node`'s pods not on the host's network created before
 /// the switch (`namespace name` lines; RFC 3339 UTC times compare as strings); it fails when the
 /// marker or the API cannot be read, so that an API outage is never taken for "no pod left".
-pub fn pods_before_switch(node: &str) -> String {
-    format!(
+pub fn pods_before_switch(node: &str) -> Script {
+    script!(
         "old_pods() {{
   t=$(cat {SWITCH_MARKER}) || return 1
   p=$({k} get pods --all-namespaces --field-selector {field} -o go-template='{{{{range .items}}}}{{{{if not .spec.hostNetwork}}}}{{{{.metadata.namespace}}}} {{{{.metadata.name}}}} {{{{.metadata.creationTimestamp}}}}{{{{\"\\n\"}}}}{{{{end}}}}{{{{end}}}}') || return 1
   printf '%s\\n' \"$p\" | awk -v t=\"$t\" '$3 < t {{print $1, $2}}'
 }}",
         k = kubectl(),
-        field = shell::quote(&format!("spec.nodeName={node}"))
+        field = shell::quoted(&format!("spec.nodeName={node}"))
     )
 }
 
@@ -396,11 +411,14 @@ impl RecreatePods {
         let list = pods_before_switch(&self.node);
         let k = kubectl();
         let secs = PODS_GONE.as_secs();
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "set -e\n{list}\nold=$(old_pods)\nprintf '%s\\n' \"$old\" | while read -r ns name; do [ -n \"$name\" ] || continue; {k} delete pod -n \"$ns\" \"$name\" --wait=false >/dev/null 2>&1 || true; done\nend=$(( $(date +%s) + {secs} ))\nwhile :; do\n  left=$(old_pods) || left=\"(the API did not answer)\"\n  [ -n \"$left\" ] || exit 0\n  if [ \"$(date +%s)\" -ge \"$end\" ]; then echo \"pods of {node} still there after {secs}s: $(printf '%s' \"$left\" | tr '\\n' ',')\" >&2; exit 1; fi\n  sleep 3\ndone",
-            node = self.node
+            node = shell::in_double_quotes(&self.node),
+            list = list,
+            k = k,
+            secs = secs
         ))
-        .unless(format!("{list}\nleft=$(old_pods) && [ -z \"$left\" ]"))
+        .unless(script!("{list}\nleft=$(old_pods) && [ -z \"$left\" ]", list = list))
         .timeout(PODS_GONE + Duration::from_secs(60))
     }
 }

@@ -14,6 +14,8 @@
 //! its daemon's socket, the host ends of its pods' veths (`hybr*`), its VXLAN devices
 //! (`<interface>.vxlan4`/`.vxlan6`) and its `HYBRIDNET-*` chains (its felix's are `cali-*`).
 
+use crate::runner::shell::{self, Script};
+use crate::script;
 use kubexm_manifests::model::Plugin;
 
 use crate::pipeline::ops::{Op, RunCommand};
@@ -42,22 +44,19 @@ pub fn remove_pod_network_traces() -> Op {
         .split_whitespace()
         .map(|b| format!("/opt/cni/bin/{b}"))
         .collect();
-    let cni_gone = cni
-        .iter()
-        .map(|b| format!("[ ! -e {b} ]"))
-        .collect::<Vec<_>>()
-        .join(" && ");
+    let cni_gone = Script::join(cni.iter().map(|b| script!("[ ! -e {b} ]", b = b)), " && ");
     // Interface names (without `@peer`) matching INTERFACE_PATTERN.
-    let by_pattern = format!(
+    let by_pattern = script!(
         "ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | sed 's/@.*//' | grep -E '{INTERFACE_PATTERN}'"
     );
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "rm -f -- {cni} {CONFIGS}\nrm -rf -- {STATE}\nrmdir /etc/cni/net.d /etc/cni /etc/origin /run/cni 2>/dev/null || true\nif command -v ovs-dpctl >/dev/null 2>&1; then ovs-dpctl del-dp ovs-system 2>/dev/null || true; fi\nfor i in $({by_pattern}); do ip link delete \"$i\" 2>/dev/null || true; done\nfor n in /run/netns/cni-*; do [ -e \"$n\" ] || continue; ip netns delete \"${{n##*/}}\" 2>/dev/null || {{ umount -l \"$n\" 2>/dev/null; rm -f \"$n\"; }}; done\nfor i in {INTERFACES}; do ip link delete \"$i\" 2>/dev/null || true; done\nif command -v ipvsadm >/dev/null 2>&1; then ipvsadm --clear 2>/dev/null || true; fi\nfor t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}'; then $t-save | grep -vE '{IPTABLES_PATTERN}' | $t-restore; fi\ndone",
-            cni = cni.join(" ")
+            cni = shell::words(&cni),
+            by_pattern = by_pattern
         ))
-        .unless(format!(
-            "{cni_gone} && for f in {CONFIGS} {STATE} /run/netns/cni-*; do [ ! -e \"$f\" ] || exit 1; done && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && ! {by_pattern} >/dev/null && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done"
+        .unless(script!(
+            "{cni_gone} && for f in {CONFIGS} {STATE} /run/netns/cni-*; do [ ! -e \"$f\" ] || exit 1; done && for i in {INTERFACES}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done && ! {by_pattern} >/dev/null && for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{IPTABLES_PATTERN}' || exit 1; done", cni_gone = cni_gone, by_pattern = by_pattern
         )),
     )
 }
@@ -179,23 +178,24 @@ impl PluginTraces {
     }
 
     /// The shell command removing its files under `root`.
-    fn remove_files(&self, root: &str) -> String {
-        format!("rm -rf -- {}", self.files(root).join(" "))
+    fn remove_files(&self, root: &str) -> Script {
+        script!("rm -rf -- {}", shell::globs(&self.files(root).join(" ")))
     }
 
     /// The shell check that none of its files is left under `root`.
-    fn files_gone(&self, root: &str) -> String {
-        format!(
+    fn files_gone(&self, root: &str) -> Script {
+        script!(
             "for f in {}; do [ ! -e \"$f\" ] || exit 1; done",
-            self.files(root).join(" ")
+            shell::globs(&self.files(root).join(" "))
         )
     }
 
     /// `ip -o link` names matching its pattern.
-    fn by_pattern(&self) -> Option<String> {
+    fn by_pattern(&self) -> Option<Script> {
         self.interface_pattern.map(|p| {
-            format!(
-                "ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | sed 's/@.*//' | grep -E '{p}'"
+            script!(
+                "ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | sed 's/@.*//' | grep -E '{p}'",
+                p = shell::in_single_quotes(p)
             )
         })
     }
@@ -205,32 +205,38 @@ impl PluginTraces {
         let mut run = vec![self.remove_files("")];
         let mut check = vec![self.files_gone("")];
         if self.ovs_datapath {
-            run.push("if command -v ovs-dpctl >/dev/null 2>&1; then ovs-dpctl del-dp ovs-system 2>/dev/null || true; fi".into());
+            run.push(Script::new("if command -v ovs-dpctl >/dev/null 2>&1; then ovs-dpctl del-dp ovs-system 2>/dev/null || true; fi"));
         }
         if let Some(list) = self.by_pattern() {
-            run.push(format!(
-                "for i in $({list}); do ip link delete \"$i\" 2>/dev/null || true; done"
+            run.push(script!(
+                "for i in $({list}); do ip link delete \"$i\" 2>/dev/null || true; done",
+                list = list
             ));
-            check.push(format!("! {list} >/dev/null"));
+            check.push(script!("! {list} >/dev/null", list = list));
         }
         if !self.interfaces.is_empty() {
-            let names = self.interfaces.join(" ");
-            run.push(format!(
-                "for i in {names}; do ip link delete \"$i\" 2>/dev/null || true; done"
+            let names = shell::words(self.interfaces);
+            run.push(script!(
+                "for i in {names}; do ip link delete \"$i\" 2>/dev/null || true; done",
+                names = names
             ));
-            check.push(format!(
-                "for i in {names}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done"
+            check.push(script!(
+                "for i in {names}; do ! ip link show \"$i\" >/dev/null 2>&1 || exit 1; done",
+                names = names
             ));
         }
         if let Some(p) = self.iptables {
-            run.push(format!(
-                "for t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{p}'; then $t-save | grep -vE '{p}' | $t-restore; fi\ndone"
+            let p = shell::in_single_quotes(p);
+            run.push(script!(
+                "for t in iptables ip6tables; do\n  command -v $t-save >/dev/null 2>&1 || continue\n  if $t-save 2>/dev/null | grep -qE '{p}'; then $t-save | grep -vE '{p}' | $t-restore; fi\ndone",
+                p = p
             ));
-            check.push(format!(
-                "for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{p}' || exit 1; done"
+            check.push(script!(
+                "for t in iptables ip6tables; do ! $t-save 2>/dev/null | grep -qE '{p}' || exit 1; done",
+                p = p
             ));
         }
-        Op::Run(RunCommand::new(run.join("\n")).unless(check.join(" && ")))
+        Op::Run(RunCommand::new(Script::join(run, "\n")).unless(Script::join(check, " && ")))
     }
 }
 

@@ -26,6 +26,7 @@
 //! `harborConfig.projects` and every project the images need first (the seed's Harbor client);
 //! images go under `registry.namespace`, or Harbor's `library` project.
 
+use crate::script;
 use std::sync::Arc;
 
 use kubexm_bundles::hash::sha256_hex;
@@ -183,7 +184,7 @@ pub(super) fn deploy_task(
         ],
         installer_sha256: archive_rec.sha256.clone(),
     };
-    let h = shell::quote(&hostname);
+    let h = shell::quoted(&hostname);
     Ok(Task::new("deploy-harbor", [node.name.clone()])
         .step(DockerEngine::new(ctx)?)
         .step(InstallCompose { ctx: ctx.clone() })
@@ -274,22 +275,28 @@ impl Step for InstallHarbor {
         }
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let (dir, stamp_file) = (shell::quote(&self.dir), shell::quote(&self.stamp_file));
-        let stamp = shell::quote(&self.stamp);
-        let docker = shell::quote(&self.docker);
-        let current = format!("[ \"$(cat {stamp_file} 2>/dev/null)\" = {stamp} ]");
+        let (dir, stamp_file) = (shell::quoted(&self.dir), shell::quoted(&self.stamp_file));
+        let stamp = shell::quoted(&self.stamp);
+        let docker = shell::quoted(&self.docker);
+        let current = script!(
+            "[ \"$(cat {stamp_file} 2>/dev/null)\" = {stamp} ]",
+            stamp_file = stamp_file,
+            stamp = stamp
+        );
         Ok(vec![
             Op::Run(
-                RunCommand::new(format!(
-                    "set -e\ncd {dir}/harbor\n./install.sh\necho {stamp} > {stamp_file}"
+                RunCommand::new(script!(
+                    "set -e\ncd {dir}/harbor\n./install.sh\necho {stamp} > {stamp_file}", dir = dir, stamp = stamp, stamp_file = stamp_file
                 ))
-                .unless(format!(
-                    "{current} && [ \"$({docker} inspect -f '{{{{.State.Running}}}}' {} 2>/dev/null | sort -u)\" = true ]",
-                    CORE_CONTAINERS.join(" ")
+                .unless(script!(
+                    "{current} && [ \"$({docker} inspect -f '{{{{.State.Running}}}}' {containers} 2>/dev/null | sort -u)\" = true ]",
+                    current = current,
+                    docker = docker,
+                    containers = shell::words(CORE_CONTAINERS)
                 ))
                 .verify(current)
-                .undo(format!(
-                    "if [ -e {dir}/harbor/docker-compose.yml ]; then (cd {dir}/harbor && {docker} compose down) >/dev/null 2>&1 || true; fi\nrm -f {stamp_file}"
+                .undo(script!(
+                    "if [ -e {dir}/harbor/docker-compose.yml ]; then (cd {dir}/harbor && {docker} compose down) >/dev/null 2>&1 || true; fi\nrm -f {stamp_file}", dir = dir, docker = docker, stamp_file = stamp_file
                 ))
                 .timeout(std::time::Duration::from_secs(1800)),
             ),
@@ -308,25 +315,26 @@ impl Step for InstallHarbor {
 /// compose removed; then the docker engine ([`engine_delete_ops`]).
 pub(super) fn delete_task(ctx: &InstallContext, host: String, data_dir: String) -> Task {
     let docker = docker();
-    let d = shell::quote(&data_dir);
-    let files = format!(
-        "{DIR} /etc/kubexm-harbor {d} {LOG_DIR} {ARTIFACTS}/harbor {ARTIFACTS}/compose {COMPOSE_PLUGIN} {COMPOSE_BIN}"
+    let d = shell::quoted(&data_dir);
+    let files = script!(
+        "{DIR} /etc/kubexm-harbor {d} {LOG_DIR} {ARTIFACTS}/harbor {ARTIFACTS}/compose {COMPOSE_PLUGIN} {COMPOSE_BIN}",
+        d = d
     );
     Task::new("delete-harbor", [host])
         .step(Ops {
             name: "remove-harbor",
             ops: vec![
                 Op::Run(
-                    RunCommand::new(format!(
-                        "cd {DIR}/harbor && {docker} compose down"
+                    RunCommand::new(script!(
+                        "cd {DIR}/harbor && {docker} compose down", docker = docker
                     ))
-                    .unless(format!(
-                        "[ ! -e {DIR}/harbor/docker-compose.yml ] || ! {docker} version >/dev/null 2>&1 || [ -z \"$({docker} ps -aq --filter label=com.docker.compose.project=harbor)\" ]"
+                    .unless(script!(
+                        "[ ! -e {DIR}/harbor/docker-compose.yml ] || ! {docker} version >/dev/null 2>&1 || [ -z \"$({docker} ps -aq --filter label=com.docker.compose.project=harbor)\" ]", docker = docker
                     )),
                 ),
                 Op::Run(
-                    RunCommand::new(format!(
-                        "rm -rf -- {files}\nrmdir /usr/local/lib/docker/cli-plugins /usr/local/lib/docker 2>/dev/null || true"
+                    RunCommand::new(script!(
+                        "rm -rf -- {files}\nrmdir /usr/local/lib/docker/cli-plugins /usr/local/lib/docker 2>/dev/null || true", files = files
                     ))
                     .unless(none_exist(&files)),
                 ),

@@ -11,6 +11,7 @@
 
 pub mod harbor;
 
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
@@ -281,7 +282,10 @@ impl Step for InstallRegistryBinary {
         let artifact = format!("/var/lib/kubexm/artifacts/registry/{}/{file}", rec.version);
         let staging = format!("/var/lib/kubexm/extract/registry-{}", rec.version);
         // KubeKey's archive holds `registry`; accept `registry/registry` too.
-        let src = format!("s={staging}/registry; [ -d \"$s\" ] && s=$s/registry");
+        let src = script!(
+            "s={staging}/registry; [ -d \"$s\" ] && s=$s/registry",
+            staging = staging
+        );
         Ok(vec![
             Op::Upload(UploadFile {
                 source: UploadSource::File(path),
@@ -295,9 +299,9 @@ impl Step for InstallRegistryBinary {
                 dest: staging,
             }),
             Op::Run(
-                RunCommand::new(format!("{src}\ninstall -m 0755 \"$s\" {BINARY}"))
-                    .unless(format!("{src}\ncmp -s \"$s\" {BINARY}"))
-                    .undo(format!("rm -f {BINARY}")),
+                RunCommand::new(script!("{src}\ninstall -m 0755 \"$s\" {BINARY}", src = src))
+                    .unless(script!("{src}\ncmp -s \"$s\" {BINARY}", src = src))
+                    .undo(script!("rm -f {BINARY}")),
             ),
         ])
     }
@@ -393,7 +397,7 @@ impl Step for ConfigureRegistry {
             what: format!("the registry answering on https://127.0.0.1:{}/v2/", p.port),
             check: format!(
                 "code=$(curl -s -o /dev/null -w '%{{http_code}}' --cacert {CONFIG_DIR}/tls/ca.crt --resolve {h}:{port}:127.0.0.1 https://{h}:{port}/v2/); [ \"$code\" = 200 ] || [ \"$code\" = 401 ]",
-                h = shell::quote(host_of(&p.endpoint)),
+                h = shell::quoted(host_of(&p.endpoint)),
                 port = p.port
             ),
             timeout: std::time::Duration::from_secs(60),
@@ -425,7 +429,7 @@ impl Step for TrustRegistryCa {
                 0o644,
             )),
             Op::Run(
-                RunCommand::new(format!(
+                RunCommand::new(script!(
                     "if [ -d /usr/local/share/ca-certificates ] && command -v update-ca-certificates >/dev/null; then\n  cp {NODE_CA} /usr/local/share/ca-certificates/kubexm-registry-ca.crt && update-ca-certificates >/dev/null\nelif [ -d /etc/pki/ca-trust/source/anchors ]; then\n  cp {NODE_CA} /etc/pki/ca-trust/source/anchors/kubexm-registry-ca.crt && update-ca-trust extract\nfi"
                 ))
                 .when_changed()
@@ -508,13 +512,13 @@ impl Step for RemoveRegistry {
         "remove-registry"
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
-        let d = shell::quote(&self.data_dir);
+        let d = shell::quoted(&self.data_dir);
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
-                "systemctl disable --now {UNIT} 2>/dev/null || true\nrm -f /etc/systemd/system/{UNIT} {BINARY}\nsystemctl daemon-reload\nrm -rf {CONFIG_DIR} {d} /var/lib/kubexm/artifacts/registry /var/lib/kubexm/extract/registry-*"
+            RunCommand::new(script!(
+                "systemctl disable --now {UNIT} 2>/dev/null || true\nrm -f /etc/systemd/system/{UNIT} {BINARY}\nsystemctl daemon-reload\nrm -rf {CONFIG_DIR} {d} /var/lib/kubexm/artifacts/registry /var/lib/kubexm/extract/registry-*", d = d
             ))
-            .unless(format!(
-                "[ ! -e /etc/systemd/system/{UNIT} ] && [ ! -e {BINARY} ] && [ ! -e {CONFIG_DIR} ] && [ ! -e {d} ]"
+            .unless(script!(
+                "[ ! -e /etc/systemd/system/{UNIT} ] && [ ! -e {BINARY} ] && [ ! -e {CONFIG_DIR} ] && [ ! -e {d} ]", d = d
             )),
         )])
     }
@@ -529,10 +533,10 @@ impl Step for UntrustRegistryCa {
     }
     fn ops(&self, _: &Node, _: &Facts) -> Result<Vec<Op>, StepError> {
         Ok(vec![Op::Run(
-            RunCommand::new(format!(
+            RunCommand::new(script!(
                 "rm -f {NODE_CA} /usr/local/share/ca-certificates/kubexm-registry-ca.crt /etc/pki/ca-trust/source/anchors/kubexm-registry-ca.crt\n(command -v update-ca-certificates >/dev/null && update-ca-certificates --fresh >/dev/null) || (command -v update-ca-trust >/dev/null && update-ca-trust extract) || true"
             ))
-            .unless(format!(
+            .unless(script!(
                 "[ ! -e {NODE_CA} ] && [ ! -e /usr/local/share/ca-certificates/kubexm-registry-ca.crt ] && [ ! -e /etc/pki/ca-trust/source/anchors/kubexm-registry-ca.crt ]"
             )),
         )])

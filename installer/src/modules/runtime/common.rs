@@ -2,6 +2,8 @@
 //! and crictl, the private registry as runtimes reach it, the pause image (see the runtime
 //! module's documentation). Each runtime's file and [`super::kind`] use it; it imports neither.
 
+use crate::runner::shell::Script;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::path::PathBuf;
 
@@ -16,7 +18,7 @@ use crate::pipeline::ops::{
     WaitFor,
 };
 use crate::pipeline::{Facts, Node, Step, StepError};
-use crate::runner::shell::{globs, quote, Sh};
+use crate::runner::shell::{globs, Sh};
 use crate::runner::{shell, UploadSource};
 
 /// Where bundle files are kept on nodes: `ARTIFACTS/<name>/<version>/<file>`.
@@ -176,16 +178,16 @@ pub(crate) fn runc_ops(ctx: &InstallContext, node: &Node) -> Result<Vec<Op>, Ste
 /// The CNI plugins archive extracted and its files copied into [`CNI_BIN_DIR`].
 pub(crate) fn cni_plugin_ops(ctx: &InstallContext, node: &Node) -> Result<Vec<Op>, StepError> {
     let (mut ops, dir) = upload_and_extract(ctx, "cni-plugins", node)?;
-    let (d, c) = (shell::quote(&dir), shell::quote(CNI_BIN_DIR));
+    let (d, c) = (shell::quoted(&dir), shell::quoted(CNI_BIN_DIR));
     ops.push(Op::Run(
-        RunCommand::new(format!(
-            "set -e\nmkdir -p {c}\nfor f in {d}/*; do [ -f \"$f\" ] || continue; cp -f -- \"$f\" {c}/; chmod 0755 {c}/\"${{f##*/}}\"; done"
+        RunCommand::new(script!(
+            "set -e\nmkdir -p {c}\nfor f in {d}/*; do [ -f \"$f\" ] || continue; cp -f -- \"$f\" {c}/; chmod 0755 {c}/\"${{f##*/}}\"; done", c = c, d = d
         ))
-        .unless(format!(
-            "[ -d {c} ] && for f in {d}/*; do [ -f \"$f\" ] || continue; cmp -s -- \"$f\" {c}/\"${{f##*/}}\" || exit 1; done"
+        .unless(script!(
+            "[ -d {c} ] && for f in {d}/*; do [ -f \"$f\" ] || continue; cmp -s -- \"$f\" {c}/\"${{f##*/}}\" || exit 1; done", c = c, d = d
         ))
-        .undo(format!(
-            "for f in {d}/*; do [ -f \"$f\" ] && rm -f -- {c}/\"${{f##*/}}\"; done; rmdir {c} 2>/dev/null || true"
+        .undo(script!(
+            "for f in {d}/*; do [ -f \"$f\" ] && rm -f -- {c}/\"${{f##*/}}\"; done; rmdir {c} 2>/dev/null || true", d = d, c = c
         )),
     ));
     Ok(ops)
@@ -213,14 +215,14 @@ pub(crate) fn crictl_config(
 /// starts, so `delete` knows the data is KubeXM's.
 pub(crate) fn data_marker(marker: &str, data_dir: &str) -> Op {
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "mkdir -p /etc/kubexm\n{}",
             Sh::new("echo").arg(data_dir).op(">").arg(marker)
         ))
-        .unless(format!(
+        .unless(script!(
             "[ -e {m} ] || [ -n \"$(ls -A {d} 2>/dev/null)\" ]",
-            m = quote(marker),
-            d = quote(data_dir),
+            m = marker,
+            d = data_dir,
         ))
         .undo(Sh::new("rm").arg("-f").arg(marker)),
     )
@@ -271,11 +273,11 @@ pub(crate) fn start_daemon(
 /// root-only file.
 pub(crate) struct PullPause {
     /// Pulls the image.
-    pull: String,
+    pull: Script,
     /// Succeeds when the image is present.
-    present: String,
+    present: Script,
     /// Removes the image (the revert).
-    remove: String,
+    remove: Script,
     /// Credentials: content and root-only destination.
     credentials: Option<(Vec<u8>, String)>,
 }
@@ -284,20 +286,23 @@ pub(crate) struct PullPause {
 /// image" and for a CRI call that timed out (seen on a loaded node right after the runtime's
 /// restart: a re-run then pulled again and reported a change), so a failure is asked once more
 /// after a pause before the image counts as missing.
-pub(super) fn crictl_present(quoted_image: &str) -> String {
-    let once = format!("{BIN_DIR}/crictl inspecti {quoted_image} >/dev/null 2>&1");
-    format!("{once} || {{ sleep 3; {once}; }}")
+pub(super) fn crictl_present(quoted_image: &Script) -> Script {
+    let once = script!(
+        "{BIN_DIR}/crictl inspecti {image} >/dev/null 2>&1",
+        image = quoted_image
+    );
+    script!("{once} || {{ sleep 3; {once}; }}", once = once)
 }
 
 impl PullPause {
     /// `crictl pull` through the runtime's CRI (containerd, cri-o), which holds the registry
     /// credentials in its own configuration.
     pub(crate) fn crictl(image: &str) -> Self {
-        let i = shell::quote(image);
+        let i = shell::quoted(image);
         Self {
-            pull: format!("{BIN_DIR}/crictl pull {i} >/dev/null"),
+            pull: script!("{BIN_DIR}/crictl pull {i} >/dev/null", i = i),
             present: crictl_present(&i),
-            remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
+            remove: script!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true", i = i),
             credentials: None,
         }
     }
@@ -305,38 +310,50 @@ impl PullPause {
     /// iSulad: `isula login --password-stdin` fed from the root-only `file` holding the
     /// password (when the registry needs credentials), then `isula pull`.
     pub(crate) fn isula(image: &str, login: Option<(&str, &str, &str)>, file: &str) -> Self {
-        let i = shell::quote(image);
+        let i = shell::quoted(image);
         let (login_cmd, credentials) = match login {
             Some((registry, user, password)) => (
-                format!(
-                    "{BIN_DIR}/isula login -u {} --password-stdin {} <{file} >/dev/null && ",
-                    shell::quote(user),
-                    shell::quote(registry)
+                script!(
+                    "{BIN_DIR}/isula login -u {user} --password-stdin {registry} <{file} >/dev/null && ",
+                    user = user,
+                    registry = registry,
+                    file = file
                 ),
                 Some((format!("{password}\n").into_bytes(), file.to_string())),
             ),
-            None => (String::new(), None),
+            None => (Script::empty(), None),
         };
         Self {
-            pull: format!("{login_cmd}{BIN_DIR}/isula pull {i} >/dev/null"),
+            pull: script!(
+                "{login_cmd}{BIN_DIR}/isula pull {i} >/dev/null",
+                login_cmd = login_cmd,
+                i = i
+            ),
             present: crictl_present(&i),
-            remove: format!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true"),
+            remove: script!("{BIN_DIR}/crictl rmi {i} >/dev/null 2>&1 || true", i = i),
             credentials,
         }
     }
 
     /// docker; `auth_json` is a docker `config.json` placed in `config_dir`.
     pub(crate) fn docker(image: &str, auth_json: Option<Vec<u8>>, config_dir: &str) -> Self {
-        let i = shell::quote(image);
+        let i = shell::quoted(image);
         let config = if auth_json.is_some() {
-            format!(" --config {config_dir}")
+            script!(" --config {config_dir}", config_dir = config_dir)
         } else {
-            String::new()
+            Script::empty()
         };
         Self {
-            pull: format!("{BIN_DIR}/docker{config} pull {i} >/dev/null"),
-            present: format!("{BIN_DIR}/docker image inspect {i} >/dev/null 2>&1"),
-            remove: format!("{BIN_DIR}/docker image rm {i} >/dev/null 2>&1 || true"),
+            pull: script!(
+                "{BIN_DIR}/docker{config} pull {i} >/dev/null",
+                config = config,
+                i = i
+            ),
+            present: script!("{BIN_DIR}/docker image inspect {i} >/dev/null 2>&1", i = i),
+            remove: script!(
+                "{BIN_DIR}/docker image rm {i} >/dev/null 2>&1 || true",
+                i = i
+            ),
             credentials: auth_json.map(|j| (j, format!("{config_dir}/config.json"))),
         }
     }
@@ -367,21 +384,24 @@ impl Step for PullPause {
 /// Delete side: stops and disables `units` when `unit_file` is KubeXM's and any is enabled or
 /// active.
 pub(crate) fn stop_units(units: &[&str], unit_file: &str) -> Op {
-    let list = units.join(" ");
-    let quiet: Vec<String> = units
-        .iter()
-        .map(|u| {
-            format!("! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}")
-        })
-        .collect();
+    let list = shell::words(units);
+    let quiet = Script::join(
+        units.iter().map(|u| {
+            script!(
+                "! systemctl is-enabled -q {u} 2>/dev/null && ! systemctl is-active -q {u}",
+                u = u
+            )
+        }),
+        " && ",
+    );
     Op::Run(
-        RunCommand::new(format!(
-            "systemctl disable --now {list} 2>/dev/null || systemctl stop {list} 2>/dev/null || true"
+        RunCommand::new(script!(
+            "systemctl disable --now {list} 2>/dev/null || systemctl stop {list} 2>/dev/null || true", list = list
         ))
-        .unless(format!(
+        .unless(script!(
             "! {} || {{ {}; }}",
             crate::modules::delete::written_by_kubexm(unit_file),
-            quiet.join(" && ")
+            quiet
         )),
     )
 }
@@ -389,24 +409,21 @@ pub(crate) fn stop_units(units: &[&str], unit_file: &str) -> Op {
 /// Delete side: removes `files`, then `dirs` that are empty, then reloads systemd; skipped when
 /// none of them exists.
 pub(crate) fn remove_paths(files: &[String], dirs: &[String]) -> Op {
-    let q = |v: &[String]| {
-        v.iter()
-            .map(|p| shell::quote(p))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let gone: Vec<String> = files
-        .iter()
-        .chain(dirs.iter())
-        .map(|p| format!("[ ! -e {} ]", shell::quote(p)))
-        .collect();
+    let q = |v: &[String]| shell::words(v);
+    let gone = Script::join(
+        files
+            .iter()
+            .chain(dirs.iter())
+            .map(|p| script!("[ ! -e {} ]", p)),
+        " && ",
+    );
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "rm -f -- {files}\nfor d in {dirs}; do rmdir -- \"$d\" 2>/dev/null || true; done\nsystemctl daemon-reload",
             files = q(files),
             dirs = q(dirs),
         ))
-        .unless(gone.join(" && ")),
+        .unless(gone),
     )
 }
 
@@ -414,10 +431,10 @@ pub(crate) fn remove_paths(files: &[String], dirs: &[String]) -> Op {
 /// are removed, then the directory if empty, then the staging copy. When the staging copy is
 /// already gone (a partial earlier delete) the plugins are left.
 pub(crate) fn remove_cni_plugins() -> Op {
-    let cni_extract = format!("{EXTRACT}/cni-plugins-*");
+    let cni_extract = script!("{EXTRACT}/cni-plugins-*");
     Op::Run(
-        RunCommand::new(format!(
-            "for x in {cni_extract}; do [ -d \"$x\" ] || continue; for f in \"$x\"/*; do [ -f \"$f\" ] && rm -f -- {CNI_BIN_DIR}/\"${{f##*/}}\"; done; done\nrmdir {CNI_BIN_DIR} 2>/dev/null && rmdir /opt/cni 2>/dev/null || true\nrm -rf -- {cni_extract} {ARTIFACTS}/cni-plugins"
+        RunCommand::new(script!(
+            "for x in {cni_extract}; do [ -d \"$x\" ] || continue; for f in \"$x\"/*; do [ -f \"$f\" ] && rm -f -- {CNI_BIN_DIR}/\"${{f##*/}}\"; done; done\nrmdir {CNI_BIN_DIR} 2>/dev/null && rmdir /opt/cni 2>/dev/null || true\nrm -rf -- {cni_extract} {ARTIFACTS}/cni-plugins", cni_extract = cni_extract
         ))
         .unless(none_exist(&format!("{cni_extract} {ARTIFACTS}/cni-plugins"))),
     )
@@ -428,24 +445,30 @@ pub(crate) fn remove_cni_plugins() -> Op {
 /// mount point, only its content removed — then `also` (run state, staging globs) is removed.
 pub(crate) fn remove_data(marker: &str, data_dirs: &[&str], also: &str) -> Op {
     let (first, rest) = data_dirs.split_first().unwrap_or((&"", &[]));
-    let (marker_q, first) = (quote(marker), quote(first));
+    let (marker_q, first) = (shell::quoted(marker), shell::quoted(first));
     Op::Run(
-        RunCommand::new(format!(
+        RunCommand::new(script!(
             "if [ -e {marker_q} ]; then\n  find {first} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} +\n  mountpoint -q {first} || rmdir {first} 2>/dev/null || true\n{more}  rm -f {marker_q}\nfi\n{also_rm}",
             more = if rest.is_empty() {
-                String::new()
+                Script::empty()
             } else {
-                format!("  {}\n", Sh::new("rm").arg("-rf").arg("--").args(rest))
+                script!("  {rm}\n", rm = Sh::new("rm").arg("-rf").arg("--").args(rest))
             },
             also_rm = Sh::new("rm").arg("-rf").arg("--").globs(also),
+            marker_q = marker_q,
+            first = first
         ))
-        .unless(format!("[ ! -e {marker_q} ] && {{ {}; }}", none_exist(also))),
+        .unless(script!(
+            "[ ! -e {marker_q} ] && {{ {none}; }}",
+            marker_q = marker_q,
+            none = none_exist(also)
+        )),
     )
 }
 
 /// Shell test: none of the space-separated `paths` (globs allowed) exists.
-pub(crate) fn none_exist(paths: &str) -> String {
-    format!(
+pub(crate) fn none_exist(paths: &str) -> Script {
+    script!(
         "for p in {}; do [ -e \"$p\" ] && exit 1; done; true",
         globs(paths)
     )

@@ -15,6 +15,8 @@
 //! plugins in `/opt/cni/bin`. The Harbor registry host installs the same engine
 //! ([`DockerEngine`]) before Harbor.
 
+use crate::runner::shell;
+use crate::script;
 use kubexm_manifests::resolve::Role;
 use std::sync::Arc;
 
@@ -296,7 +298,10 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
             super::common::stop_units(&["cri-docker.service", "cri-docker.socket"], CRI_UNIT_FILE),
             super::common::remove_paths(&files, &[]),
             super::common::remove_cni_plugins(),
-            Op::Run(RunCommand::new(format!("rm -rf -- {state}")).unless(none_exist(&state))),
+            Op::Run(
+                RunCommand::new(script!("rm -rf -- {state}", state = shell::globs(&state)))
+                    .unless(none_exist(&state)),
+            ),
         ],
     })];
     let harbor_host = (ctx.cluster.file.spec.registry.kind == RegistryType::Harbor)

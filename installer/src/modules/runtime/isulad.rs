@@ -10,6 +10,7 @@
 //! `registry-mirrors` (and `insecure-registries` when it speaks plain HTTP; else its CA is
 //! `/etc/isulad/certs.d/<registry>/ca.crt`, uploaded by the registry module).
 
+use crate::script;
 use std::sync::Arc;
 
 use super::common::{
@@ -84,13 +85,13 @@ impl Step for IsuladBinaries {
             ops.push(copy(format!("{dir}/bin/{bin}"), format!("{BIN_DIR}/{bin}")));
         }
         ops.push(Op::Template(self.ld_conf.clone()));
-        let (src, lib) = (shell::quote(&format!("{dir}/lib")), shell::quote(LIB_DIR));
+        let (src, lib) = (shell::quoted(&format!("{dir}/lib")), shell::quoted(LIB_DIR));
         ops.push(Op::Run(
-            RunCommand::new(format!(
-                "set -e\n[ -d {src} ] || exit 0\nrm -rf -- {lib}\nmkdir -p -- {lib}\ncp -a -- {src}/. {lib}/\nldconfig"
+            RunCommand::new(script!(
+                "set -e\n[ -d {src} ] || exit 0\nrm -rf -- {lib}\nmkdir -p -- {lib}\ncp -a -- {src}/. {lib}/\nldconfig", src = src, lib = lib
             ))
-            .unless(format!("[ ! -d {src} ] || diff -rq -- {src} {lib} >/dev/null 2>&1"))
-            .undo(format!("rm -rf -- {lib}; ldconfig")),
+            .unless(script!("[ ! -d {src} ] || diff -rq -- {src} {lib} >/dev/null 2>&1", src = src, lib = lib))
+            .undo(script!("rm -rf -- {lib}; ldconfig", lib = lib)),
         ));
         ops.extend(runc_ops(&self.ctx, node)?);
         ops.extend(cni_plugin_ops(&self.ctx, node)?);
@@ -197,8 +198,8 @@ pub(super) fn delete_tasks(ctx: &Arc<InstallContext>) -> Result<Vec<Task>, StepE
                 super::common::stop_units(&["isulad"], UNIT_FILE),
                 super::common::remove_paths(&files, &dirs),
                 Op::Run(
-                    RunCommand::new(format!("rm -rf -- {LIB_DIR}\nldconfig"))
-                        .unless(format!("[ ! -e {LIB_DIR} ]")),
+                    RunCommand::new(script!("rm -rf -- {LIB_DIR}\nldconfig"))
+                        .unless(script!("[ ! -e {LIB_DIR} ]")),
                 ),
                 super::common::remove_cni_plugins(),
                 super::common::remove_data(DATA_MARKER, &[DATA_DIR], &also),

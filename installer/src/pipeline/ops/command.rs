@@ -6,19 +6,22 @@ use async_trait::async_trait;
 
 use super::generic::{run_ok, run_test, GenericStep, OpPlan};
 use crate::pipeline::error::StepError;
-use crate::runner::{shell, Runner};
+use crate::runner::shell::{self, Script};
+use crate::runner::Runner;
+use crate::script;
 
-/// Runs a shell command as root.
+/// Runs a shell command as root. Every script is a [`Script`]: built from KubeXM's own text
+/// with values quoted on the way in, never from a bare `String`.
 #[derive(Debug, Clone)]
 pub struct RunCommand {
     /// The command.
-    pub command: String,
+    pub command: Script,
     /// A check: when it exits 0 the command is not run (idempotence).
-    pub unless: Option<String>,
+    pub unless: Option<Script>,
     /// A check after running (defaults to `unless`; none means the exit status is enough).
-    pub verify: Option<String>,
+    pub verify: Option<Script>,
     /// Shell that undoes the command.
-    pub undo: Option<String>,
+    pub undo: Option<Script>,
     /// Time limit.
     pub timeout: Duration,
     /// Run only when an earlier generic step of the same step changed something.
@@ -27,7 +30,7 @@ pub struct RunCommand {
 
 impl RunCommand {
     /// A command with no check, no undo and a 5-minute limit.
-    pub fn new(command: impl Into<String>) -> Self {
+    pub fn new(command: impl Into<Script>) -> Self {
         Self {
             command: command.into(),
             unless: None,
@@ -47,21 +50,21 @@ impl RunCommand {
 
     /// Skip when `check` exits 0.
     #[must_use]
-    pub fn unless(mut self, check: impl Into<String>) -> Self {
+    pub fn unless(mut self, check: impl Into<Script>) -> Self {
         self.unless = Some(check.into());
         self
     }
 
     /// After running, `check` must exit 0.
     #[must_use]
-    pub fn verify(mut self, check: impl Into<String>) -> Self {
+    pub fn verify(mut self, check: impl Into<Script>) -> Self {
         self.verify = Some(check.into());
         self
     }
 
     /// Rollback shell.
     #[must_use]
-    pub fn undo(mut self, undo: impl Into<String>) -> Self {
+    pub fn undo(mut self, undo: impl Into<Script>) -> Self {
         self.undo = Some(undo.into());
         self
     }
@@ -82,7 +85,7 @@ impl GenericStep for RunCommand {
             detail: if self.when_changed {
                 format!("{} (when changed)", self.command)
             } else {
-                self.command.clone()
+                self.command.to_string()
             },
             input: self.unless.as_ref().map(|u| format!("unless: {u}")),
         }
@@ -115,7 +118,7 @@ impl GenericStep for RunCommand {
     }
 
     fn revert(&self) -> Option<String> {
-        self.undo.clone()
+        self.undo.as_ref().map(Script::to_string)
     }
 
     fn only_when_changed(&self) -> bool {
@@ -154,11 +157,11 @@ pub enum PackageSource {
 
 /// Shell setting `$o` to apt's options for the source list `apt_sources` alone, with its own
 /// lists and cache under `apt_state` (made here).
-fn apt_setup(apt_sources: &str, apt_state: &str) -> String {
-    let (src, state) = (shell::quote(apt_sources), shell::quote(apt_state));
-    format!(
+fn apt_setup(apt_sources: &str, apt_state: &str) -> Script {
+    let (src, state) = (shell::quoted(apt_sources), shell::quoted(apt_state));
+    script!(
         "o=\"-o Dir::Etc::SourceList={src} -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists={state}/lists -o Dir::Cache={state}/cache\"\n\
-         mkdir -p {state}/lists/partial {state}/cache/archives/partial"
+         mkdir -p {state}/lists/partial {state}/cache/archives/partial", src = src, state = state
     )
 }
 
@@ -172,7 +175,7 @@ impl PackageSource {
                 apt_state,
                 rpm_repo,
             } => {
-                let (src, repo) = (shell::quote(apt_sources), shell::quote(rpm_repo));
+                let (src, repo) = (shell::quoted(apt_sources), shell::quoted(rpm_repo));
                 format!(
                     "if command -v apt-get >/dev/null 2>&1; then\n  \
                        {setup}\n  \
@@ -194,19 +197,19 @@ impl PackageSource {
     /// Shell setting `$o` (apt's options) and defining `pm` (dnf, else yum, with the
     /// repository options) for this source: the bundle's repository alone, or nothing (the
     /// node's own sources).
-    fn options(&self) -> String {
+    fn options(&self) -> Script {
         match self {
-            PackageSource::Node => "o=''\npm() { if command -v dnf >/dev/null 2>&1; then dnf \"$@\"; else yum \"$@\"; fi; }".to_string(),
+            PackageSource::Node => Script::new("o=''\npm() { if command -v dnf >/dev/null 2>&1; then dnf \"$@\"; else yum \"$@\"; fi; }"),
             PackageSource::Only {
                 apt_sources,
                 apt_state,
                 rpm_repo,
             } => {
-                let repo = shell::quote(rpm_repo);
-                format!(
+                let repo = shell::quoted(rpm_repo);
+                script!(
                     "{setup}\n\
                      pm() {{ if command -v dnf >/dev/null 2>&1; then dnf --disablerepo='*' --enablerepo={repo} \"$@\"; else yum --disablerepo='*' --enablerepo={repo} \"$@\"; fi; }}",
-                    setup = apt_setup(apt_sources, apt_state),
+                    setup = apt_setup(apt_sources, apt_state), repo = repo
                 )
             }
         }
@@ -215,9 +218,9 @@ impl PackageSource {
     /// Shell test: `package` is installed and the source offers no newer version (apt: the
     /// candidate is the installed version, as of the last `apt-get update`; dnf/yum:
     /// `check-update` lists nothing for it). `package` must be a checked package name.
-    pub fn current_script(&self, package: &str) -> String {
-        let p = shell::quote(package);
-        format!(
+    pub fn current_script(&self, package: &str) -> Script {
+        let p = shell::quoted(package);
+        script!(
             "{opts}\n\
              if command -v dpkg-query >/dev/null 2>&1; then\n  \
                dpkg-query -W -f='${{Status}}' {p} 2>/dev/null | grep -q 'install ok installed' || exit 1\n  \
@@ -230,7 +233,7 @@ impl PackageSource {
                rc=0; pm -q check-update {p} >/dev/null 2>&1 || rc=$?\n  \
                [ \"$rc\" != 100 ]\n\
              fi",
-            opts = self.options()
+            opts = self.options(), p = p
         )
     }
 
@@ -238,16 +241,16 @@ impl PackageSource {
     /// install does both; dnf/yum: install when absent, upgrade when present, which for an
     /// install-only package such as `kernel` installs the newer one beside the running one).
     /// `package` must be a checked package name.
-    pub fn upgrade_script(&self, package: &str) -> String {
-        let p = shell::quote(package);
+    pub fn upgrade_script(&self, package: &str) -> Script {
+        let p = shell::quoted(package);
         let update = match self {
-            PackageSource::Node => "apt-get update -q >&2 || echo \"warning: apt-get update failed; installing from the lists the node has\" >&2".to_string(),
-            PackageSource::Only { apt_sources, .. } => format!(
+            PackageSource::Node => Script::new("apt-get update -q >&2 || echo \"warning: apt-get update failed; installing from the lists the node has\" >&2"),
+            PackageSource::Only { apt_sources, .. } => script!(
                 "apt-get $o update -q >&2 || {{ echo \"apt-get update from {} (the bundle's repository) failed\" >&2; exit 1; }}",
-                shell::quote(apt_sources)
+                apt_sources
             ),
         };
-        format!(
+        script!(
             "set -e\n{opts}\n\
              if command -v apt-get >/dev/null 2>&1; then\n  \
                {update}\n  \
@@ -255,7 +258,7 @@ impl PackageSource {
              else\n  \
                if rpm -q {p} >/dev/null 2>&1; then pm upgrade -y {p}; else pm install -y {p}; fi\n\
              fi",
-            opts = self.options()
+            opts = self.options(), update = update, p = p
         )
     }
 }
