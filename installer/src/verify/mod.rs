@@ -417,15 +417,33 @@ else echo \"dns fail\"; fi\n",
     )
 }
 
-/// The probe DaemonSet, Service and namespace for `image` (as nodes pull it).
+/// The probe Service's name for one run: [`PROBE_NAME`] and a suffix of the run's own. A name
+/// that is new each run is never in a DNS cache: NodeLocal DNS keeps an answer up to 30 s, and a
+/// run started that soon after another was told the previous run's ClusterIP under a shared name
+/// (seen on the real v1.37 lab: "→ 10.233.40.19, not the Service's 10.233.59.113").
+pub fn probe_service_name(run: u32) -> String {
+    format!("{PROBE_NAME}-{run:08x}")
+}
+
+/// A run's suffix for [`probe_service_name`]: the clock's nanoseconds and the process id.
+fn run_suffix() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ (d.as_secs() as u32));
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+/// The probe DaemonSet, Service (named `service`) and namespace for `image` (as nodes pull it).
 pub fn probe_manifest(
     ctx: &InstallContext,
     image: &str,
+    service: &str,
 ) -> Result<String, crate::pipeline::StepError> {
     let mut c = tera::Context::new();
     c.insert("cluster", &ctx.cluster.file.metadata.name);
     c.insert("namespace", NAMESPACE);
     c.insert("name", PROBE_NAME);
+    c.insert("service", service);
     c.insert("port", &PROBE_PORT);
     c.insert("image", image);
     crate::templates::render("verify/probe.yaml.tera", &c)
@@ -1347,7 +1365,8 @@ async fn probe_checks(
         Err(e) => return fail_all(checks, e.to_string()),
     };
     state.probe_image = Some(image.clone());
-    let manifest = match probe_manifest(ctx, &image) {
+    let service = probe_service_name(run_suffix());
+    let manifest = match probe_manifest(ctx, &image, &service) {
         Ok(m) => m,
         Err(e) => return fail_all(checks, e.to_string()),
     };
@@ -1390,13 +1409,13 @@ async fn probe_checks(
     };
     let (probes, missing) = ready_probes(&pods, &on);
     let cluster_ip = api
-        .get(&format!("get service -n {NAMESPACE} {PROBE_NAME} -o json"))
+        .get(&format!("get service -n {NAMESPACE} {service} -o json"))
         .await
         .and_then(|o| parse::cluster_ip(&o).map_err(|e| e.to_string()));
 
     // Each probe asks every other one and resolves the Service's name.
     let dns_name = format!(
-        "{PROBE_NAME}.{NAMESPACE}.svc.{}",
+        "{service}.{NAMESPACE}.svc.{}",
         ctx.cluster.file.spec.kubernetes.dns_domain
     );
     let server = crate::modules::dns::local_ips(ctx)[0].to_string();
@@ -1493,6 +1512,46 @@ mod tests {
             kubelet: "v1.20.2".into(),
             runtime: ("containerd".into(), Some("1.6.20".into())),
         }
+    }
+
+    #[test]
+    fn each_run_names_its_probe_service_anew_and_the_manifest_uses_it() {
+        let (a, b) = (
+            probe_service_name(0x0012_abcd),
+            probe_service_name(0xffff_ffff),
+        );
+        assert_eq!(a, "kubexm-verify-probe-0012abcd");
+        assert_ne!(a, b);
+        for n in [&a, &b] {
+            assert!(
+                n.len() <= 63
+                    && n.bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+            );
+        }
+        let mut c = tera::Context::new();
+        c.insert("cluster", "c");
+        c.insert("namespace", NAMESPACE);
+        c.insert("name", PROBE_NAME);
+        c.insert("service", &a);
+        c.insert("port", &PROBE_PORT);
+        c.insert("image", "r/busybox:1");
+        let text = crate::templates::render("verify/probe.yaml.tera", &c).expect("renders");
+        let docs: Vec<serde_json::Value> = text
+            .split("\n---\n")
+            .map(|d| kubexm_manifests::yaml::from_str(d, "probe.yaml").expect("YAML"))
+            .collect();
+        let of = |kind: &str| {
+            docs.iter()
+                .find(|d| d["kind"] == kind)
+                .unwrap_or_else(|| panic!("a {kind}"))
+        };
+        assert_eq!(of("Service")["metadata"]["name"], a.as_str());
+        assert_eq!(
+            of("Service")["spec"]["selector"]["app.kubernetes.io/name"],
+            PROBE_NAME
+        );
+        assert_eq!(of("DaemonSet")["metadata"]["name"], PROBE_NAME);
     }
 
     #[test]
