@@ -401,6 +401,76 @@ fn kubeadm_upgrade_apply_uploads_the_targets_etcd_and_coredns_tags_first() {
         .find("kubeadm upgrade apply v1.33.11 --yes")
         .unwrap_or_else(|| panic!("{script}"));
     assert!(upload < apply, "{script}");
+    // Run it (kubeadm and systemctl stubs that log their arguments, the state directory in a
+    // temporary one): both kubeadm commands run, in order, and only then is the marker written.
+    // The real v1.36.3 -> v1.37.2 lab found `if ! upload && apply >log` running neither apply
+    // nor the log (the `!` took only the upload) while the marker said "upgraded".
+    let run = tempfile::tempdir().expect("tempdir");
+    let (bin, state) = (run.path().join("bin"), run.path().join("state"));
+    std::fs::create_dir_all(&bin).expect("bin");
+    // What the step's upload wrote before the script (the wanted settings it records).
+    std::fs::create_dir_all(state.join("wanted")).expect("wanted");
+    let calls = run.path().join("calls");
+    for stub in ["kubeadm", "systemctl"] {
+        let p = bin.join(stub);
+        std::fs::write(
+            &p,
+            format!("#!/bin/sh\necho \"{stub} $*\" >>'{}'\n", calls.display()),
+        )
+        .expect("stub");
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let local = script
+        .as_str()
+        .replace(
+            "/usr/local/bin/kubeadm",
+            &bin.join("kubeadm").display().to_string(),
+        )
+        .replace("/etc/kubernetes/kubexm", &state.display().to_string());
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&local)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = std::fs::read_to_string(&calls).expect("calls");
+    let said: Vec<&str> = said.lines().collect();
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert!(
+        said[0].starts_with("kubeadm init phase upload-config kubeadm --config "),
+        "{said:?}"
+    );
+    assert!(
+        said[1].starts_with("kubeadm upgrade apply v1.33.11 --yes"),
+        "{said:?}"
+    );
+    assert_eq!(said[2], "systemctl restart kubelet");
+    assert_eq!(
+        std::fs::read_to_string(state.join("upgraded-to")).expect("marker"),
+        "v1.33.11\n"
+    );
+    // A failing `upgrade apply` fails the step and writes no marker.
+    std::fs::write(
+        bin.join("kubeadm"),
+        "#!/bin/sh\ncase \"$*\" in upgrade*) echo boom; exit 1;; esac\n",
+    )
+    .expect("stub");
+    std::fs::remove_file(state.join("upgraded-to")).expect("rm marker");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&local)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .expect("sh runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("boom"));
+    assert!(!state.join("upgraded-to").exists());
     // `upgrade node` reads the uploaded configuration: it writes none of its own.
     let node = KubeadmUpgrade {
         apply: false,

@@ -393,7 +393,7 @@ set -e\n\
 umask 077\n\
 mkdir -p {STATE_DIR}\n\
 log={STATE_DIR}/kubeadm-upgrade.log\n\
-if ! {command} >\"$log\" 2>&1; then\n\
+if ! {{ {command}; }} >\"$log\" 2>&1; then\n\
   echo '{what} failed on {name}; the cluster keeps serving from the nodes not yet changed. kubeadm'\"'\"'s output:' >&2\n\
   tail -n 25 \"$log\" >&2\n\
   exit 1\n\
