@@ -120,7 +120,7 @@ impl Runner for StandIn {
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
             ok(probe_pods())
-        } else if s.contains(" get service -n kubexm-verify kubexm-verify-probe -o json") {
+        } else if s.contains(" get service -n kubexm-verify kubexm-verify-probe-") {
             ok(format!(r#"{{"spec":{{"clusterIP":"{CLUSTER_IP}"}}}}"#))
         } else if s.contains(" exec -n kubexm-verify ") {
             // The peers are the words after `probe`.
@@ -387,11 +387,28 @@ async fn a_healthy_cluster_passes_with_bounded_commands_and_its_probes_deleted()
         .map(|(_, s, _)| s)
         .collect();
     assert_eq!(execs.len(), 3);
+    // The Service this run asked for by name (`kubexm-verify-probe-XXXXXXXX`, new each run: no
+    // DNS cache holds it) is the name every probe resolves.
+    let service = kubectl
+        .iter()
+        .find_map(|(_, s, _)| {
+            s.split_once(" get service -n kubexm-verify ")
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .map(str::to_owned)
+        })
+        .expect("the Service is asked for");
+    let suffix = service
+        .strip_prefix("kubexm-verify-probe-")
+        .expect("the probe's name and a suffix");
+    assert!(
+        suffix.len() == 8 && suffix.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{service}"
+    );
     for e in &execs {
         assert!(
-            e.contains(
-                "nslookup kubexm-verify-probe.kubexm-verify.svc.cluster.local 169.254.25.10"
-            ),
+            e.contains(&format!(
+                "nslookup {service}.kubexm-verify.svc.cluster.local 169.254.25.10"
+            )),
             "{e}"
         );
     }
