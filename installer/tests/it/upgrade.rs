@@ -524,15 +524,39 @@ fn kube_proxy_goes_back_to_the_local_proxy_after_upgrade_apply() {
             && text.contains("rollout restart daemonset kube-proxy"),
         "{text}"
     );
-    // Only once, after the first master's apply; not on the other masters or the workers.
+    // After every master's upgrade (kubeadm rewrites the ConfigMap in `upgrade apply`, and in
+    // the last master's `upgrade node`, where it applies the deferred addons), never in a
+    // worker's phase; each after that master's kubeadm task.
+    let phases: Vec<&str> = p
+        .modules
+        .iter()
+        .filter(|m| {
+            m.tasks
+                .iter()
+                .any(|t| t.name == "kube-proxy-via-local-proxy")
+        })
+        .map(|m| m.name.as_str())
+        .collect();
     assert_eq!(
-        p.modules
-            .iter()
-            .flat_map(|m| &m.tasks)
-            .filter(|t| t.name == "kube-proxy-via-local-proxy")
-            .count(),
-        1
+        phases,
+        [
+            "control-plane-node1",
+            "control-plane-node2",
+            "control-plane-node3"
+        ]
     );
+    for m in p
+        .modules
+        .iter()
+        .filter(|m| phases.contains(&m.name.as_str()))
+    {
+        let names: Vec<&str> = m.tasks.iter().map(|t| t.name.as_str()).collect();
+        let kubeadm = names.iter().position(|t| t.starts_with("kubeadm-upgrade-"));
+        let proxy = names
+            .iter()
+            .position(|t| *t == "kube-proxy-via-local-proxy");
+        assert!(kubeadm.is_some() && kubeadm < proxy, "{names:?}");
+    }
     // The external load balancer (the lab's): no local proxy, no such task.
     let p = plan(
         &lab(work.path(), "v1.30.14", "v3.5.21"),

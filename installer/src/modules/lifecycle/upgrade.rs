@@ -123,10 +123,12 @@ impl UpgradeNodesModule {
                 others.push(n);
             }
         }
+        let masters = self.masters();
         for (hosts, apply) in [(first, true), (others, false)] {
             if hosts.is_empty() {
                 continue;
             }
+            let control_plane = hosts.iter().any(|h| masters.contains(h));
             tasks.push(
                 Task::new(
                     if apply {
@@ -145,10 +147,13 @@ impl UpgradeNodesModule {
                     apply,
                 }),
             );
-            if apply && crate::modules::internal_lb::local_proxy_kind(&self.ctx).is_some() {
-                // `upgrade apply` writes kube-proxy's kubeconfig back to the endpoint's name
-                // (the first master): every kube-proxy through 127.0.0.1:6443 again, as the
-                // install leaves it.
+            if control_plane && crate::modules::internal_lb::local_proxy_kind(&self.ctx).is_some() {
+                // kubeadm writes kube-proxy's kubeconfig back to the endpoint's name (the first
+                // master): `upgrade apply`, and since kubeadm defers its addons until every
+                // control-plane node runs the new version, `upgrade node` on the last master
+                // (the real v1.36.3 -> v1.37.2 lab: the ConfigMap changed after node3's phase).
+                // After each master's upgrade, so: every kube-proxy through 127.0.0.1:6443
+                // again, as the install leaves it (skipped while the ConfigMap still says so).
                 tasks.push(
                     Task::new("kube-proxy-via-local-proxy", [self.first.clone()]).step(
                         KubeProxyViaLocalProxy {
